@@ -1,0 +1,111 @@
+# flashgpt — build with `make`, test with `make test`.
+#   make                 build/flashgpt (with CUDA when nvcc is found, else CPU only)
+#   make test            CPU tests (and GPU tests when built; they skip without a GPU)
+#   make test-cpu | test-gpu
+#   make PRECISION=FP32  fp32 GPU trainer (debugging, tight tests); default BF16
+#   make GPU_ARCH=90a    target architecture for nvcc (default 90a: H100/H200, wgmma)
+#   make NO_CUDA=1       force the CPU-only build
+GPU_ARCH ?= 90a
+PRECISION ?= BF16
+BUILD ?= build
+
+CXX ?= g++
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(NO_CUDA),1)
+NVCC :=
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+CXXFLAGS ?= -O3 -march=x86-64-v2 -g
+CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP
+LDFLAGS_CPU = -fopenmp -lpthread
+GTEST_LIBS = -lgtest -lpthread
+
+NVCCFLAGS ?= -O3 -g -lineinfo
+NVCCFLAGS += -std=c++17 -I. -MMD -MP --expt-relaxed-constexpr -Xcompiler -fopenmp \
+  -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DENABLE_$(PRECISION)
+CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lgomp -lpthread
+
+CPU_SRC  := $(wildcard kernels/*.cpp kernels/attention/*.cpp model/*.cpp data/*.cpp train/*.cpp)
+CPU_SRC  := $(filter-out train/main.cpp,$(CPU_SRC))
+CUDA_SRC := $(wildcard kernels/*.cu kernels/attention/*.cu model/*.cu train/*.cu)
+CPU_OBJ  := $(CPU_SRC:%.cpp=$(BUILD)/%.o)
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
+TEST_CPU_OBJ := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/cpu/*.cpp) tests/main.cpp)
+TEST_GPU_SRC := $(wildcard tests/gpu/*.cu tests/gpu/*.cpp)
+TEST_GPU_OBJ := $(patsubst %,$(BUILD)/cuda/%.o,$(basename $(TEST_GPU_SRC)))
+
+ifneq ($(NVCC),)
+  WITH_CUDA := 1
+  MAIN_DEFS := -DFLASHGPT_WITH_CUDA
+  ALL_BINS := $(BUILD)/flashgpt $(BUILD)/test_cpu $(BUILD)/test_gpu
+else
+  WITH_CUDA := 0
+  ALL_BINS := $(BUILD)/flashgpt $(BUILD)/test_cpu
+endif
+
+.PHONY: all train test test-cpu test-gpu bench clean
+all: $(ALL_BINS)
+train: $(BUILD)/flashgpt
+
+$(BUILD)/libflashgpt_cpu.a: $(CPU_OBJ)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/libflashgpt_cuda.a: $(CUDA_OBJ)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/train/main.o: train/main.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) $(MAIN_DEFS) -c $< -o $@
+
+$(BUILD)/cuda/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/cuda/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -x cu -c $< -o $@
+
+ifeq ($(WITH_CUDA),1)
+$(BUILD)/flashgpt: $(BUILD)/train/main.o $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
+	$(NVCC) -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -o $@ $^ $(CUDA_LIBS)
+else
+$(BUILD)/flashgpt: $(BUILD)/train/main.o $(BUILD)/libflashgpt_cpu.a
+	$(CXX) -o $@ $^ $(LDFLAGS_CPU)
+endif
+
+# The CPU test binary links no CUDA code: it builds and runs on a machine with no GPU.
+$(BUILD)/test_cpu: $(TEST_CPU_OBJ) $(BUILD)/libflashgpt_cpu.a
+	$(CXX) -o $@ $^ $(GTEST_LIBS) $(LDFLAGS_CPU)
+
+$(BUILD)/test_gpu: $(TEST_GPU_OBJ) $(BUILD)/tests/main.o $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
+	$(NVCC) -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -o $@ $^ $(GTEST_LIBS) $(CUDA_LIBS)
+
+# GPU tests first, CPU tests last: the closing "N passed, N failed, N skipped" line is the
+# CPU suite's, which runs everywhere (the GPU suite only skips without a device).
+test: $(ALL_BINS)
+ifeq ($(WITH_CUDA),1)
+	./$(BUILD)/test_gpu
+endif
+	./$(BUILD)/test_cpu
+
+test-cpu: $(BUILD)/test_cpu
+	./$(BUILD)/test_cpu
+
+test-gpu: $(BUILD)/test_gpu
+	./$(BUILD)/test_gpu
+
+bench: $(BUILD)/flashgpt
+	python3 scripts/bench_train.py
+	python3 scripts/bench_attention.py
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(CPU_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(TEST_CPU_OBJ:.o=.d) $(TEST_GPU_OBJ:.o=.d) $(BUILD)/train/main.d
