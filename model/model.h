@@ -1,0 +1,72 @@
+// model — the interface the trainer drives; implemented by the CPU reference model
+// (model/gpt_cpu.cpp, the oracle) and the CUDA model (model/gpt_cuda.cu).
+//
+// One training micro-step:  loss = forward(inputs, targets, B, T); backward(1/accum_steps);
+// after the micro-steps:    norm = grad_norm(); adamw_step(...); zero_grad().
+// All host-facing arrays are host memory; the CUDA model copies as needed.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+struct AdamWHyper {
+  float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+struct MemoryLine {
+  std::string what;  // "parameters", "gradients", "optimizer", "activations", "attention saved", ...
+  size_t bytes = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const GPTConfig& config() const = 0;
+  virtual const char* device_name() const = 0;  // "cpu" or the GPU's name
+  virtual size_t num_parameters() const = 0;
+
+  // inputs, targets: (B, T) token ids, host memory. B, T must be <= the sizes given at creation.
+  // Returns the mean loss over B*T positions; keeps what backward needs.
+  // targets == nullptr: logits only (no loss; returns 0).
+  virtual float forward(const int* inputs, const int* targets, int B, int T) = 0;
+  // Accumulates parameter gradients of (loss_scale * mean loss) of the last forward.
+  virtual void backward(float loss_scale) = 0;
+  virtual void zero_grad() = 0;
+  virtual float grad_norm() = 0;  // global L2 norm of all parameter gradients
+  // One AdamW step on every parameter (decay on matrices only), gradients multiplied by
+  // grad_scale first (clipping). step counts from 1.
+  virtual void adamw_step(const AdamWHyper& h, float grad_scale, int step) = 0;
+  // Logits (Vp floats, host) at position t of batch row 0 from the last forward.
+  virtual void logits_at(int t, float* out) = 0;
+
+  // fp32 master weights in llm.c order (ParamLayout), and the AdamW moments, for checkpoints.
+  virtual void get_params(std::vector<float>& out) const = 0;
+  virtual void set_params(const std::vector<float>& in) = 0;
+  virtual void get_adam_state(std::vector<float>& m, std::vector<float>& v) const = 0;
+  virtual void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) = 0;
+
+  // The memory plan made at creation (one line per category) and the measured peak.
+  virtual std::vector<MemoryLine> memory_plan() const = 0;
+  virtual size_t peak_memory_bytes() const = 0;
+};
+
+struct ModelOptions {
+  GPTConfig config;
+  int B = 4, T = 64;            // largest micro-batch the model must hold
+  std::string attn = "flash";   // attention backend name
+  uint64_t seed = 1337;         // parameter initialisation
+};
+
+// GPT-2 initialisation (llm.c/nanoGPT): weights N(0, 0.02), residual projections
+// (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.
+// Deterministic from the seed, and identical for the CPU and CUDA models.
+std::vector<float> gpt_init_params(const GPTConfig& c, uint64_t seed);
+
+std::unique_ptr<Model> make_cpu_model(const ModelOptions& opt);
+// Throws flashgpt::Error when flashgpt was built without CUDA or no GPU is present.
+std::unique_ptr<Model> make_cuda_model(const ModelOptions& opt);
+bool cuda_device_available();  // false in CPU-only builds
