@@ -16,7 +16,8 @@ NVCC :=
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
-CXXFLAGS ?= -O3 -march=x86-64-v2 -g
+MARCH ?= $(shell grep -q avx2 /proc/cpuinfo 2>/dev/null && echo x86-64-v3 || echo x86-64-v2)
+CXXFLAGS ?= -O3 -march=$(MARCH) -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP
 LDFLAGS_CPU = -fopenmp -lpthread
 GTEST_LIBS = -lgtest -lpthread
