@@ -18,17 +18,22 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 MARCH ?= $(shell grep -q avx2 /proc/cpuinfo 2>/dev/null && echo x86-64-v3 || echo x86-64-v2)
 CXXFLAGS ?= -O3 -march=$(MARCH) -g
-CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP
+# GTEST_DONT_DEFINE_FAIL: our FAIL(...) (kernels/common.h) throws; gtest's is GTEST_FAIL().
+CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP -DGTEST_DONT_DEFINE_FAIL=1
 LDFLAGS_CPU = -fopenmp -lpthread
 GTEST_LIBS = -lgtest -lpthread
 
 NVCCFLAGS ?= -O3 -g -lineinfo
-NVCCFLAGS += -std=c++17 -I. -MMD -MP --expt-relaxed-constexpr -Xcompiler -fopenmp \
+NVCCFLAGS += -std=c++17 -I. -MMD -MP -DGTEST_DONT_DEFINE_FAIL=1 --expt-relaxed-constexpr -Xcompiler -fopenmp \
   -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DENABLE_$(PRECISION)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lgomp -lpthread
 
 CPU_SRC  := $(wildcard kernels/*.cpp kernels/attention/*.cpp model/*.cpp data/*.cpp train/*.cpp)
-CPU_SRC  := $(filter-out train/main.cpp,$(CPU_SRC))
+CPU_SRC  := $(filter-out train/main.cpp model/cuda_unavailable.cpp,$(CPU_SRC))
+# CPU-only programs link this instead of the CUDA model (also the CUDA build, until
+# model/gpt_cuda.cu exists).
+STUB_OBJ := $(BUILD)/model/cuda_unavailable.o
+CUDA_STUB := $(if $(wildcard model/gpt_cuda.cu),,$(STUB_OBJ))
 CUDA_SRC := $(wildcard kernels/*.cu kernels/attention/*.cu model/*.cu train/*.cu)
 CPU_OBJ  := $(CPU_SRC:%.cpp=$(BUILD)/%.o)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
@@ -74,18 +79,18 @@ $(BUILD)/cuda/%.o: %.cpp
 	$(NVCC) $(NVCCFLAGS) -x cu -c $< -o $@
 
 ifeq ($(WITH_CUDA),1)
-$(BUILD)/flashgpt: $(BUILD)/train/main.o $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
+$(BUILD)/flashgpt: $(BUILD)/train/main.o $(CUDA_STUB) $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
 	$(NVCC) -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -o $@ $^ $(CUDA_LIBS)
 else
-$(BUILD)/flashgpt: $(BUILD)/train/main.o $(BUILD)/libflashgpt_cpu.a
+$(BUILD)/flashgpt: $(BUILD)/train/main.o $(STUB_OBJ) $(BUILD)/libflashgpt_cpu.a
 	$(CXX) -o $@ $^ $(LDFLAGS_CPU)
 endif
 
 # The CPU test binary links no CUDA code: it builds and runs on a machine with no GPU.
-$(BUILD)/test_cpu: $(TEST_CPU_OBJ) $(BUILD)/libflashgpt_cpu.a
+$(BUILD)/test_cpu: $(TEST_CPU_OBJ) $(STUB_OBJ) $(BUILD)/libflashgpt_cpu.a
 	$(CXX) -o $@ $^ $(GTEST_LIBS) $(LDFLAGS_CPU)
 
-$(BUILD)/test_gpu: $(TEST_GPU_OBJ) $(BUILD)/tests/main.o $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
+$(BUILD)/test_gpu: $(TEST_GPU_OBJ) $(BUILD)/tests/main.o $(CUDA_STUB) $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
 	$(NVCC) -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -o $@ $^ $(GTEST_LIBS) $(CUDA_LIBS)
 
 # GPU tests first, CPU tests last: the closing "N passed, N failed, N skipped" line is the

@@ -42,5 +42,8 @@ class DataLoader {
   int64_t loaded_shard_ = -1;
   std::vector<int64_t> shard_order_;   // for the current epoch
   std::vector<int64_t> window_order_;  // for the current shard
+  int64_t loaded_epoch_ = -1;          // epoch that shard_order_ / window_order_ were made for
+  std::string flag_;                   // for error messages
   void load_current();
+  int64_t usable_windows() const;      // windows of the loaded shard, rounded down to world*B
 };

@@ -4,12 +4,14 @@
 // grad_scale multiplies g first (global-norm clipping folds in here).
 // As in llm.c and nanoGPT, decay applies to 2-D matrices only (wte, wpe, qkvw, attprojw,
 // fcw, fcprojw); the model passes weight_decay = 0 for biases and LayerNorm parameters.
-// CPU reference. CUDA version: adamw.cuh.
+// CPU reference (element type `real`, arithmetic in double; hyperparameters stay float in both
+// instantiations), instantiated for float and double in adamw.cpp. CUDA version: adamw.cuh.
 #pragma once
 #include <cstddef>
-void adamw_update_ref(float* params,       // (n) fp32 master weights
-                      const float* grads,  // (n)
-                      float* m,            // (n)
-                      float* v,            // (n)
+template <typename real>
+void adamw_update_ref(real* params,        // (n) fp32 master weights
+                      const real* grads,   // (n)
+                      real* m,             // (n)
+                      real* v,             // (n)
                       size_t n, float lr, float beta1, float beta2, float eps,
                       float weight_decay, float grad_scale, int t /* step, from 1 */);

@@ -1,15 +1,18 @@
 // encoder — token + learned position embedding.
 //   forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 //   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
-// CPU reference (fp32, the oracle). CUDA version: encoder.cuh, same names without _ref.
+// CPU reference (the oracle), a template on the element type `real`, instantiated for float
+// and double in encoder.cpp. CUDA version: encoder.cuh, same names without _ref.
 #pragma once
-void encoder_forward_ref(float* out,        // (B, T, C)
+template <typename real>
+void encoder_forward_ref(real* out,         // (B, T, C)
                          const int* inp,    // (B, T) token ids < Vp
-                         const float* wte,  // (Vp, C)
-                         const float* wpe,  // (maxT, C)
+                         const real* wte,   // (Vp, C)
+                         const real* wpe,   // (maxT, C)
                          int B, int T, int C);
-void encoder_backward_ref(float* dwte,        // (Vp, C)   accumulates
-                          float* dwpe,        // (maxT, C) accumulates
-                          const float* dout,  // (B, T, C)
+template <typename real>
+void encoder_backward_ref(real* dwte,         // (Vp, C)   accumulates
+                          real* dwpe,         // (maxT, C) accumulates
+                          const real* dout,   // (B, T, C)
                           const int* inp,     // (B, T)
                           int B, int T, int C);

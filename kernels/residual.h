@@ -1,5 +1,7 @@
 // residual — out = inp1 + inp2. Its backward is the identity into both inputs, done by the
 // model (dinp1 += dout, dinp2 += dout), so only the forward is an op.
+// CPU reference (element type `real`), instantiated for float and double in residual.cpp.
 #pragma once
 #include <cstddef>
-void residual_forward_ref(float* out, const float* inp1, const float* inp2, size_t n);
+template <typename real>
+void residual_forward_ref(real* out, const real* inp1, const real* inp2, size_t n);  // (n)

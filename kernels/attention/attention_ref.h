@@ -28,38 +28,66 @@ struct AttnShape {
   int B, T, NH, NKV, HS;  // NKV < NH: grouped-query attention; NH % NKV == 0
 };
 
-void attention_naive_forward_ref(float* out,        // (B, T, NH, HS)
-                                 float* P,          // (B, NH, T, T) saved probabilities
-                                 const float* qkv,  // (B, T, NH + 2*NKV, HS)
+// The four references are templates on the element type `real`, instantiated for float (the
+// oracle the GPU kernels and the CPU model use) and double (finite-difference checks). All
+// arithmetic inside runs in double whatever `real` is; results are rounded to `real` once.
+// Bad shapes (a dim < 1, NH % NKV != 0) or tile sizes (Br or Bc < 1) throw flashgpt::Error.
+// OpenMP: forward over (b, h) (naive) or (b, h, Q tile) (flash); backward over (b, kv head), so
+// each thread owns the dK/dV of its kv head and the dQ of that head's query heads: no races, no
+// atomics. Shapes too small to repay a fork/join run on one thread.
+template <typename real>
+void attention_naive_forward_ref(real* out,        // (B, T, NH, HS)
+                                 real* P,          // (B, NH, T, T) saved probabilities
+                                 const real* qkv,  // (B, T, NH + 2*NKV, HS)
                                  AttnShape s);
-void attention_naive_backward_ref(float* dqkv,       // (B, T, NH + 2*NKV, HS) overwritten
-                                  const float* dout, // (B, T, NH, HS)
-                                  const float* qkv,  // (B, T, NH + 2*NKV, HS)
-                                  const float* P,    // (B, NH, T, T)
+template <typename real>
+void attention_naive_backward_ref(real* dqkv,       // (B, T, NH + 2*NKV, HS) overwritten
+                                  const real* dout, // (B, T, NH, HS)
+                                  const real* qkv,  // (B, T, NH + 2*NKV, HS)
+                                  const real* P,    // (B, NH, T, T)
                                   AttnShape s);
 
-void attention_flash_forward_ref(float* out,        // (B, T, NH, HS)
-                                 float* lse,        // (B, NH, T) saved log-sum-exp
-                                 const float* qkv,  // (B, T, NH + 2*NKV, HS)
+// Br, Bc: Q and K/V tile rows, any values >= 1 (T need not be a multiple; Br != Bc is fine).
+// Working memory is per thread and tile-sized (Br x Bc, Br x HS, Bc x HS); the backward adds
+// a double dQ accumulator of (NH/NKV) x T x HS per thread, the CPU analogue of the GPU's fp32
+// dQ accumulator. Nothing is T x T.
+template <typename real>
+void attention_flash_forward_ref(real* out,        // (B, T, NH, HS)
+                                 real* lse,        // (B, NH, T) saved log-sum-exp
+                                 const real* qkv,  // (B, T, NH + 2*NKV, HS)
                                  AttnShape s, int Br, int Bc);
-void attention_flash_backward_ref(float* dqkv,        // (B, T, NH + 2*NKV, HS) overwritten
-                                  const float* dout,  // (B, T, NH, HS)
-                                  const float* qkv,   // (B, T, NH + 2*NKV, HS)
-                                  const float* out,   // (B, T, NH, HS)
-                                  const float* lse,   // (B, NH, T)
+template <typename real>
+void attention_flash_backward_ref(real* dqkv,        // (B, T, NH + 2*NKV, HS) overwritten
+                                  const real* dout,  // (B, T, NH, HS)
+                                  const real* qkv,   // (B, T, NH + 2*NKV, HS)
+                                  const real* out,   // (B, T, NH, HS)
+                                  const real* lse,   // (B, NH, T)
                                   AttnShape s, int Br, int Bc);
 
-// The CPU model talks to attention through this interface; `--attn` picks the backend.
-// saved_floats() sizes the per-layer saved state: naive B*NH*T*T, flash B*NH*T.
+// Tile sizes of the "flash" CpuAttention backend. 32 x 32 keeps the per-thread working set in
+// double at HS = 64 near 72 KB forward and 128 KB backward, inside L2. On the 2-core CPU
+// machine 16..64 measured within noise (GPT-2 small shape B=4 T=1024 NH=12: flash forward
+// ~1-1.6 s, backward ~2-3.7 s, naive 2 s / 4 s, load average 7+ at the time).
+constexpr int kCpuFlashBr = 32;
+constexpr int kCpuFlashBc = 32;
+
+// The CPU model talks to attention through this interface; `--attn` picks the backend. It is
+// a template on `real` like the functions above, so the whole model can run in double for
+// finite-difference checks. saved_floats() sizes the per-layer saved state: naive P,
+// B*NH*T*T; flash LSE, B*NH*T (flash runs with Br = kCpuFlashBr, Bc = kCpuFlashBc).
+// backward() overwrites dqkv; naive ignores `out`.
+template <typename real>
 class CpuAttention {
  public:
   virtual ~CpuAttention() = default;
   virtual const char* name() const = 0;
   virtual size_t saved_floats(const AttnShape& s) const = 0;
-  virtual void forward(float* out, float* saved, const float* qkv, const AttnShape& s) const = 0;
-  virtual void backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* saved, const AttnShape& s) const = 0;
+  virtual void forward(real* out, real* saved, const real* qkv, const AttnShape& s) const = 0;
+  virtual void backward(real* dqkv, const real* dout, const real* qkv, const real* out,
+                        const real* saved, const AttnShape& s) const = 0;
 };
-// Known names: "naive", "flash". Unknown name: throws flashgpt::Error listing the names.
-std::unique_ptr<CpuAttention> make_cpu_attention(const std::string& name);
+// Known names: "naive", "flash". Unknown name: throws flashgpt::Error listing the names,
+// "--attn 'foo' is unknown; use one of: naive, flash".
+template <typename real = float>
+std::unique_ptr<CpuAttention<real>> make_cpu_attention(const std::string& name);
 std::vector<std::string> cpu_attention_names();

@@ -1,0 +1,211 @@
+// checkpoint.cpp — see checkpoint.h for the formats.
+#include "model/checkpoint.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "kernels/common.h"
+#include "model/layout.h"
+
+namespace {
+
+struct File {
+  FILE* f = nullptr;
+  ~File() { if (f) fclose(f); }
+};
+
+// Writes via path.tmp + rename. `write` gets the FILE*; any short write is an error.
+template <typename Fn>
+void write_atomically(const std::string& path, Fn write) {
+  std::string tmp = path + ".tmp";
+  {
+    File out;
+    out.f = fopen(tmp.c_str(), "wb");
+    CHECK(out.f, "cannot write '%s': %s; check that the --out directory exists and is writable",
+          tmp.c_str(), strerror(errno));
+    bool ok = write(out.f);
+    ok = ok && fflush(out.f) == 0;
+    int rc = fclose(out.f);
+    out.f = nullptr;
+    if (!ok || rc != 0) {
+      remove(tmp.c_str());
+      FAIL("writing '%s' failed (disk full?); the previous checkpoint is untouched", path.c_str());
+    }
+  }
+  CHECK(rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '%s' to '%s': %s", tmp.c_str(),
+        path.c_str(), strerror(errno));
+}
+
+size_t file_size(FILE* f) {
+  long pos = ftell(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, pos, SEEK_SET);
+  return (size_t)n;
+}
+
+float bf16_to_float(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+GPTConfig config_from_header(const int* h, const std::string& path) {
+  CHECK(h[0] == kModelMagic, "'%s' is not a model checkpoint (magic %d, expected %d)",
+        path.c_str(), h[0], kModelMagic);
+  CHECK(h[1] == 3 || h[1] == 5,
+        "'%s' has checkpoint version %d; flashgpt reads versions 3 (fp32) and 5 (bf16)",
+        path.c_str(), h[1]);
+  GPTConfig c;
+  c.max_seq_len = h[2];
+  c.vocab_size = h[3];
+  c.num_layers = h[4];
+  c.num_heads = h[5];
+  c.channels = h[6];
+  c.padded_vocab_size = h[7] > 0 ? h[7] : h[3];
+  c.num_kv_heads = h[8] > 0 ? h[8] : h[5];
+  bool sane = c.max_seq_len > 0 && c.vocab_size > 1 && c.num_layers > 0 && c.num_heads > 0 &&
+              c.channels > 0 && c.padded_vocab_size >= c.vocab_size && c.channels % c.num_heads == 0 &&
+              c.num_heads % c.num_kv_heads == 0;
+  CHECK(sane, "'%s' has an inconsistent header (maxT %d V %d L %d NH %d C %d Vp %d)", path.c_str(),
+        c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size);
+  return c;
+}
+
+}  // namespace
+
+void save_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params) {
+  ParamLayout layout(c);
+  CHECK(params.size() == layout.total, "internal: %zu parameters for a model of %zu",
+        params.size(), layout.total);
+  int h[256] = {0};
+  h[0] = kModelMagic;
+  h[1] = 3;
+  h[2] = c.max_seq_len;
+  h[3] = c.vocab_size;
+  h[4] = c.num_layers;
+  h[5] = c.num_heads;
+  h[6] = c.channels;
+  h[7] = c.padded_vocab_size;
+  h[8] = c.num_kv_heads == c.num_heads ? 0 : c.num_kv_heads;
+  write_atomically(path, [&](FILE* f) {
+    return fwrite(h, sizeof(int), 256, f) == 256 &&
+           fwrite(params.data(), sizeof(float), params.size(), f) == params.size();
+  });
+}
+
+GPTConfig read_model_config(const std::string& path) {
+  File in;
+  in.f = fopen(path.c_str(), "rb");
+  CHECK(in.f, "cannot open checkpoint '%s': %s", path.c_str(), strerror(errno));
+  int h[256];
+  CHECK(fread(h, sizeof(int), 256, in.f) == 256, "'%s' is truncated (no full header)", path.c_str());
+  return config_from_header(h, path);
+}
+
+void load_model_file(const std::string& path, GPTConfig& c, std::vector<float>& params) {
+  File in;
+  in.f = fopen(path.c_str(), "rb");
+  CHECK(in.f, "cannot open checkpoint '%s': %s", path.c_str(), strerror(errno));
+  int h[256];
+  CHECK(fread(h, sizeof(int), 256, in.f) == 256, "'%s' is truncated (no full header)", path.c_str());
+  c = config_from_header(h, path);
+  ParamLayout layout(c);
+  size_t elem = h[1] == 3 ? 4 : 2;
+  size_t want = 256 * sizeof(int) + layout.total * elem;
+  size_t have = file_size(in.f);
+  CHECK(have == want, "'%s' has %zu bytes but its header describes %zu; the file is truncated or "
+        "not a GPT-2 checkpoint", path.c_str(), have, want);
+  params.resize(layout.total);
+  if (elem == 4) {
+    CHECK(fread(params.data(), 4, layout.total, in.f) == layout.total, "read error in '%s'",
+          path.c_str());
+  } else {
+    std::vector<uint16_t> raw(layout.total);
+    CHECK(fread(raw.data(), 2, layout.total, in.f) == layout.total, "read error in '%s'",
+          path.c_str());
+    for (size_t i = 0; i < layout.total; i++) params[i] = bf16_to_float(raw[i]);
+  }
+}
+
+void save_state_file(const std::string& path, const TrainState& s) {
+  int64_t h[64] = {0};
+  h[0] = kStateMagic;
+  h[1] = 1;
+  h[2] = s.step;
+  h[3] = (int64_t)s.m.size();
+  h[4] = s.loader_epoch;
+  h[5] = s.loader_shard;
+  h[6] = s.loader_window;
+  h[7] = s.B;
+  h[8] = s.T;
+  h[9] = s.total_batch;
+  h[10] = s.seed;
+  h[11] = s.world_size;
+  write_atomically(path, [&](FILE* f) {
+    return fwrite(h, sizeof(int64_t), 64, f) == 64 &&
+           fwrite(s.m.data(), sizeof(float), s.m.size(), f) == s.m.size() &&
+           fwrite(s.v.data(), sizeof(float), s.v.size(), f) == s.v.size();
+  });
+}
+
+TrainState load_state_file(const std::string& path, size_t expected_params) {
+  File in;
+  in.f = fopen(path.c_str(), "rb");
+  CHECK(in.f, "cannot open optimizer state '%s': %s", path.c_str(), strerror(errno));
+  int64_t h[64];
+  CHECK(fread(h, sizeof(int64_t), 64, in.f) == 64, "'%s' is truncated", path.c_str());
+  CHECK(h[0] == kStateMagic && h[1] == 1, "'%s' is not a flashgpt optimizer-state file",
+        path.c_str());
+  CHECK((size_t)h[3] == expected_params,
+        "'%s' holds optimizer state for %lld parameters but the model has %zu", path.c_str(),
+        (long long)h[3], expected_params);
+  size_t want = 64 * sizeof(int64_t) + 2 * expected_params * sizeof(float);
+  CHECK(file_size(in.f) == want, "'%s' is truncated or corrupt (size %zu, expected %zu)",
+        path.c_str(), file_size(in.f), want);
+  TrainState s;
+  s.step = h[2];
+  s.loader_epoch = h[4];
+  s.loader_shard = h[5];
+  s.loader_window = h[6];
+  s.B = h[7];
+  s.T = h[8];
+  s.total_batch = h[9];
+  s.seed = h[10];
+  s.world_size = h[11];
+  s.m.resize(expected_params);
+  s.v.resize(expected_params);
+  CHECK(fread(s.m.data(), 4, expected_params, in.f) == expected_params &&
+            fread(s.v.data(), 4, expected_params, in.f) == expected_params,
+        "read error in '%s'", path.c_str());
+  return s;
+}
+
+std::string model_checkpoint_path(const std::string& dir, int64_t step) {
+  return flashgpt::strformat("%s/model_%08lld.bin", dir.c_str(), (long long)step);
+}
+
+std::string state_checkpoint_path(const std::string& dir, int64_t step) {
+  return flashgpt::strformat("%s/state_%08lld.bin", dir.c_str(), (long long)step);
+}
+
+int64_t latest_checkpoint_step(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return -1;
+  int64_t best = -1;
+  while (dirent* e = readdir(d)) {
+    long long step;
+    int end = 0;  // exactly model_<digits>.bin: a leftover model_...bin.tmp must not count
+    if (sscanf(e->d_name, "model_%lld%n", &step, &end) == 1 && strcmp(e->d_name + end, ".bin") == 0) {
+      struct stat st;
+      if (step > best && stat(state_checkpoint_path(dir, step).c_str(), &st) == 0) best = step;
+    }
+  }
+  closedir(d);
+  return best;
+}

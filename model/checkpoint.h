@@ -1,0 +1,42 @@
+// checkpoint — model files in llm.c's format, plus our optimizer-state file.
+//
+// Model file (llm.c, readable by llm.c and its Python tools, and theirs by us):
+//   256 x int32 header: [0] magic 20240326, [1] version (3 = fp32 parameters, 5 = bf16),
+//   [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp, [8] NKV (ours: 0 or NH means plain
+//   multi-head attention, which is all llm.c knows); then the 16 parameter tensors in
+//   ParamLayout order. We write version 3; we read 3 and 5.
+// State file (ours): 64 x int64 header: [0] magic 20261122, [1] version 1, [2] step,
+//   [3] number of parameters, [4..6] data-loader epoch/shard/window, [7] batch B, [8] seq-len T,
+//   [9] total batch, [10] seed, [11] world size; then AdamW m and v, fp32, ParamLayout order.
+// Both are written to NAME.tmp and renamed, so a crash never leaves a half-written file under
+// the real name. In an --out directory they are model_00000100.bin and state_00000100.bin
+// (step 100).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+constexpr int kModelMagic = 20240326;
+constexpr int64_t kStateMagic = 20261122;
+
+void save_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params);
+// Reads a version 3 or 5 file; throws one clear line naming the file on any problem.
+void load_model_file(const std::string& path, GPTConfig& c, std::vector<float>& params);
+// Only the header (config).
+GPTConfig read_model_config(const std::string& path);
+
+struct TrainState {
+  int64_t step = 0;
+  int64_t loader_epoch = 0, loader_shard = 0, loader_window = 0;
+  int64_t B = 0, T = 0, total_batch = 0, seed = 0, world_size = 1;
+  std::vector<float> m, v;
+};
+void save_state_file(const std::string& path, const TrainState& s);
+TrainState load_state_file(const std::string& path, size_t expected_params);
+
+std::string model_checkpoint_path(const std::string& dir, int64_t step);
+std::string state_checkpoint_path(const std::string& dir, int64_t step);
+// The largest step for which both files exist in dir, or -1.
+int64_t latest_checkpoint_step(const std::string& dir);

@@ -1,0 +1,11 @@
+// cuda_unavailable.cpp — linked instead of model/gpt_cuda.cu into the CPU-only builds
+// (the CPU test binary, and flashgpt when nvcc is not installed).
+#include "kernels/common.h"
+#include "model/model.h"
+
+bool cuda_device_available() { return false; }
+
+std::unique_ptr<Model> make_cuda_model(const ModelOptions&) {
+  FAIL("--device cuda: this flashgpt was built without CUDA (nvcc was not found); install the "
+       "CUDA toolkit and rebuild with `make`, or use --device cpu");
+}

@@ -1,0 +1,274 @@
+// gpt_cpu.cpp — the CPU reference model. See gpt_cpu.h for the layer list.
+#include "model/gpt_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/adamw.h"
+#include "kernels/classifier.h"
+#include "kernels/common.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/global_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+#include "model/rng.h"
+
+std::vector<float> gpt_init_params(const GPTConfig& c, uint64_t seed) {
+  ParamLayout layout(c);
+  std::vector<float> p(layout.total, 0.0f);
+  const double std_base = 0.02, std_resid = 0.02 / std::sqrt(2.0 * c.num_layers);
+  for (int i = 0; i < kNumParamTensors; i++) {
+    float* t = p.data() + layout.offsets[i];
+    size_t n = layout.sizes[i];
+    if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+      std::fill(t, t + n, 1.0f);
+    } else if (i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW ||
+               i == P_FCPROJW) {
+      // One stream per tensor, so adding a layer does not change the other tensors' values.
+      Rng rng(seed * 1000003ull + (uint64_t)i);
+      double sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_resid : std_base;
+      for (size_t k = 0; k < n; k++) t[k] = (float)(sd * rng.normal());
+      if (i == P_WTE) {  // padded vocabulary rows are never used as tokens: keep them zero
+        std::fill(t + (size_t)c.vocab_size * c.channels, t + n, 0.0f);
+      }
+    }  // biases stay 0
+  }
+  return p;
+}
+
+template <typename real>
+GptCpu<real>::GptCpu(const ModelOptions& opt)
+    : cfg_(opt.config), layout_(opt.config), maxB_(opt.B), maxT_(opt.T) {
+  validate_config(cfg_);
+  CHECK(maxT_ >= 1 && maxT_ <= cfg_.max_seq_len,
+        "--seq-len %d is larger than the model's maximum %d; lower --seq-len", maxT_,
+        cfg_.max_seq_len);
+  CHECK(maxB_ >= 1, "--batch must be at least 1 (got %d)", maxB_);
+  attn_ = make_cpu_attention<real>(opt.attn);
+  std::vector<float> init = gpt_init_params(cfg_, opt.seed);
+  params.assign(init.begin(), init.end());
+  grads.assign(layout_.total, 0);
+  m_.assign(layout_.total, 0);
+  v_.assign(layout_.total, 0);
+
+  const size_t L = cfg_.num_layers, C = cfg_.channels, N = (size_t)maxB_ * maxT_;
+  const size_t QKV = cfg_.qkv_channels(), Vp = cfg_.padded_vocab_size;
+  att_saved_per_layer_ = attn_->saved_floats(shape(maxB_, maxT_));
+  struct View { real** ptr; size_t n; };
+  View views[] = {{&encoded_, N * C},        {&ln1_, L * N * C},      {&ln1_mean_, L * N},
+                  {&ln1_rstd_, L * N},       {&qkv_, L * N * QKV},    {&atty_, L * N * C},
+                  {&att_saved_, L * att_saved_per_layer_},           {&attproj_, L * N * C},
+                  {&residual2_, L * N * C},  {&ln2_, L * N * C},      {&ln2_mean_, L * N},
+                  {&ln2_rstd_, L * N},       {&fch_, L * N * 4 * C},  {&fch_gelu_, L * N * 4 * C},
+                  {&fcproj_, L * N * C},     {&residual3_, L * N * C}, {&lnf_, N * C},
+                  {&lnf_mean_, N},           {&lnf_rstd_, N},         {&logits_, N * Vp},
+                  {&losses_, N}};
+  size_t total = 0;
+  for (const View& v : views) total += v.n;
+  acts_.assign(total, 0);
+  size_t off = 0;
+  for (const View& v : views) { *v.ptr = acts_.data() + off; off += v.n; }
+
+  View dviews[] = {{&dresidual_, N * C}, {&dln_, N * C},           {&dqkv_, N * QKV},
+                   {&datty_, N * C},     {&dfch_, N * 4 * C},      {&dfch_gelu_, N * 4 * C}};
+  total = 0;
+  for (const View& v : dviews) total += v.n;
+  dacts_.assign(total, 0);
+  off = 0;
+  for (const View& v : dviews) { *v.ptr = dacts_.data() + off; off += v.n; }
+  dlogits_ = logits_;  // the classifier writes dlogits in place over the logits
+}
+
+template <typename real>
+AttnShape GptCpu<real>::shape(int B, int T) const {
+  return AttnShape{B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size()};
+}
+
+template <typename real>
+float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T) {
+  CHECK(B >= 1 && B <= maxB_ && T >= 1 && T <= maxT_,
+        "batch %dx%d exceeds the model's allocation %dx%d", B, T, maxB_, maxT_);
+  const int C = cfg_.channels, L = cfg_.num_layers, V = cfg_.vocab_size,
+            Vp = cfg_.padded_vocab_size, QKV = cfg_.qkv_channels();
+  const int N = B * T;
+  const size_t NC = (size_t)maxB_ * maxT_ * C, NQKV = (size_t)maxB_ * maxT_ * QKV;
+  const size_t Nrows = (size_t)maxB_ * maxT_;
+  for (int i = 0; i < N; i++)
+    CHECK(inputs[i] >= 0 && inputs[i] < V, "token id %d at position %d is outside the vocabulary "
+          "(%d); the data does not match the model's tokenizer", inputs[i], i, V);
+  inputs_.assign(inputs, inputs + N);
+  have_targets_ = targets != nullptr;
+  if (have_targets_) {
+    for (int i = 0; i < N; i++)
+      CHECK(targets[i] >= 0 && targets[i] < V, "target id %d is outside the vocabulary (%d)",
+            targets[i], V);
+    targets_.assign(targets, targets + N);
+  }
+  B_ = B;
+  T_ = T;
+  AttnShape s = shape(B, T);
+
+  encoder_forward_ref(encoded_, inputs, param(P_WTE), param(P_WPE), B, T, C);
+  for (int l = 0; l < L; l++) {
+    real* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, NC);
+    real* ln1 = layer(ln1_, l, NC);
+    real* qkv = layer(qkv_, l, NQKV);
+    real* atty = layer(atty_, l, NC);
+    real* attproj = layer(attproj_, l, NC);
+    real* residual2 = layer(residual2_, l, NC);
+    real* ln2 = layer(ln2_, l, NC);
+    real* fch = layer(fch_, l, 4 * NC);
+    real* fch_gelu = layer(fch_gelu_, l, 4 * NC);
+    real* fcproj = layer(fcproj_, l, NC);
+    real* residual3 = layer(residual3_, l, NC);
+    layernorm_forward_ref(ln1, layer(ln1_mean_, l, Nrows), layer(ln1_rstd_, l, Nrows), residual,
+                          param(P_LN1W) + l * C, param(P_LN1B) + l * C, N, C);
+    matmul_forward_ref(qkv, ln1, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, N, C,
+                       QKV);
+    attn_->forward(atty, layer(att_saved_, l, att_saved_per_layer_), qkv, s);
+    matmul_forward_ref(attproj, atty, param(P_ATTPROJW) + (size_t)l * C * C,
+                       param(P_ATTPROJB) + l * C, N, C, C);
+    residual_forward_ref(residual2, residual, attproj, (size_t)N * C);
+    layernorm_forward_ref(ln2, layer(ln2_mean_, l, Nrows), layer(ln2_rstd_, l, Nrows), residual2,
+                          param(P_LN2W) + l * C, param(P_LN2B) + l * C, N, C);
+    matmul_forward_ref(fch, ln2, param(P_FCW) + (size_t)l * 4 * C * C, param(P_FCB) + l * 4 * C, N,
+                       C, 4 * C);
+    gelu_forward_ref(fch_gelu, fch, (size_t)N * 4 * C);
+    matmul_forward_ref(fcproj, fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C,
+                       param(P_FCPROJB) + l * C, N, 4 * C, C);
+    residual_forward_ref(residual3, residual2, fcproj, (size_t)N * C);
+  }
+  layernorm_forward_ref(lnf_, lnf_mean_, lnf_rstd_, layer(residual3_, L - 1, NC), param(P_LNFW),
+                        param(P_LNFB), N, C);
+  matmul_forward_ref(logits_, lnf_, param(P_WTE), (const real*)nullptr, N, C, Vp);
+  if (!have_targets_) return 0.0f;
+  classifier_ref(losses_, (real*)nullptr, logits_, targets, (real)0, N, V, Vp);
+  double sum = 0;
+  for (int i = 0; i < N; i++) sum += losses_[i];
+  mean_loss_ = sum / N;
+  return (float)mean_loss_;
+}
+
+template <typename real>
+void GptCpu<real>::backward(float loss_scale) {
+  CHECK(have_targets_, "backward() needs a forward() with targets first");
+  const int B = B_, T = T_, N = B * T, C = cfg_.channels, L = cfg_.num_layers,
+            V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, QKV = cfg_.qkv_channels();
+  const size_t NC = (size_t)maxB_ * maxT_ * C, NQKV = (size_t)maxB_ * maxT_ * QKV;
+  const size_t Nrows = (size_t)maxB_ * maxT_;
+  AttnShape s = shape(B, T);
+
+  // d(loss_scale * mean loss)/dlogits, in place over the logits (so logits_at() is invalid now).
+  classifier_ref(losses_, dlogits_, logits_, targets_.data(), (real)(loss_scale / N), N, V, Vp);
+  matmul_backward_ref(dln_, grad(P_WTE), (real*)nullptr, dlogits_, lnf_, param(P_WTE), N, C, Vp);
+  std::fill(dresidual_, dresidual_ + (size_t)N * C, (real)0);
+  layernorm_backward_ref(dresidual_, grad(P_LNFW), grad(P_LNFB), dln_, layer(residual3_, L - 1, NC),
+                         param(P_LNFW), lnf_mean_, lnf_rstd_, N, C);
+  for (int l = L - 1; l >= 0; l--) {
+    // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
+    real* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, NC);
+    matmul_backward_ref(dfch_gelu_, grad(P_FCPROJW) + (size_t)l * C * 4 * C, grad(P_FCPROJB) + l * C,
+                        dresidual_, layer(fch_gelu_, l, 4 * NC),
+                        param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C, C);
+    gelu_backward_ref(dfch_, layer(fch_, l, 4 * NC), dfch_gelu_, (size_t)N * 4 * C);
+    matmul_backward_ref(dln_, grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C, dfch_,
+                        layer(ln2_, l, NC), param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C);
+    // now dresidual += ln2 path: d(residual2[l])
+    layernorm_backward_ref(dresidual_, grad(P_LN2W) + l * C, grad(P_LN2B) + l * C, dln_,
+                           layer(residual2_, l, NC), param(P_LN2W) + l * C,
+                           layer(ln2_mean_, l, Nrows), layer(ln2_rstd_, l, Nrows), N, C);
+    matmul_backward_ref(datty_, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
+                        dresidual_, layer(atty_, l, NC), param(P_ATTPROJW) + (size_t)l * C * C, N,
+                        C, C);
+    attn_->backward(dqkv_, datty_, layer(qkv_, l, NQKV), layer(atty_, l, NC),
+                    layer(att_saved_, l, att_saved_per_layer_), s);
+    matmul_backward_ref(dln_, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv_,
+                        layer(ln1_, l, NC), param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV);
+    // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
+    layernorm_backward_ref(dresidual_, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, dln_, residual,
+                           param(P_LN1W) + l * C, layer(ln1_mean_, l, Nrows),
+                           layer(ln1_rstd_, l, Nrows), N, C);
+  }
+  encoder_backward_ref(grad(P_WTE), grad(P_WPE), dresidual_, inputs_.data(), B, T, C);
+  have_targets_ = false;  // logits were overwritten by dlogits
+}
+
+template <typename real>
+void GptCpu<real>::zero_grad() {
+  std::fill(grads.begin(), grads.end(), (real)0);
+}
+
+template <typename real>
+float GptCpu<real>::grad_norm() {
+  return (float)std::sqrt(global_norm_squared_ref(grads.data(), grads.size()));
+}
+
+template <typename real>
+void GptCpu<real>::adamw_step(const AdamWHyper& h, float grad_scale, int step) {
+  for (int i = 0; i < kNumParamTensors; i++) {
+    size_t off = layout_.offsets[i];
+    float wd = ParamLayout::decayed(i) ? h.weight_decay : 0.0f;
+    adamw_update_ref(params.data() + off, grads.data() + off, m_.data() + off, v_.data() + off,
+                     layout_.sizes[i], h.lr, h.beta1, h.beta2, h.eps, wd, grad_scale, step);
+  }
+}
+
+template <typename real>
+void GptCpu<real>::logits_at(int t, float* out) {
+  CHECK(t >= 0 && t < T_, "logits_at(%d) outside the last forward's length %d", t, T_);
+  const real* row = logits_ + (size_t)t * cfg_.padded_vocab_size;
+  for (int v = 0; v < cfg_.padded_vocab_size; v++) out[v] = (float)row[v];
+}
+
+template <typename real>
+void GptCpu<real>::get_params(std::vector<float>& out) const {
+  out.assign(params.begin(), params.end());
+}
+
+template <typename real>
+void GptCpu<real>::set_params(const std::vector<float>& in) {
+  CHECK(in.size() == params.size(), "parameter count %zu does not match the model's %zu",
+        in.size(), params.size());
+  params.assign(in.begin(), in.end());
+}
+
+template <typename real>
+void GptCpu<real>::get_adam_state(std::vector<float>& m, std::vector<float>& v) const {
+  m.assign(m_.begin(), m_.end());
+  v.assign(v_.begin(), v_.end());
+}
+
+template <typename real>
+void GptCpu<real>::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
+  CHECK(m.size() == m_.size() && v.size() == v_.size(), "optimizer state size mismatch");
+  m_.assign(m.begin(), m.end());
+  v_.assign(v.begin(), v.end());
+}
+
+template <typename real>
+std::vector<MemoryLine> GptCpu<real>::memory_plan() const {
+  const size_t sz = sizeof(real), L = cfg_.num_layers;
+  return {{"parameters", params.size() * sz},
+          {"gradients", grads.size() * sz},
+          {"optimizer (AdamW m, v)", 2 * m_.size() * sz},
+          {"activations", (acts_.size() - L * att_saved_per_layer_) * sz},
+          {"attention saved", L * att_saved_per_layer_ * sz},
+          {"backward scratch", dacts_.size() * sz}};
+}
+
+template <typename real>
+size_t GptCpu<real>::peak_memory_bytes() const {
+  size_t total = 0;
+  for (const MemoryLine& m : memory_plan()) total += m.bytes;
+  return total;
+}
+
+template class GptCpu<float>;
+template class GptCpu<double>;
+
+std::unique_ptr<Model> make_cpu_model(const ModelOptions& opt) {
+  return std::make_unique<GptCpu<float>>(opt);
+}

@@ -1,0 +1,72 @@
+// gpt_cpu — the CPU reference GPT-2: plain loops over the kernels/*_ref ops, fp32 (or double,
+// for finite-difference checks of the whole model). It is the oracle for the CUDA model.
+//
+// Forward (llm.c's train_gpt2.c order), N = B*T rows:
+//   x = wte[inp] + wpe[t]                                        encoder
+//   for each layer l:
+//     qkv = ln1(x) @ qkvw^T + qkvb                               (N, (NH+2NKV)*HS)
+//     x2  = x + (attention(qkv) @ attprojw^T + attprojb)         residual2
+//     x   = x2 + (gelu(ln2(x2) @ fcw^T + fcb) @ fcprojw^T + fcprojb)   residual3
+//   logits = lnf(x) @ wte^T                                      (N, Vp), tied embedding
+//   loss = mean cross-entropy over the V real tokens
+// Backward walks the same list in reverse with one residual-stream gradient buffer.
+// All activations for (maxB, maxT) are one allocation, sized at construction; attention's
+// saved state comes from the backend (naive: P (B,NH,T,T); flash: LSE (B,NH,T)).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "kernels/attention/attention_ref.h"
+#include "model/layout.h"
+#include "model/model.h"
+
+template <typename real>
+class GptCpu : public Model {
+ public:
+  explicit GptCpu(const ModelOptions& opt);
+
+  const GPTConfig& config() const override { return cfg_; }
+  const char* device_name() const override { return "cpu"; }
+  size_t num_parameters() const override { return layout_.total; }
+  float forward(const int* inputs, const int* targets, int B, int T) override;
+  void backward(float loss_scale) override;
+  void zero_grad() override;
+  float grad_norm() override;
+  void adamw_step(const AdamWHyper& h, float grad_scale, int step) override;
+  void logits_at(int t, float* out) override;
+  void get_params(std::vector<float>& out) const override;
+  void set_params(const std::vector<float>& in) override;
+  void get_adam_state(std::vector<float>& m, std::vector<float>& v) const override;
+  void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override;
+  std::vector<MemoryLine> memory_plan() const override;
+  size_t peak_memory_bytes() const override;
+
+  // Public for the finite-difference tests.
+  std::vector<real> params, grads;  // (layout.total) in llm.c order
+  real* param(int i) { return params.data() + layout_.offsets[i]; }
+  real* grad(int i) { return grads.data() + layout_.offsets[i]; }
+  const ParamLayout& layout() const { return layout_; }
+  double last_loss() const { return mean_loss_; }
+
+ private:
+  GPTConfig cfg_;
+  ParamLayout layout_;
+  int maxB_, maxT_;
+  std::unique_ptr<CpuAttention<real>> attn_;
+  std::vector<real> m_, v_;  // AdamW moments
+  // Activations (one allocation, carved into the views below; sizes for maxB x maxT).
+  std::vector<real> acts_;
+  real *encoded_, *ln1_, *ln1_mean_, *ln1_rstd_, *qkv_, *atty_, *att_saved_, *attproj_,
+      *residual2_, *ln2_, *ln2_mean_, *ln2_rstd_, *fch_, *fch_gelu_, *fcproj_, *residual3_,
+      *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_;
+  size_t att_saved_per_layer_ = 0;
+  // Backward scratch (one allocation): residual-stream gradient and per-layer temporaries.
+  std::vector<real> dacts_;
+  real *dresidual_, *dln_, *dqkv_, *datty_, *dfch_, *dfch_gelu_, *dlogits_;
+  std::vector<int> inputs_, targets_;
+  int B_ = 0, T_ = 0;
+  bool have_targets_ = false;
+  double mean_loss_ = 0;
+  AttnShape shape(int B, int T) const;
+  real* layer(real* base, int l, size_t per_layer) const { return base + (size_t)l * per_layer; }
+};

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""bench_train.py — flashgpt's training step against PyTorch's on the same GPU, in one run.
+
+Runs `flashgpt train --bench` (random tokens, median ms/step after warm-up) for each of our
+attention backends, and a PyTorch GPT-2 of the identical configuration (eager, bf16 autocast,
+fused AdamW, grad-norm clipping, tied LM head, GELU-tanh MLP) with SDPA's MATH and FLASH
+backends. Prints tokens/s and our ratios, and writes bench/results/train_<gpu>_<date>.csv
+(first lines: the command, the GPU and the date).
+
+  python3 scripts/bench_train.py                       # d12 (GPT-2 124M), B=32, T=1024
+  python3 scripts/bench_train.py --model d6 --batch 8 --seq-len 512 --ours naive,flash
+"""
+import argparse
+import datetime
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+PRESETS = {"tiny": (4, 128, 4), "d6": (6, 384, 6), "d12": (12, 768, 12), "d24": (24, 1024, 16),
+           "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
+
+
+def run_ours(binary, attn, a):
+    cmd = [binary, "train", "--bench", "--device", "cuda", "--model", a.model, "--batch", str(a.batch),
+           "--seq-len", str(a.seq_len), "--attn", attn, "--bench-steps", str(a.steps),
+           "--vocab-size", "50257"]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stdout.write(p.stdout[-3000:])
+    if p.returncode != 0:
+        sys.stdout.write(p.stderr[-2000:])
+        return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
+    m = re.search(r"median ([\d.]+) ms/step \| (\d+) tokens/s", p.stdout)
+    return (float(m.group(2)), float(m.group(1))), ""
+
+
+def torch_gpt(a, backend_name):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    L, C, NH = PRESETS[a.model]
+    V, Vp, T, B = 50257, 50304, a.seq_len, a.batch
+    backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
+               "cudnn": SDPBackend.CUDNN_ATTENTION}[backend_name]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, NH, C // NH).permute(2, 0, 3, 1, 4)
+            with sdpa_kernel(backend):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(Vp, C), nn.Embedding(T, C)
+            self.blocks = nn.ModuleList(Block() for _ in range(L))
+            self.lnf = nn.LayerNorm(C)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+            for b in self.blocks:
+                x = b(x)
+            # nanoGPT's way: cross-entropy over the padded vocabulary (autocast runs it in fp32)
+            logits = F.linear(self.lnf(x), self.wte.weight)
+            return F.cross_entropy(logits.view(-1, Vp), targets.view(-1))
+
+    torch.manual_seed(0)
+    model = GPT().cuda()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    x = torch.randint(0, V, (B, T), device="cuda")
+    y = torch.randint(0, V, (B, T), device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    times = []
+    try:
+        for i in range(3 + a.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step().item()
+            torch.cuda.synchronize()
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+    except torch.cuda.OutOfMemoryError:
+        return None, "OOM"
+    finally:
+        peak = torch.cuda.max_memory_allocated()
+        del model, opt
+        torch.cuda.empty_cache()
+    times.sort()
+    med = times[len(times) // 2]
+    return (B * T / med, med * 1e3, peak), ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="d12", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--ours", default="naive,flash", help="our attention backends")
+    ap.add_argument("--torch", default="math,flash", help="SDPA backends: math, flash, cudnn")
+    ap.add_argument("--binary", default="build/flashgpt")
+    ap.add_argument("--out", default="bench/results")
+    a = ap.parse_args()
+
+    import torch
+    gpu = torch.cuda.get_device_name(0)
+    date = datetime.date.today().isoformat()
+    rows = []
+    for attn in [s for s in a.ours.split(",") if s]:
+        r, err = run_ours(a.binary, attn, a)
+        rows.append(("flashgpt", attn, r[0] if r else None, r[1] if r else None, err))
+    for be in [s for s in a.torch.split(",") if s]:
+        print(f"pytorch eager, SDPA {be} ...", flush=True)
+        r, err = torch_gpt(a, be)
+        rows.append(("pytorch", be, r[0] if r else None, r[1] if r else None, err))
+
+    def tps(impl, attn):
+        for r in rows:
+            if r[0] == impl and r[1] == attn and r[2]:
+                return r[2]
+        return None
+
+    cmd = " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])
+    header = f"{a.model} B={a.batch} T={a.seq_len}, bf16, {gpu}, {date}, command: python3 scripts/{cmd}"
+    print("\n" + header)
+    print(f"{'implementation':<12} {'attention':<10} {'tokens/s':>12} {'ms/step':>10}  "
+          f"{'vs torch math':>14} {'vs torch flash':>14}")
+    for impl, attn, t, ms, err in rows:
+        if not t:
+            print(f"{impl:<12} {attn:<10} {'-':>12} {'-':>10}  {err}")
+            continue
+        rm, rf = tps("pytorch", "math"), tps("pytorch", "flash")
+        print(f"{impl:<12} {attn:<10} {t:>12.0f} {ms:>10.1f}  "
+              f"{(f'{t / rm:.2f}x' if rm else '-'):>14} {(f'{t / rf:.2f}x' if rf else '-'):>14}")
+    os.makedirs(a.out, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
+    path = os.path.join(a.out, f"train_{a.model}_{safe}_{date}.csv")
+    with open(path, "w") as f:
+        f.write(f"# {header}\n")
+        f.write("implementation,attention,tokens_per_s,ms_per_step,error\n")
+        for impl, attn, t, ms, err in rows:
+            f.write(f"{impl},{attn},{t or ''},{ms or ''},{err}\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

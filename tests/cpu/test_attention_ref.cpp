@@ -1,0 +1,549 @@
+// test_attention_ref — the CPU attention oracles (kernels/attention/attention_ref.{h,cpp}).
+//
+//   AttentionRef.NaiveForwardMatchesBruteForce   naive out and P vs a direct triple loop (double)
+//   AttentionRef.NaiveBackwardFiniteDifferences  naive dq, dk, dv vs central differences (double)
+//   AttentionRef.FlashBackwardFiniteDifferences  flash dq, dk, dv vs central differences (double)
+//   AttentionRef.FlashLseIsLogSumExp             flash LSE vs logsumexp of the masked score row
+//   AttentionRef.NaiveVsFlashDouble/Float        out and dqkv over many shapes and tile sizes
+//   AttentionRef.FlashAllocatesNothingTxT        heap bytes of flash at T = 256 vs T = 4096
+//   AttentionRef.Registry, BadShapeThrows        make_cpu_attention, names, errors
+//
+// Every check prints its error and its tolerance. Outputs are poisoned with NaN before each
+// run, so an element left unwritten fails the check.
+//
+// Run: make test-cpu, or alone:
+//   g++ -std=c++17 -O2 -fopenmp -Wall -Wextra -I. kernels/attention/attention_ref.cpp
+//       tests/cpu/test_attention_ref.cpp tests/main.cpp -lgtest -lpthread -o /tmp/test_attn
+//   /tmp/test_attn --gtest_filter='AttentionRef*'
+//
+// gtest's FAIL() would clash with kernels/common.h's FAIL(...); this file uses neither.
+#define GTEST_DONT_DEFINE_FAIL 1
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention_ref.h"
+#include "kernels/common.h"
+
+// ---------------------------------------------------------------------------------------------
+// Heap probe: global operator new/delete replaced by malloc/free, counting the bytes requested
+// while `on`. Used only by FlashAllocatesNothingTxT; off, it is a plain malloc wrapper.
+// (operator new[] and the nothrow forms forward to these by default.)
+namespace heap_probe {
+std::atomic<bool> on{false};
+std::atomic<size_t> total{0}, largest{0};
+void reset() { total = 0, largest = 0; }
+}  // namespace heap_probe
+
+// noinline: inlined into gtest's new/delete pairs, GCC's -Wmismatched-new-delete misfires.
+__attribute__((noinline)) void* operator new(std::size_t n) {
+  if (heap_probe::on.load(std::memory_order_relaxed)) {
+    heap_probe::total += n;
+    size_t cur = heap_probe::largest.load();
+    while (n > cur && !heap_probe::largest.compare_exchange_weak(cur, n)) {
+    }
+  }
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+size_t qkv_size(const AttnShape& s) { return size_t(s.B) * s.T * (s.NH + 2 * s.NKV) * s.HS; }
+size_t out_size(const AttnShape& s) { return size_t(s.B) * s.T * s.NH * s.HS; }
+size_t lse_size(const AttnShape& s) { return size_t(s.B) * s.NH * s.T; }
+size_t p_size(const AttnShape& s) { return lse_size(s) * s.T; }
+
+std::string str(const AttnShape& s) {
+  return flashgpt::strformat("B=%d T=%d NH=%d NKV=%d HS=%d", s.B, s.T, s.NH, s.NKV, s.HS);
+}
+
+// Fresh inputs for every check: one generator for the whole binary, never reseeded.
+std::mt19937_64& rng() {
+  static std::mt19937_64 g(20240611);
+  return g;
+}
+
+// N(0, 1) everywhere; query and key heads scaled by `amp` (amp = 3 gives scores with std ~9,
+// so the softmax is peaked and the running max m_i changes from tile to tile).
+template <typename real>
+std::vector<real> random_qkv(const AttnShape& s, double amp) {
+  std::normal_distribution<double> n(0.0, 1.0);
+  std::vector<real> x(qkv_size(s));
+  const size_t H3 = s.NH + 2 * s.NKV;
+  for (size_t i = 0; i < x.size(); i++) {
+    const size_t head = (i / s.HS) % H3;
+    x[i] = real(n(rng()) * (head < size_t(s.NH + s.NKV) ? amp : 1.0));
+  }
+  return x;
+}
+template <typename real>
+std::vector<real> random_vec(size_t count) {
+  std::normal_distribution<double> n(0.0, 1.0);
+  std::vector<real> x(count);
+  for (auto& v : x) v = real(n(rng()));
+  return x;
+}
+template <typename real>
+std::vector<real> poisoned(size_t count) {
+  return std::vector<real>(count, std::numeric_limits<real>::quiet_NaN());
+}
+template <typename to, typename from>
+std::vector<to> convert(const std::vector<from>& x) {
+  return std::vector<to>(x.begin(), x.end());
+}
+
+// Relative L2 error ||got - ref|| / ||ref|| and max |got - ref|. NaN anywhere gives NaN,
+// which fails every `<=` check.
+struct Err {
+  double rel = 0, max_abs = 0;
+};
+template <typename A, typename B>
+Err compare(const A* got, const B* ref, size_t n) {
+  double num = 0, den = 0, mx = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+    mx = std::isnan(d) ? d : std::max(mx, std::fabs(d));
+    if (std::isnan(d)) break;
+  }
+  Err e;
+  e.rel = std::isnan(mx) ? mx : std::sqrt(num / std::max(den, 1e-300));
+  e.max_abs = mx;
+  return e;
+}
+
+// Prints one line and checks rel <= tol.
+void expect_close(const char* what, const std::string& ctx, Err e, double tol) {
+  std::printf("  %-8s %-44s rel %.2e  max %.2e  tol %.0e (%5.1f%% of tol)\n", what, ctx.c_str(),
+              e.rel, e.max_abs, tol, 100.0 * e.rel / tol);
+  EXPECT_LE(e.rel, tol) << what << " " << ctx << " (max abs " << e.max_abs << ")";
+}
+
+// Independent reference, written as directly as possible: out and lse by the formula.
+void brute_force(std::vector<double>& out, std::vector<double>& lse, std::vector<double>& P,
+                 const std::vector<double>& qkv, const AttnShape& s) {
+  const int H3 = s.NH + 2 * s.NKV;
+  auto at = [&](int b, int t, int head, int d) {
+    return qkv[((size_t(b) * s.T + t) * H3 + head) * s.HS + d];
+  };
+  out.assign(out_size(s), 0.0);
+  lse.assign(lse_size(s), 0.0);
+  P.assign(p_size(s), 0.0);
+  for (int b = 0; b < s.B; b++)
+    for (int h = 0; h < s.NH; h++) {
+      const int kv = h / (s.NH / s.NKV);
+      for (int t = 0; t < s.T; t++) {
+        std::vector<double> sc(t + 1);
+        double mx = -INFINITY;
+        for (int u = 0; u <= t; u++) {
+          double acc = 0;
+          for (int d = 0; d < s.HS; d++) acc += at(b, t, h, d) * at(b, u, s.NH + kv, d);
+          sc[u] = acc / std::sqrt(double(s.HS));
+          mx = std::max(mx, sc[u]);
+        }
+        double sum = 0;
+        for (int u = 0; u <= t; u++) sum += std::exp(sc[u] - mx);
+        const double L = mx + std::log(sum);
+        const size_t row = (size_t(b) * s.NH + h) * s.T + t;
+        lse[row] = L;
+        for (int u = 0; u <= t; u++) {
+          const double p = std::exp(sc[u] - L);
+          P[row * s.T + u] = p;
+          for (int d = 0; d < s.HS; d++)
+            out[((size_t(b) * s.T + t) * s.NH + h) * s.HS + d] +=
+                p * at(b, u, s.NH + s.NKV + kv, d);
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// finite differences (double): loss = sum(out o W), so dL/dqkv is backward with dout = W.
+
+struct Tiles {
+  int Br, Bc;  // Br = 0: naive
+};
+
+void forward_d(std::vector<double>& out, std::vector<double>& saved, const std::vector<double>& qkv,
+               const AttnShape& s, Tiles tl) {
+  if (tl.Br == 0)
+    attention_naive_forward_ref(out.data(), saved.data(), qkv.data(), s);
+  else
+    attention_flash_forward_ref(out.data(), saved.data(), qkv.data(), s, tl.Br, tl.Bc);
+}
+
+void finite_difference_check(const AttnShape& s, Tiles tl) {
+  const bool naive = tl.Br == 0;
+  std::vector<double> qkv = random_qkv<double>(s, 1.5), W = random_vec<double>(out_size(s));
+  std::vector<double> out = poisoned<double>(out_size(s));
+  std::vector<double> saved = poisoned<double>(naive ? p_size(s) : lse_size(s));
+  std::vector<double> dqkv = poisoned<double>(qkv_size(s));
+  forward_d(out, saved, qkv, s, tl);
+  if (naive)
+    attention_naive_backward_ref(dqkv.data(), W.data(), qkv.data(), saved.data(), s);
+  else
+    attention_flash_backward_ref(dqkv.data(), W.data(), qkv.data(), out.data(), saved.data(), s,
+                                 tl.Br, tl.Bc);
+
+  auto loss = [&](const std::vector<double>& x) {
+    std::vector<double> o(out_size(s)), sv(saved.size());
+    forward_d(o, sv, x, s, tl);
+    double L = 0;
+    for (size_t i = 0; i < o.size(); i++) L += o[i] * W[i];
+    return L;
+  };
+  const double eps = 1e-5;
+  std::vector<double> num(qkv.size());
+  for (size_t i = 0; i < qkv.size(); i++) {
+    const double x0 = qkv[i];
+    qkv[i] = x0 + eps;
+    const double Lp = loss(qkv);
+    qkv[i] = x0 - eps;
+    const double Lm = loss(qkv);
+    qkv[i] = x0;
+    num[i] = (Lp - Lm) / (2 * eps);
+  }
+  // Split into the q, k and v parts of dqkv so each gradient is checked on its own.
+  const int H3 = s.NH + 2 * s.NKV;
+  const char* names[3] = {"dq", "dk", "dv"};
+  const int lo[3] = {0, s.NH, s.NH + s.NKV}, hi[3] = {s.NH, s.NH + s.NKV, H3};
+  for (int part = 0; part < 3; part++) {
+    std::vector<double> got, ref;
+    for (size_t i = 0; i < qkv.size(); i++) {
+      const int head = int((i / s.HS) % H3);
+      if (head >= lo[part] && head < hi[part]) got.push_back(dqkv[i]), ref.push_back(num[i]);
+    }
+    // Central differences with eps = 1e-5 in double: truncation ~eps^2 = 1e-10, rounding
+    // ~1e-16 / eps = 1e-11 (relative). 1e-7 leaves room, and any real bug is O(1).
+    const std::string ctx =
+        str(s) + (naive ? " naive" : flashgpt::strformat(" Br=%d Bc=%d", tl.Br, tl.Bc));
+    if (s.T == 1 && part < 2) {
+      // T = 1: a softmax over one key is constant, so dq and dk are exactly zero; relative
+      // error is meaningless, check the absolute (rounding, with FMA contraction, gives ~1e-16).
+      Err e = compare(got.data(), ref.data(), got.size());
+      std::printf("  %-8s %-44s max %.2e  tol 1e-12 (expected 0)\n", names[part], ctx.c_str(),
+                  e.max_abs);
+      EXPECT_LE(e.max_abs, 1e-12) << names[part] << " " << ctx;
+      continue;
+    }
+    expect_close(names[part], ctx, compare(got.data(), ref.data(), got.size()), 1e-7);
+  }
+}
+
+const AttnShape kFdShapes[] = {
+    {1, 1, 2, 1, 4},  // T = 1, multi-query
+    {2, 5, 4, 2, 3},  // GQA 2:1, odd HS
+    {1, 7, 4, 1, 4},  // multi-query 4:1, ragged T
+    {2, 6, 3, 3, 5},  // NH not a power of two, plain MHA
+};
+
+// ---------------------------------------------------------------------------------------------
+// naive vs flash over many shapes and tile sizes
+
+struct Case {
+  AttnShape s;
+  int Br, Bc;
+  double amp;
+};
+
+// Every T x tile pair x HS (7 x 6 x 4 = 168 cases). B, the GQA ratio NH/NKV and NKV rotate, so
+// each ratio (1, 2, 4), B (1, 2, 3) and NH that is not a power of two (3, 6) meets many of
+// them; every other case has peaked scores (amp = 3).
+std::vector<Case> sweep_cases() {
+  const int Ts[] = {1, 2, 17, 100, 127, 128, 256};
+  const int HSs[] = {8, 16, 32, 64};
+  const int tiles[][2] = {{1, 1}, {4, 7}, {16, 16}, {32, 64}, {64, 32}, {64, 64}};
+  const int groups[] = {1, 2, 4};
+  const int nkvs[] = {3, 1, 2, 1, 3};
+  std::vector<Case> cases;
+  int n = 0;
+  for (int T : Ts)
+    for (const auto& tl : tiles)
+      for (int HS : HSs) {
+        int group = groups[n % 3], NKV = nkvs[n % 5], B = 1 + n % 3;
+        // Runtime (2-core CI): B * NH <= 8 at T >= 100 and <= 4 at T = 256; the work is T^2.
+        const int cap = T >= 200 ? 4 : T >= 100 ? 8 : 1 << 20;
+        while (B > 1 && B * NKV * group > cap) B--;
+        while (NKV > 1 && B * NKV * group > cap) NKV--;
+        cases.push_back({{B, T, NKV * group, NKV, HS}, tl[0], tl[1], n % 2 ? 3.0 : 1.0});
+        n++;
+      }
+  return cases;
+}
+
+// Tolerances, relative L2. Both paths compute in double, so in double they differ only by the
+// order of summation: ~1e-15 observed, 1e-12 allowed. In float they differ by the fp32 rounding
+// of what they store and reload: naive stores P in fp32; flash stores out and LSE in fp32 and
+// recomputes P = exp(S - LSE) in the backward (|LSE| up to ~40 with amp = 3: ~40 fp32 ulps in
+// the exponent). Observed: out bit-identical (both round the same double), dqkv <= ~6e-7
+// (5 ulps relative); 1e-5 allowed. A real bug (mask off by one, a skipped tile, a missing
+// rescale, a wrong kv head) gives >= 1e-3.
+template <typename real>
+struct Tol;
+template <>
+struct Tol<double> {
+  static constexpr double out = 1e-12, dqkv = 1e-12;
+  static constexpr const char* name = "double";
+};
+template <>
+struct Tol<float> {
+  static constexpr double out = 1e-5, dqkv = 1e-5;
+  static constexpr const char* name = "float";
+};
+
+// Each case is checked on its own (failures name the case); the output is one line per T with
+// the worst case of that T, to keep the log short.
+template <typename real>
+void naive_vs_flash_sweep() {
+  struct Worst {
+    Err e;
+    std::string ctx;
+  };
+  std::vector<Case> cases = sweep_cases();
+  for (size_t k = 0; k < cases.size();) {
+    const int T = cases[k].s.T;
+    Worst w_out, w_dqkv;
+    int count = 0;
+    for (; k < cases.size() && cases[k].s.T == T; k++, count++) {
+      const Case& c = cases[k];
+      const AttnShape& s = c.s;
+      const std::string ctx =
+          str(s) + flashgpt::strformat(" Br=%d Bc=%d amp=%g", c.Br, c.Bc, c.amp);
+      std::vector<real> qkv = random_qkv<real>(s, c.amp), dout = random_vec<real>(out_size(s));
+      std::vector<real> out_n = poisoned<real>(out_size(s)), P = poisoned<real>(p_size(s));
+      std::vector<real> out_f = poisoned<real>(out_size(s)), lse = poisoned<real>(lse_size(s));
+      std::vector<real> dqkv_n = poisoned<real>(qkv_size(s)), dqkv_f = poisoned<real>(qkv_size(s));
+      attention_naive_forward_ref(out_n.data(), P.data(), qkv.data(), s);
+      attention_flash_forward_ref(out_f.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
+      attention_naive_backward_ref(dqkv_n.data(), dout.data(), qkv.data(), P.data(), s);
+      attention_flash_backward_ref(dqkv_f.data(), dout.data(), qkv.data(), out_f.data(),
+                                   lse.data(), s, c.Br, c.Bc);
+      const Err eo = compare(out_f.data(), out_n.data(), out_f.size());
+      const Err ed = compare(dqkv_f.data(), dqkv_n.data(), dqkv_f.size());
+      EXPECT_LE(eo.rel, Tol<real>::out) << Tol<real>::name << " out " << ctx;
+      EXPECT_LE(ed.rel, Tol<real>::dqkv) << Tol<real>::name << " dqkv " << ctx;
+      if (w_out.ctx.empty() || !(eo.rel <= w_out.e.rel)) w_out = {eo, ctx};  // NaN: worst
+      if (w_dqkv.ctx.empty() || !(ed.rel <= w_dqkv.e.rel)) w_dqkv = {ed, ctx};
+    }
+    std::printf("  %s T=%d, %d cases: worst out rel %.2e (%.1f%% of tol %.0e) [%s]\n"
+                "  %*s worst dqkv rel %.2e (%.1f%% of tol %.0e) [%s]\n",
+                Tol<real>::name, T, count, w_out.e.rel, 100 * w_out.e.rel / Tol<real>::out,
+                Tol<real>::out, w_out.ctx.c_str(), int(std::strlen(Tol<real>::name)) + 15, "",
+                w_dqkv.e.rel, 100 * w_dqkv.e.rel / Tol<real>::dqkv, Tol<real>::dqkv,
+                w_dqkv.ctx.c_str());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tests
+
+TEST(AttentionRef, NaiveForwardMatchesBruteForce) {
+  for (const AttnShape& s : {AttnShape{1, 1, 1, 1, 8}, AttnShape{2, 19, 6, 3, 8},
+                             AttnShape{1, 33, 4, 1, 16}}) {
+    std::vector<double> qkv = random_qkv<double>(s, 2.0);
+    std::vector<double> out = poisoned<double>(out_size(s)), P = poisoned<double>(p_size(s));
+    attention_naive_forward_ref(out.data(), P.data(), qkv.data(), s);
+    std::vector<double> out_b, lse_b, P_b;
+    brute_force(out_b, lse_b, P_b, qkv, s);
+    expect_close("out", str(s), compare(out.data(), out_b.data(), out.size()), 1e-13);
+    // P includes the zeros above the diagonal (poisoned before, so they must be written).
+    expect_close("P", str(s), compare(P.data(), P_b.data(), P.size()), 1e-13);
+  }
+}
+
+TEST(AttentionRef, NaiveBackwardFiniteDifferences) {
+  for (const AttnShape& s : kFdShapes) finite_difference_check(s, {0, 0});
+}
+
+TEST(AttentionRef, FlashBackwardFiniteDifferences) {
+  // Ragged tiles (T not a multiple of Br or Bc, Br != Bc) and single-row tiles.
+  for (const AttnShape& s : kFdShapes) {
+    finite_difference_check(s, {2, 3});
+    finite_difference_check(s, {1, 1});
+  }
+}
+
+TEST(AttentionRef, FlashLseIsLogSumExp) {
+  struct {
+    AttnShape s;
+    int Br, Bc;
+  } cases[] = {{{1, 1, 1, 1, 8}, 4, 4}, {{2, 45, 6, 2, 16}, 8, 5}, {{1, 130, 4, 4, 32}, 32, 64}};
+  for (const auto& c : cases) {
+    const AttnShape& s = c.s;
+    const std::string ctx = str(s) + flashgpt::strformat(" Br=%d Bc=%d", c.Br, c.Bc);
+    std::vector<double> qkv = random_qkv<double>(s, 3.0);
+    std::vector<double> out_b, lse_b, P_b;
+    brute_force(out_b, lse_b, P_b, qkv, s);
+    {
+      std::vector<double> out = poisoned<double>(out_size(s)), lse = poisoned<double>(lse_size(s));
+      attention_flash_forward_ref(out.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
+      expect_close("lse f64", ctx, compare(lse.data(), lse_b.data(), lse.size()), 1e-13);
+      expect_close("out f64", ctx, compare(out.data(), out_b.data(), out.size()), 1e-13);
+    }
+    {
+      // float: inputs rounded to fp32 first, so the brute force sees the same numbers.
+      std::vector<float> qkv_f = convert<float>(qkv);
+      brute_force(out_b, lse_b, P_b, convert<double>(qkv_f), s);
+      std::vector<float> out = poisoned<float>(out_size(s)), lse = poisoned<float>(lse_size(s));
+      attention_flash_forward_ref(out.data(), lse.data(), qkv_f.data(), s, c.Br, c.Bc);
+      expect_close("lse f32", ctx, compare(lse.data(), lse_b.data(), lse.size()), 1e-6);
+      expect_close("out f32", ctx, compare(out.data(), out_b.data(), out.size()), 1e-6);
+    }
+  }
+}
+
+TEST(AttentionRef, NaiveVsFlashDouble) { naive_vs_flash_sweep<double>(); }
+TEST(AttentionRef, NaiveVsFlashFloat) { naive_vs_flash_sweep<float>(); }
+
+// The flash path must never hold anything T x T. Checked on the heap: every byte the flash
+// forward and backward request through operator new (the std::vectors of all OpenMP threads)
+// is counted, at T = 256 and T = 4096 (B = NH = 1, HS = 16, float).
+//  - forward: tile buffers only, so the bytes must be identical at both T;
+//  - backward: tiles plus O(T x HS) for dQ and D, so at most linear growth (x16 for x16 T);
+//    a T x T buffer would grow x256 and at T = 4096 alone be 64 MB;
+//  - and the T = 4096 results match naive.
+TEST(AttentionRef, FlashAllocatesNothingTxT) {
+  // The probe itself must see a large allocation, or the test could pass vacuously.
+  heap_probe::reset();
+  heap_probe::on = true;
+  {
+    std::vector<float> probe(size_t(1) << 20);
+    asm volatile("" : : "g"(probe.data()) : "memory");
+  }
+  heap_probe::on = false;
+  ASSERT_EQ(heap_probe::largest.load(), (size_t(1) << 20) * sizeof(float)) << "heap probe broken";
+
+  size_t fwd_bytes[2], bwd_bytes[2], bwd_largest[2];
+  const int Ts[2] = {256, 4096};
+  for (int k = 0; k < 2; k++) {
+    const AttnShape s{1, Ts[k], 1, 1, 16};
+    const std::string ctx = str(s) + flashgpt::strformat(" Br=%d Bc=%d", kCpuFlashBr, kCpuFlashBc);
+    std::vector<float> qkv = random_qkv<float>(s, 2.0), dout = random_vec<float>(out_size(s));
+    std::vector<float> out = poisoned<float>(out_size(s)), lse = poisoned<float>(lse_size(s));
+    std::vector<float> dqkv = poisoned<float>(qkv_size(s));
+
+    heap_probe::reset();
+    heap_probe::on = true;
+    attention_flash_forward_ref(out.data(), lse.data(), qkv.data(), s, kCpuFlashBr, kCpuFlashBc);
+    heap_probe::on = false;
+    fwd_bytes[k] = heap_probe::total;
+    const size_t fwd_largest = heap_probe::largest;
+
+    heap_probe::reset();
+    heap_probe::on = true;
+    attention_flash_backward_ref(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s,
+                                 kCpuFlashBr, kCpuFlashBc);
+    heap_probe::on = false;
+    bwd_bytes[k] = heap_probe::total;
+    bwd_largest[k] = heap_probe::largest;
+    std::printf("  %s: forward allocated %zu B (largest %zu B), backward %zu B (largest %zu B); "
+                "T x T fp32 would be %zu B\n",
+                ctx.c_str(), fwd_bytes[k], fwd_largest, bwd_bytes[k], bwd_largest[k],
+                size_t(s.T) * s.T * sizeof(float));
+    EXPECT_GT(fwd_bytes[k], 0u) << "flash forward allocated nothing: is the probe still active?";
+    // Largest forward buffer is one tile: max(Br x Bc, Br x HS, Bc x HS) doubles.
+    const size_t tile = sizeof(double) * std::max({kCpuFlashBr * kCpuFlashBc,
+                                                   kCpuFlashBr * s.HS, kCpuFlashBc * s.HS});
+    EXPECT_LE(fwd_largest, tile) << ctx;
+
+    if (k == 1) {  // and the results are right at T = 4096
+      std::vector<float> out_n(out_size(s)), P(p_size(s)), dqkv_n(qkv_size(s));
+      attention_naive_forward_ref(out_n.data(), P.data(), qkv.data(), s);
+      attention_naive_backward_ref(dqkv_n.data(), dout.data(), qkv.data(), P.data(), s);
+      expect_close("out", ctx, compare(out.data(), out_n.data(), out.size()), Tol<float>::out);
+      expect_close("dqkv", ctx, compare(dqkv.data(), dqkv_n.data(), dqkv.size()),
+                   Tol<float>::dqkv);
+    }
+  }
+  EXPECT_EQ(fwd_bytes[0], fwd_bytes[1]) << "flash forward's memory depends on T";
+  EXPECT_LE(bwd_bytes[1], 16 * bwd_bytes[0]) << "flash backward's memory grows faster than T";
+  EXPECT_LT(bwd_bytes[1], size_t(4096) * 4096 * sizeof(float) / 16);
+}
+
+TEST(AttentionRef, Registry) {
+  EXPECT_EQ(cpu_attention_names(), (std::vector<std::string>{"naive", "flash"}));
+  try {
+    make_cpu_attention("foo");
+    ADD_FAILURE() << "make_cpu_attention(\"foo\") did not throw";
+  } catch (const flashgpt::Error& e) {
+    EXPECT_STREQ(e.what(), "--attn 'foo' is unknown; use one of: naive, flash");
+  }
+  EXPECT_THROW(make_cpu_attention(""), flashgpt::Error);
+  EXPECT_THROW(make_cpu_attention("Flash"), flashgpt::Error);
+
+  // Each backend through the interface: its saved size, and the same numbers as the
+  // function it wraps (bit for bit: same code, each element written by one thread).
+  const AttnShape s{2, 37, 4, 2, 16};
+  std::vector<float> qkv = random_qkv<float>(s, 2.0), dout = random_vec<float>(out_size(s));
+  std::vector<float> outs[2], dqkvs[2];
+  for (const std::string& name : cpu_attention_names()) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<CpuAttention<float>> a = make_cpu_attention(name);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(name, a->name());
+    const bool naive = name == "naive";
+    EXPECT_EQ(a->saved_floats(s), naive ? p_size(s) : lse_size(s));
+    std::vector<float> out = poisoned<float>(out_size(s)), dqkv = poisoned<float>(qkv_size(s));
+    std::vector<float> saved = poisoned<float>(a->saved_floats(s));
+    a->forward(out.data(), saved.data(), qkv.data(), s);
+    a->backward(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), s);
+
+    std::vector<float> out_r(out_size(s)), saved_r(saved.size()), dqkv_r(qkv_size(s));
+    if (naive) {
+      attention_naive_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s);
+      attention_naive_backward_ref(dqkv_r.data(), dout.data(), qkv.data(), saved_r.data(), s);
+    } else {
+      attention_flash_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s, kCpuFlashBr,
+                                  kCpuFlashBc);
+      attention_flash_backward_ref(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(),
+                                   saved_r.data(), s, kCpuFlashBr, kCpuFlashBc);
+    }
+    EXPECT_EQ(out, out_r);
+    EXPECT_EQ(dqkv, dqkv_r);
+    outs[naive ? 0 : 1] = out;
+    dqkvs[naive ? 0 : 1] = dqkv;
+  }
+  expect_close("out", "naive vs flash via CpuAttention",
+               compare(outs[1].data(), outs[0].data(), outs[0].size()), Tol<float>::out);
+  expect_close("dqkv", "naive vs flash via CpuAttention",
+               compare(dqkvs[1].data(), dqkvs[0].data(), dqkvs[0].size()), Tol<float>::dqkv);
+}
+
+TEST(AttentionRef, BadShapeThrows) {
+  std::vector<float> buf(4096), out(4096), saved(4096);
+  const AttnShape not_divisible{1, 4, 3, 2, 8};  // NH % NKV != 0
+  EXPECT_THROW(attention_naive_forward_ref(out.data(), saved.data(), buf.data(), not_divisible),
+               flashgpt::Error);
+  EXPECT_THROW(
+      attention_flash_forward_ref(out.data(), saved.data(), buf.data(), not_divisible, 4, 4),
+      flashgpt::Error);
+  const AttnShape zero_T{1, 0, 2, 2, 8};
+  EXPECT_THROW(attention_flash_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
+                                            saved.data(), zero_T, 4, 4),
+               flashgpt::Error);
+  const AttnShape ok{1, 4, 2, 2, 8};
+  EXPECT_THROW(attention_flash_forward_ref(out.data(), saved.data(), buf.data(), ok, 0, 4),
+               flashgpt::Error);
+  EXPECT_THROW(attention_flash_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
+                                            saved.data(), ok, 4, -1),
+               flashgpt::Error);
+}
+
+}  // namespace

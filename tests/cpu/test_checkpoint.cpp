@@ -1,0 +1,146 @@
+// Checkpoint files: llm.c-format model round trip (v3), reading llm.c bf16 (v5), our state
+// file, atomic writes, and the clear errors for bad files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "model/checkpoint.h"
+#include "model/layout.h"
+#include "model/model.h"
+#include "tests/cpu/test_helpers.h"
+
+namespace {
+GPTConfig small() {
+  GPTConfig c;
+  c.max_seq_len = 16;
+  c.vocab_size = 100;
+  c.padded_vocab_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 4;
+  c.channels = 32;
+  return c;
+}
+}  // namespace
+
+TEST(Checkpoint, ModelRoundTripIsExactAndLlmcLayout) {
+  TempDir dir;
+  GPTConfig c = small();
+  std::vector<float> p = gpt_init_params(c, 5);
+  save_model_file(dir / "m.bin", c, p);
+  GPTConfig c2;
+  std::vector<float> p2;
+  load_model_file(dir / "m.bin", c2, p2);
+  EXPECT_EQ(p, p2);
+  EXPECT_EQ(c2.num_layers, 2);
+  EXPECT_EQ(c2.padded_vocab_size, 128);
+  EXPECT_EQ(c2.num_kv_heads, 4);
+  // llm.c header fields at their llm.c positions
+  FILE* f = fopen((dir / "m.bin").c_str(), "rb");
+  int h[256];
+  ASSERT_EQ(fread(h, 4, 256, f), 256u);
+  fclose(f);
+  EXPECT_EQ(h[0], 20240326);
+  EXPECT_EQ(h[1], 3);
+  EXPECT_EQ(h[2], 16);
+  EXPECT_EQ(h[3], 100);
+  EXPECT_EQ(h[4], 2);
+  EXPECT_EQ(h[5], 4);
+  EXPECT_EQ(h[6], 32);
+  EXPECT_EQ(h[7], 128);
+  EXPECT_EQ(h[8], 0);  // plain multi-head attention: what llm.c expects
+}
+
+TEST(Checkpoint, GroupedQueryRoundTrip) {
+  TempDir dir;
+  GPTConfig c = small();
+  c.num_kv_heads = 2;
+  std::vector<float> p = gpt_init_params(c, 5);
+  save_model_file(dir / "m.bin", c, p);
+  GPTConfig c2;
+  std::vector<float> p2;
+  load_model_file(dir / "m.bin", c2, p2);
+  EXPECT_EQ(c2.num_kv_heads, 2);
+  EXPECT_EQ(p, p2);
+}
+
+TEST(Checkpoint, ReadsLlmcBf16Version5) {
+  TempDir dir;
+  GPTConfig c = small();
+  ParamLayout lay(c);
+  int h[256] = {20240326, 5, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels,
+                c.padded_vocab_size};
+  std::vector<uint16_t> raw(lay.total);
+  std::vector<float> want(lay.total);
+  for (size_t i = 0; i < lay.total; i++) {
+    float x = (float)((int)(i % 200) - 100) / 64.0f;  // exactly representable in bf16
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    raw[i] = (uint16_t)(u >> 16);
+    want[i] = x;
+  }
+  FILE* f = fopen((dir / "v5.bin").c_str(), "wb");
+  fwrite(h, 4, 256, f);
+  fwrite(raw.data(), 2, raw.size(), f);
+  fclose(f);
+  GPTConfig c2;
+  std::vector<float> p;
+  load_model_file(dir / "v5.bin", c2, p);
+  EXPECT_EQ(p, want);
+}
+
+TEST(Checkpoint, BadFilesGiveClearErrors) {
+  TempDir dir;
+  GPTConfig c2;
+  std::vector<float> p;
+  expect_error([&] { load_model_file(dir / "missing.bin", c2, p); }, "missing.bin");
+  FILE* f = fopen((dir / "garbage.bin").c_str(), "wb");
+  int h[256] = {12345};
+  fwrite(h, 4, 256, f);
+  fclose(f);
+  expect_error([&] { load_model_file(dir / "garbage.bin", c2, p); }, "not a model checkpoint");
+  // truncated: a real file cut short
+  GPTConfig c = small();
+  save_model_file(dir / "m.bin", c, gpt_init_params(c, 1));
+  std::system(("truncate -s 5000 '" + (dir / "m.bin") + "'").c_str());
+  expect_error([&] { load_model_file(dir / "m.bin", c2, p); }, "truncated");
+}
+
+TEST(Checkpoint, StateRoundTripAndLatest) {
+  TempDir dir;
+  TrainState s;
+  s.step = 30;
+  s.loader_epoch = 1;
+  s.loader_shard = 2;
+  s.loader_window = 3;
+  s.B = 4;
+  s.T = 64;
+  s.total_batch = 512;
+  s.seed = 9;
+  s.m = {1, 2, 3};
+  s.v = {4, 5, 6};
+  save_state_file(state_checkpoint_path(dir.path, 30), s);
+  EXPECT_EQ(latest_checkpoint_step(dir.path), -1);  // the model file is missing
+  GPTConfig c = small();
+  save_model_file(model_checkpoint_path(dir.path, 30), c, gpt_init_params(c, 1));
+  save_model_file(model_checkpoint_path(dir.path, 40), c, gpt_init_params(c, 1));  // no state
+  // a leftover temporary file does not count
+  std::system(("touch '" + model_checkpoint_path(dir.path, 50) + ".tmp' '" +
+               state_checkpoint_path(dir.path, 50) + "'").c_str());
+  EXPECT_EQ(latest_checkpoint_step(dir.path), 30);
+  TrainState r = load_state_file(state_checkpoint_path(dir.path, 30), 3);
+  EXPECT_EQ(r.step, 30);
+  EXPECT_EQ(r.loader_shard, 2);
+  EXPECT_EQ(r.loader_window, 3);
+  EXPECT_EQ(r.total_batch, 512);
+  EXPECT_EQ(r.m, s.m);
+  EXPECT_EQ(r.v, s.v);
+  expect_error([&] { load_state_file(state_checkpoint_path(dir.path, 30), 4); }, "parameters");
+}
+
+TEST(Checkpoint, UnwritableDirectoryFailsWithoutLeavingFiles) {
+  GPTConfig c = small();
+  expect_error([&] { save_model_file("/nonexistent_dir_xyz/m.bin", c, gpt_init_params(c, 1)); },
+               "/nonexistent_dir_xyz/m.bin");
+}

@@ -1,0 +1,66 @@
+// flashgpt — one program, subcommands:
+//   flashgpt prepare --input FILE... --out DIR     text -> BPE tokenizer + token shards
+//   flashgpt train --data DIR [options]            train a GPT-2 (CPU or CUDA)
+//   flashgpt sample --checkpoint FILE [options]    generate text
+//   flashgpt bench-attention [options]             time the attention backends (CUDA builds)
+// Every error is one line "flashgpt: error: ..." and a non-zero exit.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "data/prepare.h"
+#include "kernels/common.h"
+#include "train/options.h"
+#include "train/sample.h"
+#include "train/train.h"
+#ifdef FLASHGPT_WITH_CUDA
+#include "train/bench_attention.h"
+#endif
+
+static void usage() {
+  std::printf(
+      "usage: flashgpt <command> [options]   (flashgpt <command> --help for its options)\n"
+      "  prepare          text files -> tokenizer.bin + train/val token shards\n"
+      "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive)\n"
+      "  sample           generate text from a checkpoint\n"
+      "  bench-attention  time attention backends on the GPU (CUDA builds)\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    usage();
+    return argc < 2 ? 1 : 0;
+  }
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "prepare") {
+      PrepareOptions opt;
+      if (!parse_prepare_options(argc - 1, argv + 1, opt)) return 0;
+      prepare_corpus(opt);
+      return 0;
+    }
+    if (cmd == "train") {
+      TrainOptions opt;
+      if (!parse_train_options(argc - 1, argv + 1, opt)) return 0;
+      run_train(opt);
+      return 0;
+    }
+    if (cmd == "sample") {
+      SampleOptions opt;
+      if (!parse_sample_options(argc - 1, argv + 1, opt)) return 0;
+      return run_sample(opt);
+    }
+    if (cmd == "bench-attention") {
+#ifdef FLASHGPT_WITH_CUDA
+      return bench_attention_main(argc - 1, argv + 1);
+#else
+      FAIL("bench-attention needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
+#endif
+    }
+    FAIL("unknown command '%s'; use prepare, train, sample or bench-attention", cmd.c_str());
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "flashgpt: error: %s\n", e.what());
+    return 1;
+  }
+}

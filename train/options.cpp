@@ -1,0 +1,241 @@
+// options.cpp — cxxopts parsing and validation for the subcommands.
+#include "train/options.h"
+
+#include <cxxopts.hpp>
+#include <iostream>
+
+#include "data/prepare.h"
+#include "kernels/common.h"
+
+namespace {
+
+// cxxopts reports its own errors with exceptions; turn them into our one-line errors.
+cxxopts::ParseResult parse_or_explain(cxxopts::Options& o, const char* cmd, int argc, char** argv) {
+  try {
+    return o.parse(argc, argv);
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    // cxxopts names the value but not the flag: find the flag that carried it.
+    std::string what = e.what();
+    for (int i = 1; i < argc; i++) {
+      std::string a = argv[i];
+      size_t eq = a.find('=');
+      bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos &&
+                          what.find("‘" + a.substr(eq + 1) + "’") != std::string::npos;
+      bool next_value = a.rfind("--", 0) == 0 && i + 1 < argc &&
+                        what.find("‘" + std::string(argv[i + 1]) + "’") != std::string::npos;
+      if (inline_value || next_value) {
+        std::string flag = inline_value ? a.substr(0, eq) : a;
+        std::string value = inline_value ? a.substr(eq + 1) : argv[i + 1];
+        FAIL("%s: '%s' is not a valid value for %s; see `flashgpt %s --help`", cmd, value.c_str(),
+             flag.c_str(), cmd);
+      }
+    }
+    FAIL("%s: %s; see `flashgpt %s --help`", cmd, what.c_str(), cmd);
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("%s: %s; see `flashgpt %s --help`", cmd, e.what(), cmd);
+  }
+}
+
+template <typename T>
+T get(const cxxopts::ParseResult& r, const char* name) {
+  try {
+    return r[name].as<T>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("--%s: %s", name, e.what());
+  }
+}
+
+}  // namespace
+
+bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
+  cxxopts::Options o("train", "flashgpt train: train a GPT-2 model on token shards");
+  TrainOptions d;  // defaults for the help text
+  // clang-format off
+  o.add_options("data")
+    ("data", "directory made by `flashgpt prepare` (train_*.bin, val_*.bin, tokenizer.bin)", cxxopts::value<std::string>())
+    ("train-pattern", "glob of training shards (llm.c format), overrides --data", cxxopts::value<std::string>())
+    ("val-pattern", "glob of validation shards", cxxopts::value<std::string>())
+    ("tokenizer", "tokenizer file (flashgpt's, or llm.c's gpt2_tokenizer.bin) to decode samples", cxxopts::value<std::string>())
+    ("vocab-size", "vocabulary size when there is no tokenizer and no --init", cxxopts::value<int>()->default_value("0"));
+  o.add_options("model")
+    ("model", "preset: tiny|d6|d12|d24|d36|d48 (d12 = GPT-2 124M)", cxxopts::value<std::string>()->default_value(d.model))
+    ("layers", "override the preset's layers", cxxopts::value<int>()->default_value("0"))
+    ("heads", "override the preset's attention heads", cxxopts::value<int>()->default_value("0"))
+    ("kv-heads", "key/value heads (grouped-query attention); default = --heads", cxxopts::value<int>()->default_value("0"))
+    ("channels", "override the preset's channels", cxxopts::value<int>()->default_value("0"))
+    ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
+    ("init", "start from this model file (llm.c version 3/5 or flashgpt)", cxxopts::value<std::string>())
+    ("attn", "attention: flash|naive", cxxopts::value<std::string>()->default_value(d.attn))
+    ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device));
+  o.add_options("optimisation")
+    ("seq-len", "sequence length T", cxxopts::value<int>()->default_value(std::to_string(d.seq_len)))
+    ("batch", "micro-batch B (sequences per forward pass)", cxxopts::value<int>()->default_value(std::to_string(d.batch)))
+    ("total-batch", "tokens per optimizer step (gradient accumulation when > batch*seq-len); 0 = batch*seq-len", cxxopts::value<int64_t>()->default_value("0"))
+    ("steps", "optimizer steps", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
+    ("lr", "peak learning rate", cxxopts::value<float>()->default_value("6e-4"))
+    ("warmup", "linear warm-up steps", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
+    ("lr-final-frac", "cosine decay ends at lr * this", cxxopts::value<float>()->default_value("0.1"))
+    ("weight-decay", "AdamW decoupled weight decay (matrices only)", cxxopts::value<float>()->default_value("0.1"))
+    ("grad-clip", "clip the global gradient norm to this (0 = off)", cxxopts::value<float>()->default_value("1.0"))
+    ("seed", "random seed (initialisation, data order, samples)", cxxopts::value<uint64_t>()->default_value("1337"))
+    ("no-shuffle", "read the training shards in order");
+  o.add_options("output")
+    ("eval-every", "evaluate on val every N steps (0 = only at the end)", cxxopts::value<int>()->default_value(std::to_string(d.eval_every)))
+    ("eval-steps", "validation batches per evaluation", cxxopts::value<int>()->default_value(std::to_string(d.eval_steps)))
+    ("sample-every", "print a sample every N steps (0 = off)", cxxopts::value<int>()->default_value(std::to_string(d.sample_every)))
+    ("sample-tokens", "tokens per sample", cxxopts::value<int>()->default_value(std::to_string(d.sample_tokens)))
+    ("checkpoint-every", "write a checkpoint every N steps (and at the end) into --out", cxxopts::value<int>()->default_value("0"))
+    ("out", "output directory for checkpoints (none without it)", cxxopts::value<std::string>())
+    ("resume", "continue from the latest checkpoint in --out")
+    ("log", "write one JSON object per step to this file", cxxopts::value<std::string>())
+    ("bench", "benchmark: random tokens, no data; prints median ms/step, tokens/s, MFU")
+    ("bench-steps", "timed steps in --bench (after 3 warm-up steps)", cxxopts::value<int>()->default_value("20"))
+    ("quiet", "print only eval lines and the summary")
+    ("h,help", "this help");
+  // clang-format on
+  auto r = parse_or_explain(o, "train", argc, argv);
+  CHECK(r.unmatched().empty(), "train: unexpected argument '%s'; see `flashgpt train --help`",
+        r.unmatched()[0].c_str());
+  if (r.count("help")) {
+    std::cout << o.help() << std::endl;
+    return false;
+  }
+  if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
+  if (r.count("train-pattern")) opt.train_pattern = get<std::string>(r, "train-pattern");
+  if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
+  if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
+  opt.vocab_size = get<int>(r, "vocab-size");
+  opt.model = get<std::string>(r, "model");
+  opt.layers = get<int>(r, "layers");
+  opt.heads = get<int>(r, "heads");
+  opt.kv_heads = get<int>(r, "kv-heads");
+  opt.channels = get<int>(r, "channels");
+  opt.max_seq_len = get<int>(r, "max-seq-len");
+  opt.model_given = r.count("model") || r.count("layers") || r.count("heads") ||
+                    r.count("kv-heads") || r.count("channels");
+  if (r.count("init")) opt.init_path = get<std::string>(r, "init");
+  opt.attn = get<std::string>(r, "attn");
+  opt.device = get<std::string>(r, "device");
+  opt.seq_len = get<int>(r, "seq-len");
+  opt.batch = get<int>(r, "batch");
+  opt.total_batch = get<int64_t>(r, "total-batch");
+  opt.steps = get<int>(r, "steps");
+  opt.lr = get<float>(r, "lr");
+  opt.warmup = get<int>(r, "warmup");
+  opt.lr_final_frac = get<float>(r, "lr-final-frac");
+  opt.weight_decay = get<float>(r, "weight-decay");
+  opt.grad_clip = get<float>(r, "grad-clip");
+  opt.seed = get<uint64_t>(r, "seed");
+  opt.shuffle = r.count("no-shuffle") == 0;
+  opt.eval_every = get<int>(r, "eval-every");
+  opt.eval_steps = get<int>(r, "eval-steps");
+  opt.sample_every = get<int>(r, "sample-every");
+  opt.sample_tokens = get<int>(r, "sample-tokens");
+  opt.checkpoint_every = get<int>(r, "checkpoint-every");
+  if (r.count("out")) opt.out_dir = get<std::string>(r, "out");
+  opt.resume = r.count("resume") > 0;
+  if (r.count("log")) opt.log_path = get<std::string>(r, "log");
+  opt.bench = r.count("bench") > 0;
+  opt.bench_steps = get<int>(r, "bench-steps");
+  opt.quiet = r.count("quiet") > 0;
+
+  // Validation of single values; cross-checks against data and model happen in run_train.
+  CHECK(opt.bench || !opt.data_dir.empty() || !opt.train_pattern.empty(),
+        "train: no data; give --data DIR (made by `flashgpt prepare`) or --train-pattern GLOB");
+  CHECK(opt.seq_len >= 1, "--seq-len must be at least 1 (got %d)", opt.seq_len);
+  CHECK(opt.batch >= 1, "--batch must be at least 1 (got %d)", opt.batch);
+  CHECK(opt.steps >= 1, "--steps must be at least 1 (got %d)", opt.steps);
+  CHECK(opt.total_batch >= 0, "--total-batch must be >= 0 (got %lld)", (long long)opt.total_batch);
+  int64_t micro = (int64_t)opt.batch * opt.seq_len;
+  if (opt.total_batch == 0) opt.total_batch = micro;
+  CHECK(opt.total_batch % micro == 0,
+        "--total-batch %lld is not a multiple of --batch x --seq-len = %lld; make it one",
+        (long long)opt.total_batch, (long long)micro);
+  CHECK(opt.lr > 0 && opt.lr < 1, "--lr must be in (0, 1) (got %g)", opt.lr);
+  CHECK(opt.warmup >= 0, "--warmup must be >= 0 (got %d)", opt.warmup);
+  CHECK(opt.lr_final_frac >= 0 && opt.lr_final_frac <= 1, "--lr-final-frac must be in [0, 1] (got %g)",
+        opt.lr_final_frac);
+  CHECK(opt.weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", opt.weight_decay);
+  CHECK(opt.grad_clip >= 0, "--grad-clip must be >= 0 (got %g)", opt.grad_clip);
+  CHECK(opt.attn == "flash" || opt.attn == "naive", "--attn '%s' is unknown; use flash or naive",
+        opt.attn.c_str());
+  CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
+        "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
+  CHECK(opt.eval_every >= 0 && opt.eval_steps >= 1, "--eval-every must be >= 0 and --eval-steps >= 1");
+  CHECK(opt.sample_every >= 0 && opt.sample_tokens >= 1,
+        "--sample-every must be >= 0 and --sample-tokens >= 1");
+  CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  CHECK(!opt.resume || !opt.out_dir.empty(), "--resume needs --out DIR (where the checkpoints are)");
+  CHECK(opt.checkpoint_every == 0 || !opt.out_dir.empty(),
+        "--checkpoint-every needs --out DIR to write into");
+  CHECK(opt.bench_steps >= 1, "--bench-steps must be at least 1");
+  for (int v : {opt.layers, opt.heads, opt.kv_heads, opt.channels, opt.max_seq_len, opt.vocab_size})
+    CHECK(v >= 0, "--layers/--heads/--kv-heads/--channels/--max-seq-len/--vocab-size must be >= 0");
+  return true;
+}
+
+bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
+  cxxopts::Options o("sample", "flashgpt sample: generate text from a checkpoint");
+  // clang-format off
+  o.add_options()
+    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("tokenizer", "tokenizer file (default: tokenizer.bin beside the checkpoint)", cxxopts::value<std::string>())
+    ("prompt", "text to continue", cxxopts::value<std::string>()->default_value(""))
+    ("tokens", "tokens to generate", cxxopts::value<int>()->default_value("256"))
+    ("temperature", "softmax temperature (0 = greedy)", cxxopts::value<float>()->default_value("1.0"))
+    ("top-k", "sample among the k most likely tokens (0 = all)", cxxopts::value<int>()->default_value("0"))
+    ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("1337"))
+    ("device", "auto|cpu|cuda", cxxopts::value<std::string>()->default_value("auto"))
+    ("h,help", "this help");
+  // clang-format on
+  auto r = parse_or_explain(o, "sample", argc, argv);
+  CHECK(r.unmatched().empty(), "sample: unexpected argument '%s'", r.unmatched()[0].c_str());
+  if (r.count("help")) {
+    std::cout << o.help() << std::endl;
+    return false;
+  }
+  CHECK(r.count("checkpoint"), "sample: --checkpoint FILE is required (a model_*.bin from train --out)");
+  opt.checkpoint = get<std::string>(r, "checkpoint");
+  if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
+  opt.prompt = get<std::string>(r, "prompt");
+  opt.tokens = get<int>(r, "tokens");
+  opt.temperature = get<float>(r, "temperature");
+  opt.top_k = get<int>(r, "top-k");
+  opt.seed = get<uint64_t>(r, "seed");
+  opt.device = get<std::string>(r, "device");
+  CHECK(opt.tokens >= 1, "--tokens must be at least 1 (got %d)", opt.tokens);
+  CHECK(opt.temperature >= 0, "--temperature must be >= 0 (got %g)", opt.temperature);
+  CHECK(opt.top_k >= 0, "--top-k must be >= 0 (got %d)", opt.top_k);
+  CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
+        "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
+  return true;
+}
+
+bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
+  cxxopts::Options o("prepare", "flashgpt prepare: text files -> BPE tokenizer + token shards");
+  // clang-format off
+  o.add_options()
+    ("input", "text file(s); repeat the flag or list them after it", cxxopts::value<std::vector<std::string>>())
+    ("out", "output directory", cxxopts::value<std::string>())
+    ("vocab-size", "BPE vocabulary size (257..65536)", cxxopts::value<int>()->default_value("4096"))
+    ("val-fraction", "share of documents for validation", cxxopts::value<double>()->default_value("0.05"))
+    ("shard-tokens", "tokens per shard file", cxxopts::value<size_t>()->default_value("100000000"))
+    ("seed", "random seed for the train/val split", cxxopts::value<uint64_t>()->default_value("1337"))
+    ("h,help", "this help");
+  // clang-format on
+  o.parse_positional({"input"});  // so `--input a.txt b.txt c.txt` takes all three
+  auto r = parse_or_explain(o, "prepare", argc, argv);
+  if (r.count("help")) {
+    std::cout << o.help() << std::endl;
+    return false;
+  }
+  CHECK(r.count("input"), "prepare: --input FILE [FILE...] is required");
+  CHECK(r.count("out"), "prepare: --out DIR is required");
+  opt.inputs = get<std::vector<std::string>>(r, "input");
+  opt.out_dir = get<std::string>(r, "out");
+  opt.vocab_size = get<int>(r, "vocab-size");
+  opt.val_fraction = get<double>(r, "val-fraction");
+  opt.shard_tokens = get<size_t>(r, "shard-tokens");
+  opt.seed = get<uint64_t>(r, "seed");
+  return true;
+}

@@ -1,0 +1,54 @@
+// options — command-line options of `flashgpt train` and `flashgpt sample`, parsed with
+// cxxopts and validated up front, so that a bad value is one clear error line before any work.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct TrainOptions {
+  // data
+  std::string data_dir;        // --data DIR: DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin
+  std::string train_pattern;   // --train-pattern (llm.c shard glob); overrides --data's
+  std::string val_pattern;     // --val-pattern
+  std::string tokenizer_path;  // --tokenizer (ours or llm.c's GPT-2 file)
+  int vocab_size = 0;          // --vocab-size: only when there is neither tokenizer nor --init
+  // model
+  std::string model = "tiny";
+  bool model_given = false;  // --model or an override was on the command line
+  int layers = 0, heads = 0, kv_heads = 0, channels = 0, max_seq_len = 0;  // 0: preset's
+  std::string init_path;       // --init FILE (llm.c or flashgpt model file)
+  std::string attn = "flash";
+  std::string device = "auto";
+  // batch and schedule
+  int seq_len = 256, batch = 8;
+  int64_t total_batch = 0;  // tokens per optimizer step; 0 = batch*seq-len
+  int steps = 500;
+  float lr = 6e-4f, lr_final_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
+  int warmup = 20;
+  // eval, sampling, checkpoints, logging
+  int eval_every = 100, eval_steps = 10, sample_every = 200, sample_tokens = 64;
+  int checkpoint_every = 0;
+  std::string out_dir, log_path;
+  bool resume = false;
+  uint64_t seed = 1337;
+  bool shuffle = true;
+  // benchmark mode: random tokens, no data files
+  bool bench = false;
+  int bench_steps = 20;
+  bool quiet = false;  // fewer lines (tests)
+};
+
+// argv[0] is the subcommand name. Throws flashgpt::Error with one line naming the flag.
+// Returns false when --help was printed.
+bool parse_train_options(int argc, char** argv, TrainOptions& opt);
+
+struct SampleOptions {
+  std::string checkpoint, tokenizer_path, prompt, device = "auto";
+  int tokens = 256, top_k = 0;
+  float temperature = 1.0f;
+  uint64_t seed = 1337;
+};
+bool parse_sample_options(int argc, char** argv, SampleOptions& opt);
+
+struct PrepareOptions;
+bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt);

@@ -1,0 +1,348 @@
+// train.cpp — see train.h. Device-agnostic: the Model interface hides CPU vs CUDA.
+#include "train/train.h"
+
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "data/dataloader.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
+#include "kernels/common.h"
+#include "model/checkpoint.h"
+#include "model/layout.h"
+#include "model/rng.h"
+#include "train/sample.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool file_exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+bool any_file_matches(const std::string& pattern) {
+  glob_t g;
+  bool any = glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+  globfree(&g);
+  return any;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string human_bytes(size_t b) {
+  double x = (double)b;
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (x >= 1024 && u < 4) { x /= 1024; u++; }
+  return flashgpt::strformat("%.2f %s", x, unit[u]);
+}
+
+std::string human_time(double s) {
+  int m = (int)(s / 60);
+  return m >= 60 ? flashgpt::strformat("%dh%02dm", m / 60, m % 60) : flashgpt::strformat("%dm%02ds", m, (int)s % 60);
+}
+
+// Creates dir if needed and proves it writable before any long work starts.
+void ensure_writable_dir(const std::string& dir, const char* flag) {
+  mkdir(dir.c_str(), 0755);
+  std::string probe = dir + "/.flashgpt_write_test";
+  FILE* f = fopen(probe.c_str(), "wb");
+  CHECK(f, "%s '%s' is not a writable directory (%s); pick another --out", flag, dir.c_str(),
+        strerror(errno));
+  fclose(f);
+  remove(probe.c_str());
+}
+
+// The model shape the flags ask for (preset + overrides).
+GPTConfig config_from_flags(const TrainOptions& opt, int vocab_size) {
+  int maxT = opt.max_seq_len > 0 ? opt.max_seq_len : opt.seq_len;
+  GPTConfig c = gpt_preset(opt.model, vocab_size, maxT);
+  if (opt.layers) c.num_layers = opt.layers;
+  if (opt.heads) c.num_heads = c.num_kv_heads = opt.heads;
+  if (opt.kv_heads) c.num_kv_heads = opt.kv_heads;
+  if (opt.channels) c.channels = opt.channels;
+  validate_config(c);
+  return c;
+}
+
+void check_same_shape(const GPTConfig& ck, const GPTConfig& fl, const std::string& path) {
+  bool same = ck.num_layers == fl.num_layers && ck.num_heads == fl.num_heads &&
+              ck.num_kv_heads == fl.num_kv_heads && ck.channels == fl.channels &&
+              ck.vocab_size == fl.vocab_size;
+  CHECK(same, "checkpoint '%s' is L=%d NH=%d NKV=%d C=%d V=%d but the flags ask for L=%d NH=%d "
+        "NKV=%d C=%d V=%d; drop --model/--layers/--heads/--channels or pass matching ones",
+        path.c_str(), ck.num_layers, ck.num_heads, ck.num_kv_heads, ck.channels, ck.vocab_size,
+        fl.num_layers, fl.num_heads, fl.num_kv_heads, fl.channels, fl.vocab_size);
+}
+
+double peak_flops(const std::string& device) {
+  // Dense bf16 tensor-core peaks (vendor data sheets), for MFU.
+  if (device.find("H100") != std::string::npos || device.find("H200") != std::string::npos)
+    return 989e12;
+  if (device.find("A100") != std::string::npos) return 312e12;
+  return 0;
+}
+
+}  // namespace
+
+float lr_at_step(const TrainOptions& opt, int step) {
+  if (step <= opt.warmup) return opt.lr * step / std::max(1, opt.warmup);
+  int decay_steps = opt.steps - opt.warmup;
+  if (decay_steps <= 0) return opt.lr;
+  double progress = (double)(step - opt.warmup) / decay_steps;  // (0, 1]
+  double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));     // 1 -> 0
+  double lo = opt.lr * opt.lr_final_frac;
+  return (float)(lo + (opt.lr - lo) * cosine);
+}
+
+TrainResult run_train(const TrainOptions& opt) {
+  TrainResult result;
+  auto say = [&](const std::string& s) { if (!opt.quiet) std::printf("%s\n", s.c_str()); };
+
+  // ---- data and tokenizer (all validated before the model is built) ----
+  std::string train_pattern = opt.train_pattern, val_pattern = opt.val_pattern;
+  std::string tok_path = opt.tokenizer_path;
+  if (!opt.data_dir.empty()) {
+    CHECK(file_exists(opt.data_dir), "--data '%s' does not exist; run `flashgpt prepare` first",
+          opt.data_dir.c_str());
+    if (train_pattern.empty()) train_pattern = opt.data_dir + "/train_*.bin";
+    if (val_pattern.empty()) val_pattern = opt.data_dir + "/val_*.bin";
+    if (tok_path.empty() && file_exists(opt.data_dir + "/tokenizer.bin"))
+      tok_path = opt.data_dir + "/tokenizer.bin";
+  }
+  std::unique_ptr<Tokenizer> tok;
+  if (!tok_path.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(tok_path));
+
+  // ---- model shape: checkpoint (resume / --init) or flags ----
+  int64_t resume_step = -1;
+  if (opt.resume) {
+    resume_step = latest_checkpoint_step(opt.out_dir);
+    CHECK(resume_step >= 0, "--resume: no checkpoint (model_*.bin + state_*.bin) in --out '%s'",
+          opt.out_dir.c_str());
+  }
+  std::string ckpt_path = resume_step >= 0 ? model_checkpoint_path(opt.out_dir, resume_step)
+                                           : opt.init_path;
+  int vocab = tok ? tok->vocab_size() : opt.vocab_size;
+  GPTConfig cfg;
+  std::vector<float> ckpt_params;
+  if (!ckpt_path.empty()) {
+    load_model_file(ckpt_path, cfg, ckpt_params);
+    if (vocab == 0) vocab = cfg.vocab_size;
+    CHECK(vocab == cfg.vocab_size, "checkpoint '%s' has a vocabulary of %d but the tokenizer / "
+          "--vocab-size says %d; use the matching tokenizer", ckpt_path.c_str(), cfg.vocab_size, vocab);
+    if (opt.model_given || resume_step >= 0) check_same_shape(cfg, config_from_flags(opt, vocab), ckpt_path);
+    CHECK(opt.seq_len <= cfg.max_seq_len, "--seq-len %d is larger than the model's maximum %d "
+          "(from '%s'); lower --seq-len", opt.seq_len, cfg.max_seq_len, ckpt_path.c_str());
+  } else {
+    if (opt.bench && vocab == 0) vocab = 50257;  // GPT-2's vocabulary
+    CHECK(vocab > 0, "train: the vocabulary size is unknown; give --tokenizer FILE (or --data with "
+          "a tokenizer.bin) or --vocab-size N");
+    cfg = config_from_flags(opt, vocab);
+    CHECK(opt.seq_len <= cfg.max_seq_len, "--seq-len %d is larger than --max-seq-len %d",
+          opt.seq_len, cfg.max_seq_len);
+  }
+  if (tok) CHECK(tok->vocab_size() == cfg.vocab_size, "tokenizer '%s' has %d tokens, the model %d",
+                 tok_path.c_str(), tok->vocab_size(), cfg.vocab_size);
+
+  const int B = opt.batch, T = opt.seq_len;
+  const int accum = (int)(opt.total_batch / ((int64_t)B * T));
+  std::unique_ptr<DataLoader> train_loader, val_loader;
+  if (!opt.bench) {
+    train_loader = std::make_unique<DataLoader>(train_pattern, "--train-pattern", B, T,
+                                                cfg.vocab_size, opt.shuffle, opt.seed);
+    if (!val_pattern.empty() && any_file_matches(val_pattern))
+      val_loader = std::make_unique<DataLoader>(val_pattern, "--val-pattern", B, T, cfg.vocab_size,
+                                                false, opt.seed);
+  }
+  if (!opt.out_dir.empty()) ensure_writable_dir(opt.out_dir, "--out");
+  std::unique_ptr<FILE, int (*)(FILE*)> log(nullptr, fclose);
+  if (!opt.log_path.empty()) {
+    log.reset(fopen(opt.log_path.c_str(), resume_step >= 0 ? "a" : "w"));
+    CHECK(log, "--log '%s' cannot be written: %s", opt.log_path.c_str(), strerror(errno));
+  }
+
+  // ---- model ----
+  ModelOptions mo;
+  mo.config = cfg;
+  mo.B = B;
+  mo.T = T;
+  mo.attn = opt.attn;
+  mo.seed = opt.seed;
+  std::unique_ptr<Model> model = make_model(opt.device, mo);
+  if (!ckpt_params.empty()) model->set_params(ckpt_params);
+  int first_step = 1;
+  if (resume_step >= 0) {
+    TrainState st = load_state_file(state_checkpoint_path(opt.out_dir, resume_step),
+                                    model->num_parameters());
+    CHECK(st.B == B && st.T == T && st.total_batch == opt.total_batch,
+          "--resume: the checkpoint was written with --batch %lld --seq-len %lld --total-batch %lld; "
+          "resume with the same values", (long long)st.B, (long long)st.T, (long long)st.total_batch);
+    CHECK((uint64_t)st.seed == opt.seed, "--resume: the checkpoint was written with --seed %lld; "
+          "resume with the same seed", (long long)st.seed);
+    model->set_adam_state(st.m, st.v);
+    if (train_loader) train_loader->restore({st.loader_epoch, st.loader_shard, st.loader_window});
+    first_step = (int)st.step + 1;
+    say(flashgpt::strformat("resumed from step %lld in %s", (long long)st.step, opt.out_dir.c_str()));
+  }
+  if (!opt.out_dir.empty() && tok && tok_path != opt.out_dir + "/tokenizer.bin")
+    tok->save(opt.out_dir + "/tokenizer.bin");  // so `flashgpt sample` finds it beside the model
+  result.first_step = first_step;
+
+  say(flashgpt::strformat("model: L=%d C=%d NH=%d NKV=%d HS=%d V=%d (padded %d) maxT=%d, %.2fM parameters",
+                cfg.num_layers, cfg.channels, cfg.num_heads, cfg.num_kv_heads, cfg.head_size(),
+                cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model->num_parameters() / 1e6));
+  say(flashgpt::strformat("device: %s | attention: %s | batch %d x %d, %d micro-steps -> %lld tokens/step",
+                model->device_name(), opt.attn.c_str(), B, T, accum, (long long)opt.total_batch));
+  if (!opt.quiet) {
+    size_t total = 0;
+    std::printf("memory plan:\n");
+    for (const MemoryLine& m : model->memory_plan()) {
+      std::printf("  %-26s %12s\n", m.what.c_str(), human_bytes(m.bytes).c_str());
+      total += m.bytes;
+    }
+    std::printf("  %-26s %12s\n", "total", human_bytes(total).c_str());
+  }
+
+  std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+  AdamWHyper h;
+  h.weight_decay = opt.weight_decay;
+  Rng bench_rng(opt.seed);
+
+  auto evaluate = [&]() -> float {
+    val_loader->reset();
+    double sum = 0;
+    for (int i = 0; i < opt.eval_steps; i++) {
+      val_loader->next_batch(inputs.data(), targets.data());
+      sum += model->forward(inputs.data(), targets.data(), B, T);
+    }
+    return (float)(sum / opt.eval_steps);
+  };
+  auto print_sample = [&](int step) {
+    int eot = tok ? tok->eot_token() : cfg.vocab_size - 1;
+    std::vector<int> out = generate(*model, {eot}, opt.sample_tokens, 1.0f, 0,
+                                    opt.seed + (uint64_t)step, T);
+    std::string text;
+    if (tok) {
+      text = tok->decode(out);
+    } else {
+      for (int t : out) text += flashgpt::strformat("%d ", t);
+    }
+    std::printf("---- sample at step %d ----\n%s\n---------------------------\n", step, text.c_str());
+  };
+  auto save_checkpoint = [&](int step) {
+    std::vector<float> params;
+    model->get_params(params);
+    TrainState st;
+    st.step = step;
+    if (train_loader) {
+      DataLoader::State ls = train_loader->state();
+      st.loader_epoch = ls.epoch;
+      st.loader_shard = ls.shard;
+      st.loader_window = ls.window;
+    }
+    st.B = B;
+    st.T = T;
+    st.total_batch = opt.total_batch;
+    st.seed = (int64_t)opt.seed;
+    model->get_adam_state(st.m, st.v);
+    // State first, model second: latest_checkpoint_step() needs both, so a crash between
+    // the two leaves the previous pair as the latest.
+    save_state_file(state_checkpoint_path(opt.out_dir, step), st);
+    save_model_file(model_checkpoint_path(opt.out_dir, step), cfg, params);
+    say(flashgpt::strformat("checkpoint: %s", model_checkpoint_path(opt.out_dir, step).c_str()));
+  };
+
+  // ---- the loop ----
+  const int last_step = opt.bench ? 3 + opt.bench_steps : opt.steps;
+  double timed_s = 0;
+  int64_t timed_tokens = 0;
+  std::vector<double> step_ms;
+  if (!val_loader && !opt.bench) say("no validation shards: evaluation is off");
+  for (int step = first_step; step <= last_step; step++) {
+    auto t0 = Clock::now();
+    float lr = opt.bench ? opt.lr : lr_at_step(opt, step);
+    h.lr = lr;
+    model->zero_grad();
+    double loss = 0;
+    for (int micro = 0; micro < accum; micro++) {
+      if (opt.bench) {
+        for (int i = 0; i < B * T; i++) {
+          inputs[i] = (int)(bench_rng.next_u64() % cfg.vocab_size);
+          targets[i] = (int)(bench_rng.next_u64() % cfg.vocab_size);
+        }
+      } else {
+        train_loader->next_batch(inputs.data(), targets.data());
+      }
+      loss += model->forward(inputs.data(), targets.data(), B, T) / accum;
+      model->backward(1.0f / accum);
+    }
+    float norm = model->grad_norm();
+    CHECK(std::isfinite(loss) && std::isfinite(norm),
+          "training diverged at step %d (loss %g, grad norm %g); lower --lr or raise --warmup",
+          step, loss, norm);
+    float scale = (opt.grad_clip > 0 && norm > opt.grad_clip) ? opt.grad_clip / norm : 1.0f;
+    model->adamw_step(h, scale, step);
+    double ms = seconds_since(t0) * 1e3;
+    result.losses.push_back((float)loss);
+    if (step > first_step) {  // the first step warms caches and allocators
+      timed_s += ms / 1e3;
+      timed_tokens += opt.total_batch;
+    }
+    step_ms.push_back(ms);
+    double tok_s = opt.total_batch / (ms / 1e3);
+    double eta = (last_step - step) * (timed_s > 0 ? timed_s / (timed_tokens / opt.total_batch) : ms / 1e3);
+    if (!opt.quiet)
+      std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
+                  step, last_step, loss, lr, norm, ms, tok_s, human_time(eta).c_str());
+    float val = NAN;
+    bool last = step == last_step;
+    if (val_loader && ((opt.eval_every > 0 && step % opt.eval_every == 0) || last)) {
+      val = evaluate();
+      result.val_losses.push_back(val);
+      std::printf("step %5d | val loss %.4f\n", step, val);
+    }
+    if (log) {
+      std::fprintf(log.get(), "{\"step\": %d, \"loss\": %.6f, ", step, loss);
+      if (!std::isnan(val)) std::fprintf(log.get(), "\"val_loss\": %.6f, ", val);
+      std::fprintf(log.get(), "\"lr\": %.6g, \"grad_norm\": %.6f, \"ms\": %.3f, \"tokens_per_s\": %.1f, "
+                   "\"peak_mem_bytes\": %zu}\n", lr, norm, ms, tok_s, model->peak_memory_bytes());
+      std::fflush(log.get());
+    }
+    if (!opt.bench && opt.sample_every > 0 && (step % opt.sample_every == 0 || last)) print_sample(step);
+    if (!opt.out_dir.empty() && !opt.bench &&
+        ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || last))
+      save_checkpoint(step);
+  }
+  result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0;
+  result.peak_mem_bytes = model->peak_memory_bytes();
+  if (opt.bench) {
+    std::vector<double> timed(step_ms.begin() + std::min<size_t>(3, step_ms.size()), step_ms.end());
+    std::sort(timed.begin(), timed.end());
+    double med = timed[timed.size() / 2];
+    double tps = opt.total_batch / (med / 1e3);
+    // FLOPs per token, as llm.c: 6N for the matrices + 6*L*C*T for causal attention.
+    double flops_tok = 6.0 * model->num_parameters() + 6.0 * cfg.num_layers * cfg.channels * T;
+    double peak = peak_flops(model->device_name());
+    std::printf("bench: %s %s attn=%s B=%d T=%d | median %.2f ms/step | %.0f tokens/s | MFU %s | "
+                "peak memory %s\n", model->device_name(), opt.model.c_str(), opt.attn.c_str(), B, T,
+                med, tps, peak > 0 ? flashgpt::strformat("%.1f%%", 100 * tps * flops_tok / peak).c_str() : "n/a",
+                human_bytes(model->peak_memory_bytes()).c_str());
+    result.tokens_per_s = tps;
+  } else {
+    std::printf("done: %d steps, %.0f tokens/s, peak memory %s\n", last_step - first_step + 1,
+                result.tokens_per_s, human_bytes(result.peak_mem_bytes).c_str());
+  }
+  return result;
+}

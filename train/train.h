@@ -1,0 +1,24 @@
+// train — the training loop of `flashgpt train`, the same for the CPU and CUDA models.
+//
+//   for step in 1..steps:
+//     lr = warm-up then cosine schedule
+//     for each of total_batch / (B*T) micro-batches: forward, backward(1 / micro-batches)
+//     norm = global grad norm; scale = min(1, grad_clip / norm); AdamW(lr, scale)
+//     print a line (loss, lr, norm, ms, tok/s, ETA); log JSON; eval / sample / checkpoint
+#pragma once
+#include <vector>
+
+#include "train/options.h"
+
+struct TrainResult {
+  std::vector<float> losses;      // training loss of each step run (resumed runs: from there)
+  std::vector<float> val_losses;  // each evaluation
+  double tokens_per_s = 0;        // over the run, excluding the first step
+  size_t peak_mem_bytes = 0;
+  int first_step = 1;
+};
+
+// Learning rate at step (1-based): linear warm-up to lr over `warmup` steps, then cosine decay
+// to lr * lr_final_frac at the last step.
+float lr_at_step(const TrainOptions& opt, int step);
+TrainResult run_train(const TrainOptions& opt);
