@@ -13,36 +13,19 @@
 
 #include "data/shards.h"
 #include "kernels/common.h"
+#include "model/rng.h"
 
 namespace {
 
-struct SplitMix64 {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n), n > 0: rejects the top sliver of the 2^64 range that would bias r % n.
-  uint64_t below(uint64_t n) {
-    uint64_t threshold = (0 - n) % n;  // = 2^64 mod n
-    for (;;) {
-      uint64_t r = next();
-      if (r >= threshold) return r % n;
-    }
-  }
-};
-
 // An independent stream per (seed, epoch, tag): each value is folded in through the mixer.
-SplitMix64 make_rng(uint64_t seed, int64_t epoch, uint64_t tag) {
-  SplitMix64 r{seed};
-  SplitMix64 r2{r.next() ^ (uint64_t)epoch};
-  SplitMix64 r3{r2.next() ^ tag};
-  return SplitMix64{r3.next()};
+Rng make_rng(uint64_t seed, int64_t epoch, uint64_t tag) {
+  Rng r(seed);
+  Rng r2(r.next_u64() ^ (uint64_t)epoch);
+  Rng r3(r2.next_u64() ^ tag);
+  return Rng(r3.next_u64());
 }
 
-void shuffle(std::vector<int64_t>& v, SplitMix64 rng) {
+void shuffle(std::vector<int64_t>& v, Rng rng) {
   for (size_t i = v.size(); i > 1; i--) std::swap(v[i - 1], v[rng.below(i)]);
 }
 

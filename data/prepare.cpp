@@ -29,6 +29,7 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
+#include "model/rng.h"
 
 namespace {
 
@@ -180,19 +181,13 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
         "--input: the files hold only 1 document, too few for a train/val split; give more text "
         "or --val-fraction 0");
 
-  // ---- 3. train/val split: a seeded RNG per document (splitmix64, as in the dataloader)
+  // ---- 3. train/val split: a seeded RNG per document (model/rng.h, as in the dataloader)
   std::vector<char> is_val(docs.size(), 0);
   {
-    uint64_t s = opt.seed;
-    auto next = [&s]() {
-      uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      return z ^ (z >> 31);
-    };
+    Rng rng(opt.seed);
     size_t nval = 0;
     for (size_t d = 0; d < docs.size(); d++) {
-      is_val[d] = (double)(next() >> 11) * 0x1.0p-53 < opt.val_fraction;
+      is_val[d] = rng.uniform() < opt.val_fraction;
       nval += is_val[d];
     }
     if (opt.val_fraction > 0 && nval == 0) is_val[docs.size() - 1] = 1;  // at least one val doc

@@ -14,6 +14,14 @@ struct Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
+  // Uniform in [0, n), n > 0: rejects the top sliver of the 2^64 range that would bias r % n.
+  uint64_t below(uint64_t n) {
+    uint64_t threshold = (0 - n) % n;  // = 2^64 mod n
+    for (;;) {
+      uint64_t r = next_u64();
+      if (r >= threshold) return r % n;
+    }
+  }
   double uniform() { return (next_u64() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
   double normal() {  // Box-Muller, one value per call
     double u1 = uniform(), u2 = uniform();
