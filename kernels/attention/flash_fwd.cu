@@ -1,0 +1,345 @@
+// flash_fwd.cu — FlashAttention-2 forward, causal, on tensor cores (mma.sync bf16, fp32 acc).
+//
+// Computes, for every (batch b, query head h, query t):
+//   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s      scale = 1/sqrt(HS)
+//   lse[b,h,t]   = log sum_{s<=t} exp(scale q_t . k_s)            (fp32, natural log)
+// reading q, k, v in place from qkv (B, T, NH + 2*NKV, HS); query head h uses kv head
+// h / (NH/NKV). Nothing T x T is ever stored.
+//
+// Algorithm (FA2 schedule; paper notation). One thread block per (Q tile i of Br rows, h, b);
+// Tr = ceil(T/Br), Tc_i = ceil(min((i+1) Br, T) / Bc) (K/V tiles right of the diagonal are
+// never loaded). Each warp owns Br/NWARPS query rows; its m_i, l_i and O_i live in registers.
+//   load Q_i -> smem (cp.async, rows >= T zero-filled)
+//   m_i = -inf, l_i = 0, O_i = 0
+//   for j = Tc_i-1 down to 0:                      (diagonal tiles first; K_j, V_j double-
+//     S_ij = Q_i K_j^T                              buffered: tile j-1 loads while j computes)
+//     if j is on the diagonal: S_ij[r,c] = -inf where key c > query r   (only there)
+//     m_new = max(m_i, rowmax(S_ij))
+//     P_ij  = exp2(S_ij * scale*log2e - m_new * scale*log2e)   (one FFMA + one MUFU.EX2)
+//     l_i   = exp2((m_i - m_new) scale log2e) l_i + rowsum(P_ij)
+//     O_i   = exp2((m_i - m_new) scale log2e) O_i + P_ij V_j      (P_ij stays in registers)
+//     m_i   = m_new
+//   O_i /= l_i -> bf16 (staged through smem, 16-byte coalesced stores); LSE_i = m_i scale + log l_i
+// The grid runs Q tiles in reverse order (blockIdx.y = 0 is the last, longest tile) so the
+// longest causal rows start first and the short ones fill the tail.
+//
+// Limits: bf16 only (the FP32 build uses the simple fallback in flash.cu); HS 64 or 128;
+// qkv and out 16-byte aligned (cudaMalloc'd buffers are); any T >= 1 (ragged last tiles are
+// zero-filled loads and predicated stores); B * NH < 2^31, ceil(T/Br) < 65536.
+//
+// Test:  make build/test_gpu && ./build/test_gpu --gtest_filter='Flash*'
+// Bench: python3 scripts/bench_attention.py   (against PyTorch SDPA in the same run)
+#include <cfloat>
+
+#include "kernels/attention/flash.cuh"
+#include "kernels/attention/flash_common.cuh"
+
+namespace flash {
+
+// Compile-time tile configuration of the forward kernel.
+template <int HS_, int Br_, int Bc_, int NWARPS_, bool Q_IN_REGS_>
+struct FwdTile {
+  static constexpr int HS = HS_, Br = Br_, Bc = Bc_, NWARPS = NWARPS_;
+  static constexpr int NTHREADS = 32 * NWARPS;
+  static constexpr bool Q_IN_REGS = Q_IN_REGS_;  // keep Q_i's A fragments in registers
+  static constexpr int WM = Br / NWARPS;         // query rows per warp
+  static constexpr int MT = WM / 16;             // 16-row m-tiles per warp
+  static constexpr int NS = Bc / 8;              // 8-key n-tiles of S_ij
+  static constexpr int NO = HS / 8;              // 8-column n-tiles of O_i
+  static constexpr int KQ = HS / 16;             // k-steps of Q K^T
+  static constexpr int KP = Bc / 16;             // k-steps of P V
+  static constexpr int Q_BYTES = Br * HS * 2, KV_BYTES = Bc * HS * 2;
+  static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES;  // Q + double-buffered K and V
+  static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+  static_assert(Br % (16 * NWARPS) == 0, "each warp owns whole 16-row m-tiles");
+  static_assert(Bc % 16 == 0 && Bc >= 16, "K/V tile rows come in 16s");
+  static_assert((Br * HS / 8) % NTHREADS == 0 && (Bc * HS / 8) % NTHREADS == 0,
+                "tile loads split evenly over the threads");
+  static_assert(SMEM <= 227 * 1024, "shared memory per block");
+};
+
+// Tile choices, measured on an H200 (causal, 16384 tokens per batch = B x T, 12 heads at HS 64
+// and 16 at HS 128; TFLOP/s = 2 B NH T^2 HS / time):
+//   HS 64:  Br 128, Bc 64, 4 warps (32 rows each), Q_i's fragments kept in registers:
+//           335-344 TFLOP/s at T 16384, 308-310 at 4096. Bc 128 spills (64 B) and is 8%
+//           slower, Bc 32 is 19% slower, Br 64 is 8% slower; Q re-read from smem is even at
+//           T 16384 and 3-5% slower at T <= 4096.
+//   HS 128: Br 128, Bc 32, 4 warps, Q_i re-read from smem (in registers it needs 64 more
+//           registers on top of O_i's 128): 337-349 TFLOP/s at T 16384, 303-320 at 4096.
+//           Bc 64 spills (104 B): 1-9% slower; Br 64 is 7-10% slower.
+// 32 rows per warp (two m-tiles) halves the shared-memory traffic of K and V per FLOP against
+// 16 rows per warp; at 16 rows per warp the K/V reads alone would need ~160 B/clk/SM at the
+// mma.sync peak, over the 128 B/clk that shared memory delivers.
+using FwdTile64 = FwdTile<64, 128, 64, 4, true>;
+using FwdTile128 = FwdTile<128, 128, 32, 4, false>;
+
+template <class K>
+__global__ void __launch_bounds__(K::NTHREADS, 2)
+    flash_fwd_kernel(__nv_bfloat16* __restrict__ out, float* __restrict__ lse,
+                     const __nv_bfloat16* __restrict__ qkv, int T, int NH, int NKV,
+                     float scale_log2, float scale) {
+  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, WM = K::WM, MT = K::MT, NS = K::NS, NO = K::NO,
+                KQ = K::KQ, KP = K::KP, NTHREADS = K::NTHREADS;
+  constexpr int ROWB = HS * 2;  // bytes per smem row
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+  const int i_tile = gridDim.y - 1 - blockIdx.y;  // longest (last) Q tiles first
+  const int kvh = h / (NH / NKV);
+  const size_t ld = (size_t)(NH + 2 * NKV) * HS;  // elements between consecutive tokens
+  const int q0 = i_tile * Br;
+
+  const __nv_bfloat16* gQ = qkv + ((size_t)b * T + q0) * ld + (size_t)h * HS;
+  const __nv_bfloat16* gK = qkv + (size_t)b * T * ld + (size_t)(NH + kvh) * HS;
+  const __nv_bfloat16* gV = qkv + (size_t)b * T * ld + (size_t)(NH + NKV + kvh) * HS;
+
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sK = sQ + K::Q_BYTES;       // sK + buf * KV_BYTES
+  const uint32_t sV = sK + 2 * K::KV_BYTES;  // sV + buf * KV_BYTES
+  const int n_tiles = (min(q0 + Br, T) + Bc - 1) / Bc;
+
+  load_tile_async<Br, HS, NTHREADS>(sQ, gQ, ld, T - q0, tid);
+  {
+    const int k0 = (n_tiles - 1) * Bc;
+    load_tile_async<Bc, HS, NTHREADS>(sK, gK + (size_t)k0 * ld, ld, T - k0, tid);
+    load_tile_async<Bc, HS, NTHREADS>(sV, gV + (size_t)k0 * ld, ld, T - k0, tid);
+  }
+  cp_async_commit();
+
+  // Per-lane ldmatrix address parts. Every 8x8 matrix starts on a row that is a multiple of
+  // 8, so its swizzle term (row % 8) is lane % 8. Chunk 2k + c (c = 0/1 by lane) of a row then
+  // sits at byte ((2k + c) ^ (lane % 8)) * 16 = off[k % 4] + (k / 4) * 128: four per-lane
+  // offsets plus compile-time immediates per operand.
+  const int sw = lane & 7;
+  // A (Q rows): matrices (rows 0-7 | 8-15) x (chunk +0 | +1) -> a0 a1 a2 a3
+  const int qa_row = warp * WM + (lane & 7) + ((lane >> 3) & 1) * 8, qa_chk = lane >> 4;
+  // B (K rows, non-trans): matrices (keys 0-7, chunk +0) (keys 0-7, +1) (keys 8-15, +0) (8-15, +1)
+  const int kb_row = (lane & 7) + (lane >> 4) * 8, kb_chk = (lane >> 3) & 1;
+  // B (V rows, trans): matrices (keys 0-7, chunk +0) (keys 8-15, +0) (keys 0-7, +1) (8-15, +1)
+  const int vb_row = (lane & 7) + ((lane >> 3) & 1) * 8, vb_chk = lane >> 4;
+  uint32_t q_off[4], k_off[4], v_off[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    q_off[k] = sQ + qa_row * ROWB + (((2 * k + qa_chk) ^ sw) << 4);
+    k_off[k] = kb_row * ROWB + (((2 * k + kb_chk) ^ sw) << 4);
+    v_off[k] = vb_row * ROWB + (((2 * k + vb_chk) ^ sw) << 4);
+  }
+
+  float o[MT][NO][4];
+  float m_i[MT][2], l_i[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NO; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.f;
+    m_i[mt][0] = m_i[mt][1] = -INFINITY;
+    l_i[mt][0] = l_i[mt][1] = 0.f;
+  }
+  uint32_t qf[K::Q_IN_REGS ? MT : 1][K::Q_IN_REGS ? KQ : 1][4];
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int j = n_tiles - 1 - it;
+    const int buf = it & 1;
+    if (it + 1 < n_tiles) {
+      const int k0 = (j - 1) * Bc;
+      const uint32_t nb = (buf ^ 1) * K::KV_BYTES;
+      load_tile_async<Bc, HS, NTHREADS>(sK + nb, gK + (size_t)k0 * ld, ld, T - k0, tid);
+      load_tile_async<Bc, HS, NTHREADS>(sV + nb, gV + (size_t)k0 * ld, ld, T - k0, tid);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    if constexpr (K::Q_IN_REGS) {
+      if (it == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < KQ; ++kk)
+            ldmatrix_x4(qf[mt][kk][0], qf[mt][kk][1], qf[mt][kk][2], qf[mt][kk][3],
+                        q_off[kk & 3] + (kk >> 2) * 128 + mt * 16 * ROWB);
+      }
+    }
+
+    // A warp whose query rows all precede this tile's first key (diagonal tiles only) has
+    // nothing to add: every score would be masked.
+    const bool warp_skip = j * Bc > q0 + warp * WM + WM - 1;
+    if (!warp_skip) {
+      // ---- S_ij = Q_i K_j^T ----
+      const uint32_t sKb = sK + buf * K::KV_BYTES, sVb = sV + buf * K::KV_BYTES;
+      float s[MT][NS][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < KQ; ++kk) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (K::Q_IN_REGS) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kk][e];
+          } else {
+            ldmatrix_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
+                        q_off[kk & 3] + (kk >> 2) * 128 + mt * 16 * ROWB);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < NS / 2; ++np) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(b0, b1, b2, b3, sKb + k_off[kk & 3] + (kk >> 2) * 128 + np * 16 * ROWB);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16(s[mt][2 * np], a[mt], b0, b1);
+            mma_bf16(s[mt][2 * np + 1], a[mt], b2, b3);
+          }
+        }
+      }
+
+      // ---- causal mask, diagonal tiles only ----
+      if (tile_needs_mask(q0, j * Bc, Bc)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = q0 + warp * WM + mt * 16 + g + (e >> 1) * 8;
+              const int key = j * Bc + nt * 8 + 2 * t4 + (e & 1);
+              if (key > row) s[mt][nt][e] = -INFINITY;
+            }
+      }
+
+      // ---- online softmax: m_i, l_i, rescale O_i, P_ij = exp2(...) in place of S_ij ----
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = m_i[mt][r];
+#pragma unroll
+          for (int nt = 0; nt < NS; ++nt)
+            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+          mx = quad_max(mx);
+          // A row with every key masked so far keeps m = -inf; subtract 0 then (exp2(-inf) = 0).
+          const float m_scaled = (mx == -INFINITY) ? 0.f : mx * scale_log2;
+          const float alpha = fast_exp2(m_i[mt][r] * scale_log2 - m_scaled);
+          m_i[mt][r] = mx;
+          float rs = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < NS; ++nt) {
+            const float p0 = fast_exp2(fmaf(s[mt][nt][2 * r], scale_log2, -m_scaled));
+            const float p1 = fast_exp2(fmaf(s[mt][nt][2 * r + 1], scale_log2, -m_scaled));
+            s[mt][nt][2 * r] = p0;
+            s[mt][nt][2 * r + 1] = p1;
+            rs += p0 + p1;
+          }
+          l_i[mt][r] = l_i[mt][r] * alpha + rs;  // per-thread partial; quad-reduced at the end
+#pragma unroll
+          for (int nt = 0; nt < NO; ++nt) {
+            o[mt][nt][2 * r] *= alpha;
+            o[mt][nt][2 * r + 1] *= alpha;
+          }
+        }
+
+        // ---- O_i += P_ij V_j (P_ij from registers as the A operand) ----
+#pragma unroll
+      for (int kc = 0; kc < KP; ++kc) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          a[mt][0] = pack_bf16(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+          a[mt][1] = pack_bf16(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+          a[mt][2] = pack_bf16(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+          a[mt][3] = pack_bf16(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < NO / 2; ++np) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4_trans(b0, b1, b2, b3, sVb + v_off[np & 3] + (np >> 2) * 128 + kc * 16 * ROWB);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16(o[mt][2 * np], a[mt], b0, b1);
+            mma_bf16(o[mt][2 * np + 1], a[mt], b2, b3);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with buffer `buf` before it is refilled
+  }
+
+  // ---- epilogue: O_i / l_i -> bf16 via this warp's own Q rows in smem; LSE_i ----
+  float* lse_bh = lse + ((size_t)b * NH + h) * T;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float l = quad_sum(l_i[mt][r]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int row_local = warp * WM + mt * 16 + g + r * 8;
+      const int row = q0 + row_local;
+      if (t4 == 0 && row < T) lse_bh[row] = l > 0.f ? m_i[mt][r] * scale + logf(l) : -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NO; ++nt) {
+        const uint32_t v = pack_bf16(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
+        const uint32_t addr = sQ + row_local * ROWB + ((nt ^ (row_local & 7)) << 4) + t4 * 4;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+      }
+    }
+  __syncwarp();
+  constexpr int CHUNKS = HS / 8;
+  __nv_bfloat16* gO = out + ((size_t)b * T + q0) * NH * HS + (size_t)h * HS;
+#pragma unroll
+  for (int k = 0; k < WM * CHUNKS / 32; ++k) {
+    const int idx = lane + k * 32;
+    const int rl = idx / CHUNKS, c = idx % CHUNKS;
+    const int row_local = warp * WM + rl;
+    if (q0 + row_local < T) {
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(sQ + swz<HS>(row_local, c))
+                   : "memory");
+      *reinterpret_cast<uint4*>(gO + (size_t)row_local * NH * HS + c * 8) = v;
+    }
+  }
+}
+
+template <class K>
+static void launch_fwd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
+                       cudaStream_t stream) {
+  static bool attr_set = false;  // one-time, per instantiation
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<K>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
+    attr_set = true;
+  }
+  const float scale = 1.f / sqrtf((float)s.HS);
+  dim3 grid((unsigned)(s.B * s.NH), (unsigned)ceil_div(s.T, K::Br));
+  flash_fwd_kernel<K><<<grid, K::NTHREADS, K::SMEM, stream>>>(out, lse, qkv, s.T, s.NH, s.NKV,
+                                                              scale * kLog2e, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
+                  cudaStream_t stream) {
+  switch (s.HS) {
+    case 64:
+      launch_fwd<FwdTile64>(out, lse, qkv, s, stream);
+      break;
+    case 128:
+      launch_fwd<FwdTile128>(out, lse, qkv, s, stream);
+      break;
+    default:
+      FAIL("flash attention forward: head size %d is not supported (64 or 128)", s.HS);
+  }
+}
+
+}  // namespace flash

@@ -1,0 +1,248 @@
+// bench_attention.cu — `flashgpt bench-attention`: times the GPU attention backends.
+//
+// For each backend x head size x sequence length x causal: B = max(1, tokens / T) sequences of
+// T tokens, NH heads (default 12 for HS 64, 16 for HS 128), NKV kv heads (default NH), random
+// bf16 inputs in the packed qkv layout. Times forward, backward (on the saved state of one
+// forward) and forward+backward with CUDA events: `warmup` runs, then the median of `iters`
+// runs (fewer when one run is long: at most --budget-ms per measurement, at least 3 runs).
+// FLOPs (DESIGN.md): forward = 4 B NH T^2 HS, halved when causal; backward = 2.5 x forward.
+// Extra memory = the backend's saved_bytes + scratch_bytes. A point that does not fit in free
+// device memory is skipped with "OOM: needs X GiB" and the sweep goes on.
+//
+// The AttentionBackend interface is causal (attention.cuh has no non-causal mode), so
+// --causal 0 rows are reported as skipped; scripts/bench_attention.py still times PyTorch there.
+//
+//   flashgpt bench-attention --backends naive,flash --hs 64,128 --seq-lens 512,1024,4096 \
+//       --tokens 16384 --csv bench.csv
+#include "train/bench_attention.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdint>
+#include <cxxopts.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention.cuh"
+
+namespace {
+
+__global__ void fill_random_kernel(floatX* x, size_t n, uint32_t seed) {
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint32_t h = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 2246822519u;
+  h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+  x[i] = floatX((float(h) * (1.f / 4294967296.f) - 0.5f) * 3.f);  // uniform(-1.5, 1.5)
+}
+
+void fill_random(floatX* x, size_t n, uint32_t seed) {
+  fill_random_kernel<<<unsigned(ceil_div(n, size_t(256))), 256>>>(x, n, seed);
+  CUDA_CHECK_LAUNCH();
+}
+
+struct Buffers {
+  std::vector<void*> ptrs;
+  ~Buffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  // false on an out-of-memory error (cleared), throws on any other error
+  bool alloc(void** p, size_t bytes) {
+    cudaError_t e = cudaMalloc(p, std::max<size_t>(bytes, 256));
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return false;
+    }
+    CUDA_CHECK(e);
+    ptrs.push_back(*p);
+    return true;
+  }
+};
+
+// Median milliseconds of `fn` over the runs, after `warmup` runs.
+template <typename Fn>
+float time_ms(Fn fn, int warmup, int iters, float budget_ms) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  auto once = [&]() {
+    CUDA_CHECK(cudaEventRecord(a));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    return t;
+  };
+  for (int i = 0; i < warmup; i++) {
+    float t = once();
+    if (i == 0 && t * warmup > budget_ms) warmup = 1;  // a long first run: one warm-up is enough
+  }
+  float first = once();
+  ms.push_back(first);
+  int n = iters;
+  if (first > 0 && first * iters > budget_ms) n = std::max(3, int(budget_ms / first));
+  for (int i = 1; i < n; i++) ms.push_back(once());
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double gib(size_t bytes) { return double(bytes) / double(1ull << 30); }
+
+}  // namespace
+
+int bench_attention_main(int argc, char** argv) {
+  cxxopts::Options o("bench-attention",
+                     "flashgpt bench-attention: time the GPU attention backends (forward, "
+                     "backward, forward+backward; TFLOP/s and extra memory)");
+  // clang-format off
+  o.add_options()
+    ("backends", "comma-separated backends (registry names)", cxxopts::value<std::vector<std::string>>()->default_value("naive,flash"))
+    ("hs", "head sizes", cxxopts::value<std::vector<int>>()->default_value("64,128"))
+    ("seq-lens", "sequence lengths T", cxxopts::value<std::vector<int>>()->default_value("512,1024,2048,4096,8192,16384,32768,65536,131072"))
+    ("tokens", "tokens per batch: B = max(1, tokens / T)", cxxopts::value<int>()->default_value("16384"))
+    ("causal", "1 causal, 0 not (our backends are causal only)", cxxopts::value<std::vector<int>>()->default_value("1"))
+    ("heads", "query heads NH (0: 12 for HS 64, 16 for HS 128, else C/HS with C = 768)", cxxopts::value<int>()->default_value("0"))
+    ("kv-heads", "key/value heads NKV (0: = NH)", cxxopts::value<int>()->default_value("0"))
+    ("warmup", "untimed runs before each measurement", cxxopts::value<int>()->default_value("5"))
+    ("iters", "timed runs per measurement (median reported)", cxxopts::value<int>()->default_value("20"))
+    ("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", cxxopts::value<float>()->default_value("3000"))
+    ("csv", "also write the results to this CSV file", cxxopts::value<std::string>()->default_value(""))
+    ("h,help", "this help");
+  // clang-format on
+  cxxopts::ParseResult r;
+  try {
+    r = o.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
+  }
+  if (r.count("help")) {
+    std::printf("%s\n", o.help().c_str());
+    return 0;
+  }
+  std::vector<std::string> backends;
+  std::vector<int> hss, seq_lens, causals;
+  int tokens, heads_opt, kv_opt, warmup, iters;
+  float budget_ms;
+  std::string csv_path;
+  try {
+    backends = r["backends"].as<std::vector<std::string>>();
+    hss = r["hs"].as<std::vector<int>>();
+    seq_lens = r["seq-lens"].as<std::vector<int>>();
+    causals = r["causal"].as<std::vector<int>>();
+    tokens = r["tokens"].as<int>();
+    heads_opt = r["heads"].as<int>();
+    kv_opt = r["kv-heads"].as<int>();
+    warmup = r["warmup"].as<int>();
+    iters = r["iters"].as<int>();
+    budget_ms = r["budget-ms"].as<float>();
+    csv_path = r["csv"].as<std::string>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
+  }
+  CHECK(tokens >= 1, "--tokens %d must be >= 1", tokens);
+  CHECK(warmup >= 0 && iters >= 1, "--warmup must be >= 0 and --iters >= 1");
+  for (int hs : hss) CHECK(hs >= 1, "--hs %d must be >= 1", hs);
+  for (int T : seq_lens) CHECK(T >= 1, "--seq-lens: %d must be >= 1", T);
+  for (int c : causals) CHECK(c == 0 || c == 1, "--causal takes 1 and/or 0, not %d", c);
+  std::vector<std::unique_ptr<AttentionBackend>> bes;
+  for (const std::string& n : backends) bes.push_back(make_attention(n));  // unknown: error
+
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("bench-attention on %s (%d SMs), %s, tokens %d, warmup %d, iters %d (median)\n",
+              prop.name, prop.multiProcessorCount, PRECISION_NAME, tokens, warmup, iters);
+  std::printf("TFLOP/s: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x forward\n\n");
+  std::printf("%-8s %4s %4s %4s %4s %7s %3s | %9s %7s | %9s %7s | %9s %7s | %9s  %s\n",
+              "backend", "HS", "NH", "NKV", "B", "T", "cau", "fwd ms", "TF/s", "bwd ms", "TF/s",
+              "f+b ms", "TF/s", "extra MiB", "status");
+  FILE* csv = nullptr;
+  if (!csv_path.empty()) {
+    csv = std::fopen(csv_path.c_str(), "w");
+    CHECK(csv, "--csv %s: cannot open for writing", csv_path.c_str());
+    std::fprintf(csv, "# gpu: %s\n", prop.name);
+    std::fprintf(csv,
+                 "backend,hs,heads,kv_heads,batch,seq_len,causal,fwd_ms,bwd_ms,fwdbwd_ms,"
+                 "fwd_tflops,bwd_tflops,fwdbwd_tflops,extra_bytes,status\n");
+  }
+  cudaStream_t st = 0;  // the legacy default stream, as the events are recorded on it
+
+  for (size_t bi = 0; bi < bes.size(); bi++) {
+    const AttentionBackend& be = *bes[bi];
+    for (int HS : hss)
+      for (int T : seq_lens)
+        for (int causal : causals) {
+          const int NH = heads_opt > 0 ? heads_opt : HS == 64 ? 12 : HS == 128 ? 16 : std::max(1, 768 / HS);
+          const int NKV = kv_opt > 0 ? kv_opt : NH;
+          const int B = std::max(1, tokens / T);
+          const AttnShape s{B, T, NH, NKV, HS};
+          std::string status = "ok";
+          size_t extra = 0;
+          float f_ms = 0, b_ms = 0, fb_ms = 0;
+          const std::string why = causal ? be.unsupported_reason(s) : "";
+          if (!causal) {
+            status = "skipped: the attention interface is causal only";
+          } else if (!why.empty()) {
+            status = "unsupported: " + why;
+          } else {
+            extra = be.saved_bytes(s) + be.scratch_bytes(s);
+            const size_t n_qkv = size_t(B) * T * (NH + 2 * NKV) * HS, n_out = size_t(B) * T * NH * HS;
+            const size_t need = extra + (2 * n_qkv + 2 * n_out) * sizeof(floatX);
+            size_t free_b = 0, total_b = 0;
+            CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+            const size_t margin = size_t(256) << 20;  // cuBLAS workspace, fragmentation
+            Buffers buf;
+            floatX *qkv = nullptr, *dqkv = nullptr, *out = nullptr, *dout = nullptr;
+            void *saved = nullptr, *scratch = nullptr;
+            if (need + margin > free_b ||
+                !buf.alloc((void**)&qkv, n_qkv * sizeof(floatX)) ||
+                !buf.alloc((void**)&dqkv, n_qkv * sizeof(floatX)) ||
+                !buf.alloc((void**)&out, n_out * sizeof(floatX)) ||
+                !buf.alloc((void**)&dout, n_out * sizeof(floatX)) ||
+                !buf.alloc(&saved, be.saved_bytes(s)) || !buf.alloc(&scratch, be.scratch_bytes(s))) {
+              status = flashgpt::strformat("OOM: needs %.2f GiB (%.2f GiB free)", gib(need),
+                                           gib(free_b));
+            } else {
+              fill_random(qkv, n_qkv, 1234u + T);
+              fill_random(dout, n_out, 5678u + T);
+              const AttnForwardArgs fa{out, saved, scratch, qkv, s};
+              const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s};
+              try {
+                f_ms = time_ms([&] { be.forward(fa, st); }, warmup, iters, budget_ms);
+                be.forward(fa, st);
+                b_ms = time_ms([&] { be.backward(ba, st); }, warmup, iters, budget_ms);
+                fb_ms = time_ms([&] { be.forward(fa, st); be.backward(ba, st); }, warmup, iters,
+                                budget_ms);
+                CUDA_CHECK(cudaDeviceSynchronize());
+              } catch (const flashgpt::Error& e) {
+                status = std::string("error: ") + e.what();
+                f_ms = b_ms = fb_ms = 0;
+                cudaGetLastError();
+              }
+            }
+          }
+          const double fwd_flops = 4.0 * B * NH * double(T) * T * HS * (causal ? 0.5 : 1.0);
+          auto tf = [](double flops, float ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
+          const double tf_f = tf(fwd_flops, f_ms), tf_b = tf(2.5 * fwd_flops, b_ms),
+                       tf_fb = tf(3.5 * fwd_flops, fb_ms);
+          std::printf("%-8s %4d %4d %4d %4d %7d %3d | %9.3f %7.1f | %9.3f %7.1f | %9.3f %7.1f | %9.1f  %s\n",
+                      be.name(), HS, NH, NKV, B, T, causal, f_ms, tf_f, b_ms, tf_b, fb_ms, tf_fb,
+                      double(extra) / (1 << 20), status.c_str());
+          std::fflush(stdout);
+          if (csv) {
+            std::string st_csv = status;
+            std::replace(st_csv.begin(), st_csv.end(), ',', ';');
+            std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%zu,%s\n",
+                         be.name(), HS, NH, NKV, B, T, causal, f_ms, b_ms, fb_ms, tf_f, tf_b,
+                         tf_fb, extra, st_csv.c_str());
+            std::fflush(csv);
+          }
+        }
+  }
+  if (csv) std::fclose(csv);
+  return 0;
+}
