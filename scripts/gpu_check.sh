@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# gpu_check.sh — everything a GPU machine proves about flashgpt, in one go (what we run on
+# the H100/H200 before closing an issue). Build first (`make -j`); logs go to $OUT.
+#   scripts/gpu_check.sh [tests] [sanitize] [train] [bench-train] [bench-attention]
+# (no argument = all). DATA = a prepared corpus (default runs/data/fortunes).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/gpu_check}
+DATA=${DATA:-runs/data/fortunes}
+mkdir -p "$OUT"
+steps=${*:-tests sanitize train bench-train bench-attention}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+summary=()
+
+for s in $steps; do
+  case $s in
+  tests)
+    build/test_gpu >"$OUT/test_gpu.log" 2>&1
+    summary+=("test_gpu: $(tail -n 1 "$OUT/test_gpu.log")")
+    grep -E "^\[  FAILED" "$OUT/test_gpu.log" | head -20
+    ;;
+  sanitize)
+    # Small shapes: the sanitizers slow kernels down 10-100x.
+    compute-sanitizer --tool memcheck --error-exitcode 9 build/test_gpu \
+      --gtest_filter='Kernels*:CudaModel*:*_T17_*:*_T127_*' >"$OUT/memcheck.log" 2>&1
+    summary+=("memcheck (rc $?): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)")
+    compute-sanitizer --tool racecheck --error-exitcode 9 build/test_gpu \
+      --gtest_filter='*_T17_*:*_T127_*' >"$OUT/racecheck.log" 2>&1
+    summary+=("racecheck (rc $?): $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -n 1)")
+    ;;
+  train)
+    # d12 on the default corpus, flash vs naive from the same seed: the two loss curves.
+    for attn in flash naive; do
+      build/flashgpt train --data "$DATA" --model d12 --seq-len 1024 --batch 16 --steps 200 \
+        --lr 6e-4 --warmup 20 --eval-every 50 --sample-every 200 --sample-tokens 96 --attn "$attn" \
+        --log "$OUT/train_d12_$attn.jsonl" >"$OUT/train_d12_$attn.log" 2>&1
+      summary+=("train d12 $attn (rc $?): $(grep -E '^done' "$OUT/train_d12_$attn.log")")
+    done
+    python3 - "$OUT" <<'PY' | tee "$OUT/curves.txt"
+import json, sys
+out = sys.argv[1]
+f = [json.loads(l) for l in open(f"{out}/train_d12_flash.jsonl")]
+n = [json.loads(l) for l in open(f"{out}/train_d12_naive.jsonl")]
+d = max(abs(a["loss"] - b["loss"]) for a, b in zip(f, n))
+print(f"flash vs naive over {len(f)} steps: first loss {f[0]['loss']:.3f}/{n[0]['loss']:.3f}, "
+      f"last {f[-1]['loss']:.3f}/{n[-1]['loss']:.3f}, max |difference| {d:.4f}")
+PY
+    summary+=("curves: $(cat "$OUT/curves.txt")")
+    ;;
+  bench-train)
+    python3 scripts/bench_train.py --out "$OUT" >"$OUT/bench_train.log" 2>&1
+    summary+=("bench-train: see $OUT/bench_train.log")
+    tail -n 8 "$OUT/bench_train.log"
+    ;;
+  bench-attention)
+    python3 scripts/bench_attention.py --out-dir "$OUT" >"$OUT/bench_attention.log" 2>&1
+    summary+=("bench-attention: see $OUT/bench_attention.log")
+    ;;
+  *) echo "unknown step '$s'"; exit 2 ;;
+  esac
+done
+echo "== summary =="
+printf '%s\n' "${summary[@]}"
