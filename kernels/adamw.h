@@ -9,9 +9,9 @@
 #pragma once
 #include <cstddef>
 template <typename real>
-void adamw_update_ref(real* params,        // (n) fp32 master weights
-                      const real* grads,   // (n)
-                      real* m,             // (n)
-                      real* v,             // (n)
-                      size_t n, float lr, float beta1, float beta2, float eps,
-                      float weight_decay, float grad_scale, int t /* step, from 1 */);
+void adamw_update_ref(real* params,       // (n) fp32 master weights
+                      const real* grads,  // (n)
+                      real* m,            // (n)
+                      real* v,            // (n)
+                      size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int t /* step, from 1 */);

@@ -40,7 +40,6 @@ void classifier_ref(real* losses, real* dlogits, const real* logits, const int* 
   }
 }
 
-template void classifier_ref<float>(float*, float*, const float*, const int*, float, int, int,
-                                    int);
+template void classifier_ref<float>(float*, float*, const float*, const int*, float, int, int, int);
 template void classifier_ref<double>(double*, double*, const double*, const int*, float, int, int,
                                      int);

@@ -12,8 +12,8 @@
 // probs tensor).
 #pragma once
 template <typename real>
-void classifier_ref(real* losses,          // (N)
-                    real* dlogits,         // (N, Vp) or nullptr; may equal logits
-                    const real* logits,    // (N, Vp)
-                    const int* targets,    // (N) each < V
+void classifier_ref(real* losses,        // (N)
+                    real* dlogits,       // (N, Vp) or nullptr; may equal logits
+                    const real* logits,  // (N, Vp)
+                    const int* targets,  // (N) each < V
                     float dloss, int N, int V, int Vp);

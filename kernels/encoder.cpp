@@ -9,8 +9,8 @@
 #include <cstddef>
 
 template <typename real>
-void encoder_forward_ref(real* out, const int* inp, const real* wte, const real* wpe, int B,
-                         int T, int C) {
+void encoder_forward_ref(real* out, const int* inp, const real* wte, const real* wpe, int B, int T,
+                         int C) {
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
       size_t bt = (size_t)b * T + t;

@@ -5,14 +5,14 @@
 // and double in encoder.cpp. CUDA version: encoder.cuh, same names without _ref.
 #pragma once
 template <typename real>
-void encoder_forward_ref(real* out,         // (B, T, C)
-                         const int* inp,    // (B, T) token ids < Vp
-                         const real* wte,   // (Vp, C)
-                         const real* wpe,   // (maxT, C)
+void encoder_forward_ref(real* out,        // (B, T, C)
+                         const int* inp,   // (B, T) token ids < Vp
+                         const real* wte,  // (Vp, C)
+                         const real* wpe,  // (maxT, C)
                          int B, int T, int C);
 template <typename real>
-void encoder_backward_ref(real* dwte,         // (Vp, C)   accumulates
-                          real* dwpe,         // (maxT, C) accumulates
-                          const real* dout,   // (B, T, C)
-                          const int* inp,     // (B, T)
+void encoder_backward_ref(real* dwte,        // (Vp, C)   accumulates
+                          real* dwpe,        // (maxT, C) accumulates
+                          const real* dout,  // (B, T, C)
+                          const int* inp,    // (B, T)
                           int B, int T, int C);

@@ -5,6 +5,11 @@
 #pragma once
 #include <cstddef>
 template <typename real>
-void gelu_forward_ref(real* out, const real* inp, size_t n);                      // (n)
+void gelu_forward_ref(real* out,        // (n)
+                      const real* inp,  // (n)
+                      size_t n);
 template <typename real>
-void gelu_backward_ref(real* dinp, const real* inp, const real* dout, size_t n);  // dinp overwritten
+void gelu_backward_ref(real* dinp,        // (n) overwritten
+                       const real* inp,   // (n) the forward's input
+                       const real* dout,  // (n)
+                       size_t n);

@@ -44,8 +44,8 @@ void layernorm_forward_ref(real* out, real* mean, real* rstd, const real* inp, c
 
 template <typename real>
 void layernorm_backward_ref(real* dinp, real* dweight, real* dbias, const real* dout,
-                            const real* inp, const real* weight, const real* mean,
-                            const real* rstd, int N, int C) {
+                            const real* inp, const real* weight, const real* mean, const real* rstd,
+                            int N, int C) {
   std::vector<double> dw(C, 0.0), db(C, 0.0), xhat(C), g(C);
   for (int i = 0; i < N; i++) {
     const real* x = inp + (size_t)i * C;
@@ -74,8 +74,8 @@ void layernorm_backward_ref(real* dinp, real* dweight, real* dbias, const real* 
 
 template void layernorm_forward_ref<float>(float*, float*, float*, const float*, const float*,
                                            const float*, int, int);
-template void layernorm_forward_ref<double>(double*, double*, double*, const double*,
-                                            const double*, const double*, int, int);
+template void layernorm_forward_ref<double>(double*, double*, double*, const double*, const double*,
+                                            const double*, int, int);
 template void layernorm_backward_ref<float>(float*, float*, float*, const float*, const float*,
                                             const float*, const float*, const float*, int, int);
 template void layernorm_backward_ref<double>(double*, double*, double*, const double*,

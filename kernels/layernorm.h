@@ -12,12 +12,12 @@ void layernorm_forward_ref(real* out,           // (N, C)
                            const real* bias,    // (C)
                            int N, int C);
 template <typename real>
-void layernorm_backward_ref(real* dinp,           // (N, C) accumulates (residual stream)
-                            real* dweight,        // (C) accumulates
-                            real* dbias,          // (C) accumulates
-                            const real* dout,     // (N, C)
-                            const real* inp,      // (N, C)
-                            const real* weight,   // (C)
-                            const real* mean,     // (N)
-                            const real* rstd,     // (N)
+void layernorm_backward_ref(real* dinp,          // (N, C) accumulates (residual stream)
+                            real* dweight,       // (C) accumulates
+                            real* dbias,         // (C) accumulates
+                            const real* dout,    // (N, C)
+                            const real* inp,     // (N, C)
+                            const real* weight,  // (C)
+                            const real* mean,    // (N)
+                            const real* rstd,    // (N)
                             int N, int C);

@@ -4,4 +4,7 @@
 #pragma once
 #include <cstddef>
 template <typename real>
-void residual_forward_ref(real* out, const real* inp1, const real* inp2, size_t n);  // (n)
+void residual_forward_ref(real* out,         // (n) may be inp1 or inp2 (in place)
+                          const real* inp1,  // (n)
+                          const real* inp2,  // (n)
+                          size_t n);
