@@ -37,3 +37,127 @@ typedef __nv_bfloat16 floatX;
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the kernels (added with the CUDA trainer, issue 3).
+
+#include <cstdint>
+
+// Largest power of two (capped at 256) that divides the address; cuBLASLt and the 128-bit
+// kernel paths need to know how aligned a pointer is.
+inline int ptr_alignment(const void* p) {
+  uintptr_t a = (uintptr_t)p;
+  if (a == 0) return 256;
+  int al = 1;
+  while (al < 256 && (a & (uintptr_t)(2 * al - 1)) == 0) al *= 2;
+  return al;
+}
+inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// Number of SMs of the current device (cached after the first call).
+inline int cuda_num_sms() {
+  static int n = 0;
+  if (n == 0) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  }
+  return n;
+}
+
+// Packed128: 16 bytes of T (8 bf16 or 4 fp32), loaded and stored with one 128-bit access.
+template <class T>
+struct alignas(16) Packed128 {
+  static constexpr int size = 16 / sizeof(T);
+  T payload[size];
+  __device__ __forceinline__ T& operator[](int i) { return payload[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return payload[i]; }
+};
+typedef Packed128<floatX> x128;
+typedef Packed128<float> f128;
+
+template <class T>
+__device__ __forceinline__ Packed128<T> load128(const T* p) {
+  return *reinterpret_cast<const Packed128<T>*>(p);
+}
+// Streaming load (evict-first): for data read exactly once.
+template <class T>
+__device__ __forceinline__ Packed128<T> load128cs(const T* p) {
+  Packed128<T> r;
+  *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
+  return r;
+}
+template <class T>
+__device__ __forceinline__ void store128(T* p, const Packed128<T>& v) {
+  *reinterpret_cast<Packed128<T>*>(p) = v;
+}
+template <class T>
+__device__ __forceinline__ void store128cs(T* p, const Packed128<T>& v) {
+  __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
+}
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float warp_reduce_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_reduce_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide reductions (blockDim.x a multiple of 32, at most 1024). Every thread gets the
+// result. Fixed shuffle/shared-memory order: deterministic.
+template <bool IsMax>
+__device__ __forceinline__ float block_reduce(float v) {
+  __shared__ float shared[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = IsMax ? warp_reduce_max(v) : warp_reduce_sum(v);
+  __syncthreads();  // shared[] may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float r = lane < nwarps ? shared[lane] : (IsMax ? -INFINITY : 0.0f);
+  return IsMax ? warp_reduce_max(r) : warp_reduce_sum(r);
+}
+__device__ __forceinline__ float block_reduce_sum(float v) { return block_reduce<false>(v); }
+__device__ __forceinline__ float block_reduce_max(float v) { return block_reduce<true>(v); }
+
+// Deterministic second stage of a column reduction: partials (G, M) in fp32, written by G
+// blocks of a first-stage kernel. out_a[m] += sum_g partials[g][m] for m < Ca, and
+// out_b[m - Ca] += ... for Ca <= m < M (out_b may be nullptr when M == Ca). The sum over g
+// runs in a fixed order, so the result is bit-identical from run to run.
+template <int Dummy = 0>
+__global__ void reduce_partials_kernel(float* out_a, float* out_b, const float* partials, int G,
+                                       int Ca, int M) {
+  __shared__ float s[8][33];
+  const int m = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (m < M)
+    for (int g = threadIdx.y; g < G; g += 8) acc += partials[(size_t)g * M + m];
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && m < M) {
+    float r = 0.0f;
+    for (int y = 0; y < 8; y++) r += s[y][threadIdx.x];
+    if (m < Ca) out_a[m] += r;
+    else out_b[m - Ca] += r;
+  }
+}
+inline void reduce_partials(float* out_a, float* out_b, const float* partials, int G, int Ca,
+                            int M, cudaStream_t stream) {
+  reduce_partials_kernel<<<ceil_div(M, 32), dim3(32, 8), 0, stream>>>(out_a, out_b, partials, G,
+                                                                      Ca, M);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Round a byte count up to 256 (every sub-buffer carved from one allocation starts aligned).
+inline size_t align256(size_t n) { return (n + 255) / 256 * 256; }

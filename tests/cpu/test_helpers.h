@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common.h"
+#include "model/rng.h"
 
 struct TempDir {
   std::string path;
@@ -44,3 +45,27 @@ std::string expect_error(Fn fn, const std::string& needle) {
   ADD_FAILURE() << "no flashgpt::Error thrown (expected one mentioning '" << needle << "')";
   return "";
 }
+
+// A synthetic corpus with learnable structure: sentences from a small grammar, documents
+// separated by "%" lines (the fortune format).
+inline std::string synthetic_corpus(int docs, uint64_t seed) {
+  const char* subj[] = {"the cat", "a dog", "my friend", "the old man", "every child", "the bird"};
+  const char* verb[] = {"sees", "likes", "finds", "wants", "watches", "follows"};
+  const char* obj[] = {"the ball", "a red apple", "the small house", "a green tree", "the river"};
+  Rng rng(seed);
+  std::string text;
+  for (int d = 0; d < docs; d++) {
+    int n = 2 + (int)(rng.next_u64() % 4);
+    for (int s = 0; s < n; s++) {
+      text += subj[rng.next_u64() % 6];
+      text += " ";
+      text += verb[rng.next_u64() % 6];
+      text += " ";
+      text += obj[rng.next_u64() % 5];
+      text += ". ";
+    }
+    text += "\n%\n";
+  }
+  return text;
+}
+

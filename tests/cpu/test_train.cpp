@@ -17,29 +17,6 @@
 
 namespace {
 
-// A synthetic corpus with learnable structure: sentences from a small grammar, documents
-// separated by "%" lines (the fortune format).
-std::string synthetic_corpus(int docs, uint64_t seed) {
-  const char* subj[] = {"the cat", "a dog", "my friend", "the old man", "every child", "the bird"};
-  const char* verb[] = {"sees", "likes", "finds", "wants", "watches", "follows"};
-  const char* obj[] = {"the ball", "a red apple", "the small house", "a green tree", "the river"};
-  Rng rng(seed);
-  std::string text;
-  for (int d = 0; d < docs; d++) {
-    int n = 2 + (int)(rng.next_u64() % 4);
-    for (int s = 0; s < n; s++) {
-      text += subj[rng.next_u64() % 6];
-      text += " ";
-      text += verb[rng.next_u64() % 6];
-      text += " ";
-      text += obj[rng.next_u64() % 5];
-      text += ". ";
-    }
-    text += "\n%\n";
-  }
-  return text;
-}
-
 struct Corpus {
   TempDir dir;
   std::string data;

@@ -1,0 +1,74 @@
+// matmul.cuh — out = inp @ weight^T + bias (nn.Linear layout) on the GPU through cuBLASLt
+// (CPU reference: matmul.h).
+//   forward:       out = inp @ weight^T + bias                    bias epilogue
+//   forward_gelu:  pre_gelu = inp @ weight^T + bias, out = gelu(pre_gelu)   GELU_AUX_BIAS epilogue
+//                  (one pass: the matmul's epilogue stores both, no separate GELU kernel)
+//   forward_residual: out = inp @ weight^T + bias + residual   (bias epilogue, beta = 1 with
+//                  C = residual, D = out: the residual add costs no extra pass)
+//   backward:      dinp = dout @ weight          (floatX, overwritten; skipped when nullptr)
+//                  optionally times gelu'(pre_gelu): the DGELU epilogue fuses the GELU backward
+//                  dweight += dout^T @ inp       (fp32 accumulate: cuBLASLt beta = 1, fp32 D)
+//                  dbias += column sums of dout  (fp32, deterministic two-stage kernel below)
+// All products: floatX operands, fp32 accumulation (CUBLAS_COMPUTE_32F; pure fp32, no TF32, in
+// the FP32 build). Row-major (N, C) is column-major (C, N), so out^T = weight^T-op * inp^T
+// gives cuBLASLt m = OC, n = N, k = C with A = weight (transposed), B = inp.
+// cuBLASLt's heuristic is asked once per (shape, layout, epilogue, pointer alignment) and the
+// chosen algorithm cached, so a training step makes no heuristic calls after the first.
+// Fallbacks: when the bias or GELU epilogue has no algorithm for a shape/alignment (ragged
+// test shapes), a plain matmul plus add_bias / gelu_forward kernels compute the same thing.
+// dbias: blocks of 32 lanes x 8 warps; each lane owns 8 columns (one 128-bit load per row),
+// warps stride over rows; the 8 warps combine in order into one partial row per block-row,
+// then reduce_partials sums them in order. No float atomics.
+// Measured (H200, bf16, N = 32768, C = 768; Kernels.DISABLED_BenchD12Shapes): fc forward with
+// the GELU_AUX_BIAS epilogue 298 us vs 234 us (bias epilogue) + 123 us (gelu_forward);
+// attproj / fcproj with the residual as C 82 / 217 us vs 70 / 207 us + 43 us (residual_forward);
+// fcproj backward with DGELU 540 us vs 456 us + 159 us (gelu_backward). Products run at
+// 470-750 TFLOP/s; the lm-head (C -> Vp) at 643 (forward) and 697 (backward).
+// The workspace (matmul_workspace_bytes()) is allocated by the caller and handed over once
+// with matmul_init(); the model plans it with the rest of device memory.
+// Test: build/test_gpu --gtest_filter='Kernels.Matmul*'
+#pragma once
+#include "kernels/cuda_common.cuh"
+
+size_t matmul_workspace_bytes();
+// Before the first matmul. Cheap to call again (the model does at each entry point, so that
+// several models and the tests can share the one cuBLASLt handle); nullptr detaches.
+void matmul_init(void* workspace, size_t bytes);
+
+void matmul_forward(floatX* out,           // (N, OC)
+                    const floatX* inp,     // (N, C)
+                    const floatX* weight,  // (OC, C)
+                    const floatX* bias,    // (OC) or nullptr
+                    int N, int C, int OC, cudaStream_t stream);
+void matmul_forward_gelu(floatX* out,           // (N, OC) gelu(pre_gelu)
+                         floatX* pre_gelu,      // (N, OC) inp @ weight^T + bias, for the backward
+                         const floatX* inp,     // (N, C)
+                         const floatX* weight,  // (OC, C)
+                         const floatX* bias,    // (OC) or nullptr
+                         int N, int C, int OC, cudaStream_t stream);
+
+// out = inp @ weight^T + bias + residual (out may not alias residual's storage unless equal).
+void matmul_forward_residual(floatX* out,             // (N, OC)
+                             const floatX* inp,       // (N, C)
+                             const floatX* weight,    // (OC, C)
+                             const floatX* bias,      // (OC) or nullptr
+                             const floatX* residual,  // (N, OC)
+                             int N, int C, int OC, cudaStream_t stream);
+
+// Scratch for the dbias reduction (partial rows).
+size_t matmul_backward_scratch_bytes(int N, int OC);
+// dout_scale multiplies dout in every product (the model folds the loss scale of the fused
+// classifier, whose dlogits are written for scale 1, into the lm-head's backward).
+// dinp_pre_gelu (N, C), when given: dinp = (dout @ weight) * gelu'(dinp_pre_gelu), i.e. the
+// backward through a GELU that precedes this matmul (the model's fcproj), fused into the
+// product's epilogue (falls back to gelu_backward in place).
+void matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
+                     float* dweight,        // (OC, C) accumulates
+                     float* dbias,          // (OC) accumulates, or nullptr
+                     const floatX* dout,    // (N, OC)
+                     const floatX* inp,     // (N, C)
+                     const floatX* weight,  // (OC, C)
+                     int N, int C, int OC,
+                     float* scratch,        // matmul_backward_scratch_bytes(N, OC), if dbias
+                     cudaStream_t stream, float dout_scale = 1.0f,
+                     const floatX* dinp_pre_gelu = nullptr);
