@@ -36,6 +36,10 @@ class AttentionBackend {
   virtual size_t scratch_bytes(const AttnShape&) const = 0;  // shared by forward and backward
   virtual void forward(const AttnForwardArgs&, cudaStream_t) const = 0;
   virtual void backward(const AttnBackwardArgs&, cudaStream_t) const = 0;
+  // Whether dQ comes out bit-identical on every run. Forward, dK and dV always must; flash
+  // sums dQ with fp32 reduce-adds in L2 in the order blocks arrive, so its last bits can vary
+  // (and a --resume is then equal to an uninterrupted run only to rounding).
+  virtual bool deterministic_dq() const { return true; }
 };
 // Unknown name: throws flashgpt::Error listing the known names.
 std::unique_ptr<AttentionBackend> make_attention(const std::string& name);

@@ -164,6 +164,7 @@ namespace {
 class FlashAttention final : public AttentionBackend {
  public:
   const char* name() const override { return "flash"; }
+  bool deterministic_dq() const override { return false; }  // bulk reduce-adds, see flash_bwd.cu
 
   std::string unsupported_reason(const AttnShape& s) const override {
     if (s.B < 1 || s.T < 1 || s.NH < 1 || s.NKV < 1 || s.HS < 1)

@@ -1,5 +1,6 @@
-// flash.cuh — the "flash" GPU attention backend: our own FlashAttention-2 kernels (tensor-core
-// mma.sync bf16, online softmax, recomputation backward). Saves only LSE (B, NH, T) fp32.
+// flash.cuh — the "flash" GPU attention backend: our own FlashAttention-2 kernels (tensor cores:
+// mma.sync bf16 in the forward and the HS 64 backward, wgmma warpgroup MMAs in the HS 128
+// backward; online softmax, recomputation backward). Saves only LSE (B, NH, T) fp32.
 // Forward: kernels/attention/flash_fwd.cu; backward: flash_bwd.cu; backend class: flash.cu.
 #pragma once
 #include <memory>

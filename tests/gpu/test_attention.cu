@@ -345,8 +345,27 @@ TEST_P(Shapes, Matches) {
   }
   EXPECT_EQ(0, std::memcmp(r1.out_raw.data(), r2.out_raw.data(), n_out * sizeof(floatX)))
       << "forward is not deterministic";
-  EXPECT_EQ(0, std::memcmp(r1.dqkv_raw.data(), r2.dqkv_raw.data(), n_qkv * sizeof(floatX)))
-      << "backward is not deterministic";
+  // dK, dV always bitwise; dQ bitwise unless the backend declares otherwise, then to rounding.
+  size_t dq_diff = 0, dkv_diff = 0;
+  double dq_worst = 0;
+  for (size_t i = 0; i < n_qkv; i++) {
+    if (std::memcmp(&r1.dqkv_raw[i], &r2.dqkv_raw[i], sizeof(floatX)) == 0) continue;
+    if (part(i) == 0) {
+      dq_diff++;
+      dq_worst = std::max(dq_worst, (double)std::fabs(r1.dqkv[i] - r2.dqkv[i]) /
+                                        std::max(1e-6, (double)std::fabs(r1.dqkv[i])));
+    } else {
+      dkv_diff++;
+    }
+  }
+  EXPECT_EQ(dkv_diff, 0u) << "dK/dV are not deterministic";
+  if (be->deterministic_dq()) {
+    EXPECT_EQ(dq_diff, 0u) << "dQ is not deterministic";
+  } else {
+    std::printf("  repeat run: %zu dQ elements differ, worst relative %.2e (tol 2^-7)\n", dq_diff,
+                dq_worst);
+    EXPECT_LE(dq_worst, 1.0 / 128) << "dQ differs between runs by more than one bf16 ulp";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AttentionGpu, Shapes, ::testing::ValuesIn(all_cases()),
