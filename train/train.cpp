@@ -206,13 +206,15 @@ TrainResult run_train(const TrainOptions& opt) {
   say(flashgpt::strformat("device: %s | attention: %s | batch %d x %d, %d micro-steps -> %lld tokens/step",
                 model->device_name(), opt.attn.c_str(), B, T, accum, (long long)opt.total_batch));
   if (!opt.quiet) {
-    size_t total = 0;
+    size_t total = 0, width = 5;
+    std::vector<MemoryLine> plan = model->memory_plan();
+    for (const MemoryLine& m : plan) width = std::max(width, m.what.size());
     std::printf("memory plan:\n");
-    for (const MemoryLine& m : model->memory_plan()) {
-      std::printf("  %-26s %12s\n", m.what.c_str(), human_bytes(m.bytes).c_str());
+    for (const MemoryLine& m : plan) {
+      std::printf("  %-*s %12s\n", (int)width, m.what.c_str(), human_bytes(m.bytes).c_str());
       total += m.bytes;
     }
-    std::printf("  %-26s %12s\n", "total", human_bytes(total).c_str());
+    std::printf("  %-*s %12s\n", (int)width, "total", human_bytes(total).c_str());
   }
 
   std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
