@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "data/prepare.h"
 #include "kernels/common.h"
 #include "model/rng.h"
 
@@ -69,3 +71,25 @@ inline std::string synthetic_corpus(int docs, uint64_t seed) {
   return text;
 }
 
+
+// The synthetic corpus prepared once per test binary (vocabulary 300, 10% validation):
+// test_corpus_dir() is a --data directory for the trainer tests.
+inline const std::string& test_corpus_dir() {
+  struct Corpus {
+    TempDir dir;
+    std::string data;
+    Corpus() {
+      std::ofstream(dir / "corpus.txt") << synthetic_corpus(1500, 11);
+      PrepareOptions p;
+      p.inputs = {dir / "corpus.txt"};
+      p.out_dir = dir / "data";
+      p.vocab_size = 300;
+      p.val_fraction = 0.1;
+      p.quiet = true;
+      prepare_corpus(p);
+      data = p.out_dir;
+    }
+  };
+  static Corpus c;
+  return c.data;
+}

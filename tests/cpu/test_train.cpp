@@ -17,30 +17,9 @@
 
 namespace {
 
-struct Corpus {
-  TempDir dir;
-  std::string data;
-  Corpus() {
-    std::ofstream(dir / "corpus.txt") << synthetic_corpus(1500, 11);
-    PrepareOptions p;
-    p.inputs = {dir / "corpus.txt"};
-    p.out_dir = dir / "data";
-    p.vocab_size = 300;
-    p.val_fraction = 0.1;
-    p.quiet = true;
-    prepare_corpus(p);
-    data = p.out_dir;
-  }
-};
-
-Corpus& corpus() {
-  static Corpus c;
-  return c;
-}
-
 TrainOptions tiny_options(const std::string& attn, int steps) {
   TrainOptions o;
-  Argv a({"train", "--data", corpus().data, "--model", "tiny", "--layers", "2", "--channels", "64",
+  Argv a({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels", "64",
           "--heads", "4", "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps),
           "--lr", "3e-3", "--warmup", "5", "--eval-every", "0", "--eval-steps", "4",
           "--sample-every", "0", "--attn", attn, "--device", "cpu", "--quiet"});
@@ -214,7 +193,7 @@ TEST(BadInput, TrainRun) {
   bad = o;
   bad.tokenizer_path = "";
   bad.data_dir = "";
-  bad.train_pattern = corpus().data + "/train_*.bin";
+  bad.train_pattern = test_corpus_dir() + "/train_*.bin";
   bad.vocab_size = 100;  // the corpus uses ids up to 299
   expect_error([&] { run_train(bad); }, "train_000000.bin");
   // resume without any checkpoint

@@ -19,31 +19,10 @@
 
 namespace {
 
-struct GpuCorpus {
-  TempDir dir;
-  std::string data;
-  GpuCorpus() {
-    std::ofstream(dir / "corpus.txt") << synthetic_corpus(1500, 11);
-    PrepareOptions p;
-    p.inputs = {dir / "corpus.txt"};
-    p.out_dir = dir / "data";
-    p.vocab_size = 300;
-    p.val_fraction = 0.1;
-    p.quiet = true;
-    prepare_corpus(p);
-    data = p.out_dir;
-  }
-};
-
-GpuCorpus& corpus() {
-  static GpuCorpus c;
-  return c;
-}
-
 // HS = 64 (C 128, 2 heads) so that both backends run.
 TrainOptions gpu_options(const std::string& attn, int steps) {
   TrainOptions o;
-  Argv a({"train", "--data", corpus().data, "--model", "tiny", "--layers", "2", "--channels", "128",
+  Argv a({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels", "128",
           "--heads", "2", "--seq-len", "64", "--batch", "8", "--steps", std::to_string(steps),
           "--lr", "3e-3", "--warmup", "5", "--eval-every", "0", "--eval-steps", "2",
           "--sample-every", "0", "--attn", attn, "--device", "cuda", "--quiet"});
