@@ -5,7 +5,7 @@
 # prints a sample. Any text files given as arguments replace the default corpus.
 #   scripts/quickstart.sh                 # default corpus
 #   scripts/quickstart.sh my.txt more.txt # your own text
-# Environment: STEPS (default 300 on the CPU, 2000 on a GPU), OUT (default runs/quickstart).
+# Environment: STEPS (default 500 on the CPU, 2000 on a GPU), OUT (default runs/quickstart).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,10 +38,10 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ -
   device_args=(--device auto --model d6 --seq-len 256 --batch 32 --steps "${STEPS:-2000}" --lr 1e-3)
 else
   # CPU: the tiny preset (L=4, C=128) at T=128 trains to a readable loss in a few minutes.
-  device_args=(--device cpu --model tiny --seq-len 128 --batch 8 --steps "${STEPS:-300}" --lr 2e-3)
+  device_args=(--device cpu --model tiny --seq-len 128 --batch 8 --steps "${STEPS:-500}" --lr 2e-3)
 fi
 build/flashgpt train --data "$data" "${device_args[@]}" --warmup 20 --eval-every 100 \
   --sample-every 0 --out "$OUT" --log "$OUT/log.jsonl"
 last=$(ls "$OUT"/model_*.bin | sort | tail -n 1)
 echo "== sample from $last =="
-build/flashgpt sample --checkpoint "$last" --tokens 200 --top-k 40 --temperature 0.9 --prompt "The "
+build/flashgpt sample --checkpoint "$last" --tokens 200 --top-k 40 --temperature 0.9 --prompt "The"
