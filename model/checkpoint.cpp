@@ -147,11 +147,27 @@ void save_state_file(const std::string& path, const TrainState& s) {
   h[9] = s.total_batch;
   h[10] = s.seed;
   h[11] = s.world_size;
+  h[12] = s.zero;
   write_atomically(path, [&](FILE* f) {
     return fwrite(h, sizeof(int64_t), 64, f) == 64 &&
            fwrite(s.m.data(), sizeof(float), s.m.size(), f) == s.m.size() &&
            fwrite(s.v.data(), sizeof(float), s.v.size(), f) == s.v.size();
   });
+}
+
+TrainState load_state_header(const std::string& path) {
+  File in;
+  in.f = fopen(path.c_str(), "rb");
+  CHECK(in.f, "cannot open optimizer state '%s': %s", path.c_str(), strerror(errno));
+  int64_t h[64];
+  CHECK(fread(h, sizeof(int64_t), 64, in.f) == 64, "'%s' is truncated", path.c_str());
+  CHECK(h[0] == kStateMagic && h[1] == 1, "'%s' is not a flashgpt optimizer-state file",
+        path.c_str());
+  TrainState s;
+  s.step = h[2];
+  s.world_size = h[11] > 0 ? h[11] : 1;
+  s.zero = h[12];
+  return s;
 }
 
 TrainState load_state_file(const std::string& path, size_t expected_params) {
@@ -177,7 +193,8 @@ TrainState load_state_file(const std::string& path, size_t expected_params) {
   s.T = h[8];
   s.total_batch = h[9];
   s.seed = h[10];
-  s.world_size = h[11];
+  s.world_size = h[11] > 0 ? h[11] : 1;
+  s.zero = h[12];
   s.m.resize(expected_params);
   s.v.resize(expected_params);
   CHECK(fread(s.m.data(), 4, expected_params, in.f) == expected_params &&
@@ -190,7 +207,9 @@ std::string model_checkpoint_path(const std::string& dir, int64_t step) {
   return flashgpt::strformat("%s/model_%08lld.bin", dir.c_str(), (long long)step);
 }
 
-std::string state_checkpoint_path(const std::string& dir, int64_t step) {
+std::string state_checkpoint_path(const std::string& dir, int64_t step, int rank) {
+  if (rank > 0)
+    return flashgpt::strformat("%s/state_%08lld_rank%d.bin", dir.c_str(), (long long)step, rank);
   return flashgpt::strformat("%s/state_%08lld.bin", dir.c_str(), (long long)step);
 }
 

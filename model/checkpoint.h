@@ -7,10 +7,11 @@
 //   ParamLayout order. We write version 3; we read 3 and 5.
 // State file (ours): 64 x int64 header: [0] magic 20261122, [1] version 1, [2] step,
 //   [3] number of parameters, [4..6] data-loader epoch/shard/window, [7] batch B, [8] seq-len T,
-//   [9] total batch, [10] seed, [11] world size; then AdamW m and v, fp32, ParamLayout order.
+//   [9] total batch, [10] seed, [11] world size, [12] ZeRO stage; then AdamW m and v, fp32,
+//   ParamLayout order (with --zero 1: this rank's shard of them, see model/zero_shard.h).
 // Both are written to NAME.tmp and renamed, so a crash never leaves a half-written file under
 // the real name. In an --out directory they are model_00000100.bin and state_00000100.bin
-// (step 100).
+// (step 100); with several processes rank R > 0 writes its own state_00000100_rank<R>.bin.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,13 +31,15 @@ GPTConfig read_model_config(const std::string& path);
 struct TrainState {
   int64_t step = 0;
   int64_t loader_epoch = 0, loader_shard = 0, loader_window = 0;
-  int64_t B = 0, T = 0, total_batch = 0, seed = 0, world_size = 1;
+  int64_t B = 0, T = 0, total_batch = 0, seed = 0, world_size = 1, zero = 0;
   std::vector<float> m, v;
 };
 void save_state_file(const std::string& path, const TrainState& s);
 TrainState load_state_file(const std::string& path, size_t expected_params);
+// Only step, world_size and zero (no size checks): to explain a mismatch before loading.
+TrainState load_state_header(const std::string& path);
 
 std::string model_checkpoint_path(const std::string& dir, int64_t step);
-std::string state_checkpoint_path(const std::string& dir, int64_t step);
+std::string state_checkpoint_path(const std::string& dir, int64_t step, int rank = 0);
 // The largest step for which both files exist in dir, or -1.
 int64_t latest_checkpoint_step(const std::string& dir);

@@ -31,6 +31,25 @@
 // memory seen since: includes cuBLAS handles and the CUDA runtime's own allocations).
 // Host syncs: forward with targets reads the mean loss (4 bytes); grad_norm() reads a double.
 // Nothing else in a training step waits for the GPU.
+//
+// Multi-GPU (ModelOptions.comm, one process per GPU, NCCL on this model's stream):
+//   data parallel: the fp32 gradients are averaged with ncclAllReduce(avg) once per optimizer
+//     step. Overlapped (default; ModelOptions.overlap_comm): during the last micro-step's
+//     backward (the trainer says which with mark_last_micro_step()), as soon as layer l's
+//     backward is done its 12 gradient slices are all-reduced as one NCCL group on a second,
+//     high-priority stream (comm_stream_, after an event on stream_), while the backward goes
+//     on with layer l-1; wte, wpe and lnf (written last, by the encoder backward) go at the
+//     end; reduce_grads() then only makes stream_ wait for comm_stream_. Not overlapped:
+//     reduce_grads() = one ncclAllReduce over the whole buffer. Then every rank runs the same
+//     grad norm and AdamW.
+//   --zero 1 (ModelOptions.zero): parameters, master weights and gradients are padded to
+//     model/zero_shard.h's padded_total; reduce_grads() is an in-place ncclReduceScatter(avg)
+//     that leaves this rank's slice [begin, begin + shard) averaged; grad_norm() = sqrt of the
+//     ncclAllReduce(sum) of the slices' sums of squares; AdamW runs on the slice only, cut at
+//     tensor boundaries so that weight decay stays per tensor, with m and v of shard size; then
+//     an in-place ncclAllGather of the floatX parameters. The fp32 master weights outside the
+//     slice go stale and are gathered only when get_params() needs them (every rank calls it).
+//   Host waits go through DistComm::wait, which notices failed peers instead of hanging.
 // Measured (H200, bf16, d12, B=32, T=1024, --attn naive; CudaModel.DISABLED_BenchD12): 69.1 ms
 // per step (forward + loss 25.8, backward 42.1, grad norm + AdamW 1.3), 474k tokens/s; plan
 // 24.33 GiB, measured peak 24.40 GiB.
@@ -50,6 +69,8 @@
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "model/layout.h"
+#include "model/nccl_comm.cuh"
+#include "model/zero_shard.h"
 
 namespace {
 
@@ -97,7 +118,10 @@ class GptCuda : public Model {
   std::vector<MemoryLine> memory_plan() const override { return plan_; }
   size_t peak_memory_bytes() const override;
 
-  void get_grads(std::vector<float>& out) const { download(out, grads_); }
+  void get_grads(std::vector<float>& out) const { download(out, grads_, layout_.total); }
+  void reduce_grads() override;
+  void mark_last_micro_step() override { last_micro_ = true; }
+  size_t adam_state_size() const override { return opt_size_; }
 
  private:
   GPTConfig cfg_;
@@ -107,6 +131,20 @@ class GptCuda : public Model {
   std::unique_ptr<AttentionBackend> attn_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t inputs_copied_ = nullptr;
+  // multi-GPU (nullptr / 0 on one process)
+  DistComm* comm_ = nullptr;
+  int zero_ = 0;
+  ZeroShard shard_;                 // this rank's ZeRO-1 slice (zero_ == 1)
+  std::vector<ShardSegment> segs_;  // the slice cut at tensor boundaries
+  size_t Ppad_ = 0;                 // parameters/master/gradients allocated (>= layout_.total)
+  size_t opt_size_ = 0;             // AdamW m, v elements (layout_.total, or shard_.shard_size)
+  bool overlap_ = false;            // all-reduce per layer during the last backward
+  bool last_micro_ = false;         // the next backward is the last before reduce_grads()
+  bool reduced_in_backward_ = false;
+  cudaStream_t comm_stream_ = nullptr;  // overlapped all-reduces
+  cudaEvent_t layer_done_ = nullptr;    // stream_ -> comm_stream_: a layer's gradients are final
+  cudaEvent_t comm_done_ = nullptr;     // comm_stream_ -> stream_: all gradients reduced
+  void reduce_async(const int* tensors, int n, int layer);  // on comm_stream_, after stream_
 
   // Device memory: one allocation carved by plan(). Shapes for (maxB, maxT), N = maxB*maxT.
   char* mem_ = nullptr;
@@ -173,8 +211,12 @@ class GptCuda : public Model {
   float* grad(int i) const { return grads_ + layout_.offsets[i]; }
   void attach() const { matmul_init(workspace_, matmul_workspace_bytes()); }
   void measure() const;
-  void download(std::vector<float>& out, const float* src) const;
-  void upload(float* dst, const std::vector<float>& in, const char* what);
+  void download(std::vector<float>& out, const float* src, size_t n) const;
+  void upload(float* dst, const std::vector<float>& in, size_t n, const char* what);
+  void sync() const {  // waits for stream_; with peers, watching for their failure
+    if (comm_) comm_->wait(stream_);
+    else CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 };
 
 GptCuda::GptCuda(const ModelOptions& opt)
@@ -189,6 +231,17 @@ GptCuda::GptCuda(const ModelOptions& opt)
 
 void GptCuda::init(const ModelOptions& opt) {
   validate_config(cfg_);
+  comm_ = opt.comm;
+  zero_ = comm_ ? opt.zero : 0;
+  Ppad_ = opt_size_ = layout_.total;
+  if (zero_) {
+    shard_ = zero_shard(layout_.total, comm_->world(), comm_->rank());
+    segs_ = shard_segments(layout_.offsets.data(), layout_.sizes.data(), kNumParamTensors,
+                           shard_.begin, shard_.end);
+    Ppad_ = shard_.padded_total;
+    opt_size_ = shard_.shard_size;
+  }
+  overlap_ = comm_ && comm_->world() > 1 && !zero_ && opt.overlap_comm;
   CHECK(maxT_ >= 1 && maxT_ <= cfg_.max_seq_len,
         "--seq-len %d is larger than the model's maximum %d; lower --seq-len", maxT_,
         cfg_.max_seq_len);
@@ -211,6 +264,14 @@ void GptCuda::init(const ModelOptions& opt) {
   scratch_bytes_ = attn_->scratch_bytes(s);
 
   CUDA_CHECK(cudaStreamCreate(&stream_));
+  if (comm_) comm_->set_stream(stream_);
+  if (overlap_) {
+    int lo = 0, hi = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, hi));
+    CUDA_CHECK(cudaEventCreateWithFlags(&layer_done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+  }
   CUDA_CHECK(cudaEventCreateWithFlags(&inputs_copied_, cudaEventDisableTiming));
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -241,11 +302,13 @@ void GptCuda::init(const ModelOptions& opt) {
   CUDA_CHECK(cudaMallocHost(&h_loss_, sizeof(float)));
   CUDA_CHECK(cudaMallocHost(&h_norm_, sizeof(double)));
 
-  // Deterministic initialisation, the same values as the CPU model.
-  upload(master_, gpt_init_params(cfg_, opt.seed), "initial parameters");
-  CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(float), stream_));
-  CUDA_CHECK(cudaMemsetAsync(m_, 0, layout_.total * sizeof(float), stream_));
-  CUDA_CHECK(cudaMemsetAsync(v_, 0, layout_.total * sizeof(float), stream_));
+  // Deterministic initialisation, the same values as the CPU model (and on every rank).
+  CUDA_CHECK(cudaMemsetAsync(params_, 0, Ppad_ * sizeof(floatX), stream_));  // ZeRO padding
+  CUDA_CHECK(cudaMemsetAsync(master_, 0, Ppad_ * sizeof(float), stream_));
+  upload(master_, gpt_init_params(cfg_, opt.seed), layout_.total, "initial parameters");
+  CUDA_CHECK(cudaMemsetAsync(grads_, 0, Ppad_ * sizeof(float), stream_));
+  CUDA_CHECK(cudaMemsetAsync(m_, 0, opt_size_ * sizeof(float), stream_));
+  CUDA_CHECK(cudaMemsetAsync(v_, 0, opt_size_ * sizeof(float), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   measure();
 }
@@ -260,14 +323,15 @@ void GptCuda::plan(Carver& c) {
     lines.push_back({what, c.total - mark});
     mark = c.total;
   };
-  params_ = c.take<floatX>(P);
-  master_ = c.take<float>(P);
+  (void)P;
+  params_ = c.take<floatX>(Ppad_);
+  master_ = c.take<float>(Ppad_);
   line(std::string("parameters (") + PRECISION_NAME + " + fp32 master)");
-  grads_ = c.take<float>(P);
+  grads_ = c.take<float>(Ppad_);
   line("gradients (fp32)");
-  m_ = c.take<float>(P);
-  v_ = c.take<float>(P);
-  line("optimizer (AdamW m, v fp32)");
+  m_ = c.take<float>(opt_size_);
+  v_ = c.take<float>(opt_size_);
+  line(zero_ ? "optimizer (AdamW m, v fp32; ZeRO-1 shard)" : "optimizer (AdamW m, v fp32)");
   encoded_ = c.take<floatX>(N * C);
   ln1_ = c.take<floatX>(L * N * C);
   ln1_mean_ = c.take<float>(L * N);
@@ -315,6 +379,26 @@ void GptCuda::plan(Carver& c) {
 GptCuda::~GptCuda() { release(); }
 
 void GptCuda::release() {
+  if (stream_ && comm_) {
+    // Collectives may be pending: wait for them, but while an exception unwinds (a peer or
+    // this rank failed) only briefly, then abort the communicator so the stream drains.
+    bool drained = true;
+    if (comm_stream_ && comm_done_) {  // fold pending overlapped all-reduces into stream_
+      cudaEventRecord(comm_done_, comm_stream_);
+      cudaStreamWaitEvent(stream_, comm_done_, 0);
+    }
+    try {
+      comm_->wait(stream_, std::uncaught_exceptions() > 0 ? 5.0 : -1.0);
+    } catch (...) {
+      drained = false;
+      comm_->abort();
+    }
+    comm_->set_stream(nullptr);
+    comm_ = nullptr;
+    // A collective that never completes may still occupy the stream: leave the memory to the
+    // process exit that follows rather than wait on it here.
+    if (!drained) return;
+  }
   if (stream_) cudaStreamSynchronize(stream_);
   if (mem_ && workspace_) matmul_init(nullptr, 0);  // detach our workspace from cuBLASLt calls
   if (mem_) cudaFree(mem_);
@@ -322,6 +406,11 @@ void GptCuda::release() {
   if (h_loss_) cudaFreeHost(h_loss_);
   if (h_norm_) cudaFreeHost(h_norm_);
   if (inputs_copied_) cudaEventDestroy(inputs_copied_);
+  if (layer_done_) cudaEventDestroy(layer_done_);
+  if (comm_done_) cudaEventDestroy(comm_done_);
+  if (comm_stream_) cudaStreamDestroy(comm_stream_);
+  layer_done_ = comm_done_ = nullptr;
+  comm_stream_ = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
   mem_ = nullptr;
   h_tokens_ = nullptr;
@@ -406,7 +495,7 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   classifier(losses_, logits_, logits_, targets_, 1.0f / N, N, V, Vp, st);
   mean_loss(loss_mean_, losses_, N, st);
   CUDA_CHECK(cudaMemcpyAsync(h_loss_, loss_mean_, sizeof(float), cudaMemcpyDeviceToHost, st));
-  CUDA_CHECK(cudaStreamSynchronize(st));
+  sync();
   measure();
   return *h_loss_;
 }
@@ -419,6 +508,11 @@ void GptCuda::backward(float loss_scale) {
   const AttnShape s = shape(B, T);
   cudaStream_t st = stream_;
   float* ks = static_cast<float*>(kscratch_);
+  const bool overlap = overlap_ && last_micro_;
+  last_micro_ = false;
+  static const int kLayerTensors[] = {P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+                                      P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB};
+  static const int kOtherTensors[] = {P_WTE, P_WPE, P_LNFW, P_LNFB};
   CHECK(encoder_backward_scratch_bytes(B, T) <= kscratch_bytes_,
         "internal: encoder scratch for %dx%d exceeds the plan", B, T);
   attach();
@@ -456,23 +550,88 @@ void GptCuda::backward(float loss_scale) {
     layernorm_backward(dresidual_, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, dl_btc_, residual,
                        param(P_LN1W) + l * C, ln1_mean_ + l * Nrows, ln1_rstd_ + l * Nrows, N, C,
                        ks, st);
+    if (overlap) reduce_async(kLayerTensors, 12, l);  // layer l's gradients are final
   }
   encoder_backward(grad(P_WTE), grad(P_WPE), dresidual_, inputs_, B, T, C, kscratch_, st);
+  if (overlap) {
+    reduce_async(kOtherTensors, 4, -1);
+    CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
+    reduced_in_backward_ = true;
+  }
   have_targets_ = false;
 }
 
 void GptCuda::zero_grad() {
-  CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(float), stream_));
+  CUDA_CHECK(cudaMemsetAsync(grads_, 0, Ppad_ * sizeof(float), stream_));
+}
+
+// All-reduces (average) the given tensors' gradients of one layer (layer >= 0: the layer's
+// slice of each (L, ...) tensor) or whole (layer < 0), as one NCCL group on comm_stream_ once
+// stream_ has reached this point.
+void GptCuda::reduce_async(const int* tensors, int n, int layer) {
+  CHECK(comm_->nccl_comm(), "the NCCL communicator was aborted after an error");
+  CUDA_CHECK(cudaEventRecord(layer_done_, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, layer_done_, 0));
+  const size_t L = cfg_.num_layers;
+  NCCL_CHECK(ncclGroupStart());
+  for (int k = 0; k < n; k++) {
+    const int i = tensors[k];
+    const size_t count = layer >= 0 ? layout_.sizes[i] / L : layout_.sizes[i];
+    float* g = grad(i) + (layer >= 0 ? (size_t)layer * count : 0);
+    NCCL_CHECK(ncclAllReduce(g, g, count, ncclFloat, ncclAvg, as_nccl(comm_), comm_stream_));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+}
+
+void GptCuda::reduce_grads() {
+  if (!comm_ || comm_->world() == 1) return;
+  CHECK(comm_->nccl_comm(), "the NCCL communicator was aborted after an error");
+  if (reduced_in_backward_) {  // done during the backward: wait for it on stream_
+    reduced_in_backward_ = false;
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, comm_done_, 0));
+    return;
+  }
+  if (zero_) {
+    // In place: this rank's slice of grads_ receives the average of every rank's slice.
+    NCCL_CHECK(ncclReduceScatter(grads_, grads_ + shard_.begin, shard_.shard_size, ncclFloat,
+                                 ncclAvg, as_nccl(comm_), stream_));
+  } else {
+    NCCL_CHECK(ncclAllReduce(grads_, grads_, layout_.total, ncclFloat, ncclAvg, as_nccl(comm_),
+                             stream_));
+  }
 }
 
 float GptCuda::grad_norm() {
-  global_norm_squared(norm_, grads_, layout_.total, static_cast<double*>(kscratch_), stream_);
+  if (zero_) {
+    // Sum of squares of this slice (padding holds zeros), summed over the ranks.
+    global_norm_squared(norm_, grads_ + shard_.begin, shard_.shard_size,
+                        static_cast<double*>(kscratch_), stream_);
+    NCCL_CHECK(ncclAllReduce(norm_, norm_, 1, ncclDouble, ncclSum, as_nccl(comm_), stream_));
+  } else {
+    global_norm_squared(norm_, grads_, layout_.total, static_cast<double*>(kscratch_), stream_);
+  }
   CUDA_CHECK(cudaMemcpyAsync(h_norm_, norm_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync();
   return (float)std::sqrt(*h_norm_);
 }
 
 void GptCuda::adamw_step(const AdamWHyper& h, float grad_scale, int step) {
+  if (zero_) {
+    for (const ShardSegment& sg : segs_) {
+      const size_t g = sg.begin, o = sg.begin - shard_.begin;
+      const float wd = ParamLayout::decayed(sg.tensor) ? h.weight_decay : 0.0f;
+      adamw_update(master_ + g, params_ + g, grads_ + g, m_ + o, v_ + o, sg.count, h.lr, h.beta1,
+                   h.beta2, h.eps, wd, grad_scale, step, stream_);
+    }
+#if defined(ENABLE_FP32)
+    const ncclDataType_t xtype = ncclFloat;
+#else
+    const ncclDataType_t xtype = ncclBfloat16;
+#endif
+    NCCL_CHECK(ncclAllGather(params_ + shard_.begin, params_, shard_.shard_size, xtype,
+                             as_nccl(comm_), stream_));
+    return;
+  }
   for (int i = 0; i < kNumParamTensors; i++) {
     const size_t off = layout_.offsets[i];
     const float wd = ParamLayout::decayed(i) ? h.weight_decay : 0.0f;
@@ -489,7 +648,7 @@ void GptCuda::logits_at(int t, float* out) {
   std::vector<floatX> row(Vp);
   CUDA_CHECK(cudaMemcpyAsync(row.data(), logits_row_, Vp * sizeof(floatX), cudaMemcpyDeviceToHost,
                              stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync();
   for (int v = 0; v < Vp; v++) {
 #if defined(ENABLE_FP32)
     out[v] = row[v];
@@ -501,31 +660,35 @@ void GptCuda::logits_at(int t, float* out) {
   }
 }
 
-void GptCuda::download(std::vector<float>& out, const float* src) const {
-  out.resize(layout_.total);
-  CUDA_CHECK(cudaMemcpyAsync(out.data(), src, layout_.total * sizeof(float),
-                             cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+void GptCuda::download(std::vector<float>& out, const float* src, size_t n) const {
+  out.resize(n);
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  sync();
 }
 
-void GptCuda::upload(float* dst, const std::vector<float>& in, const char* what) {
-  CHECK(in.size() == layout_.total, "%s: %zu values do not match the model's %zu parameters", what,
-        in.size(), layout_.total);
-  CUDA_CHECK(cudaMemcpyAsync(dst, in.data(), layout_.total * sizeof(float), cudaMemcpyHostToDevice,
-                             stream_));
+void GptCuda::upload(float* dst, const std::vector<float>& in, size_t n, const char* what) {
+  CHECK(in.size() == n, "%s: %zu values where the model expects %zu", what, in.size(), n);
+  CUDA_CHECK(cudaMemcpyAsync(dst, in.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
   if (dst == master_) copy_float_to_floatX(params_, master_, layout_.total, stream_);
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync();
 }
 
-void GptCuda::get_params(std::vector<float>& out) const { download(out, master_); }
-void GptCuda::set_params(const std::vector<float>& in) { upload(master_, in, "set_params"); }
+void GptCuda::get_params(std::vector<float>& out) const {
+  if (zero_)  // the master weights outside this rank's slice are stale: gather them first
+    NCCL_CHECK(ncclAllGather(master_ + shard_.begin, master_, shard_.shard_size, ncclFloat,
+                             as_nccl(comm_), stream_));
+  download(out, master_, layout_.total);
+}
+void GptCuda::set_params(const std::vector<float>& in) {
+  upload(master_, in, layout_.total, "set_params");
+}
 void GptCuda::get_adam_state(std::vector<float>& m, std::vector<float>& v) const {
-  download(m, m_);
-  download(v, v_);
+  download(m, m_, opt_size_);
+  download(v, v_, opt_size_);
 }
 void GptCuda::set_adam_state(const std::vector<float>& m, const std::vector<float>& v) {
-  upload(m_, m, "optimizer state m");
-  upload(v_, v, "optimizer state v");
+  upload(m_, m, opt_size_, "optimizer state m");
+  upload(v_, v, opt_size_, "optimizer state v");
 }
 
 }  // namespace

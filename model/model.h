@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,12 @@ class Model {
   // Accumulates parameter gradients of (loss_scale * mean loss) of the last forward.
   virtual void backward(float loss_scale) = 0;
   virtual void zero_grad() = 0;
+  // Multi-GPU: average the gradients over the ranks (all-reduce, or reduce-scatter with
+  // ZeRO-1). Called once per optimizer step after the last backward; no-op on one process.
+  virtual void reduce_grads() {}
+  // The next backward() is the last before reduce_grads(): the model may start averaging the
+  // gradients of finished layers during it (overlap with the backward). Optional to call.
+  virtual void mark_last_micro_step() {}
   virtual float grad_norm() = 0;  // global L2 norm of all parameter gradients
   // One AdamW step on every parameter (decay on matrices only), gradients multiplied by
   // grad_scale first (clipping). step counts from 1.
@@ -48,17 +55,50 @@ class Model {
   virtual void set_params(const std::vector<float>& in) = 0;
   virtual void get_adam_state(std::vector<float>& m, std::vector<float>& v) const = 0;
   virtual void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) = 0;
+  // Elements of m (and of v) this process holds: num_parameters(), or its shard with ZeRO-1.
+  // get_params() with ZeRO-1 gathers the master weights: every rank must call it.
+  virtual size_t adam_state_size() const { return num_parameters(); }
 
   // The memory plan made at creation (one line per category) and the measured peak.
   virtual std::vector<MemoryLine> memory_plan() const = 0;
   virtual size_t peak_memory_bytes() const = 0;
 };
 
+// The multi-GPU process group (model/nccl_comm.cu), kept free of CUDA/NCCL types so that
+// g++-compiled code can hold it. make_nccl_comm() in a CPU-only build throws.
+class DistComm {
+ public:
+  virtual ~DistComm() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual void* nccl_comm() const = 0;  // the ncclComm_t
+  // The cudaStream_t (as void*) every collective goes on, the model's own: one stream per
+  // communicator keeps the collectives in the same order on every rank.
+  virtual void set_stream(void* stream) = 0;
+  // Mean of x over the ranks (collective: every rank calls it).
+  virtual float all_reduce_mean(float x) = 0;
+  // Waits for a cudaStream_t (given as void*) to drain, watching for NCCL errors, a failed peer
+  // (peer_failed() returns its message) and the timeout; throws flashgpt::Error on any.
+  // timeout_s < 0: the communicator's own timeout.
+  virtual void wait(void* stream, double timeout_s = -1) = 0;
+  // Aborts the communicator (pending collectives end on every rank); safe to call twice.
+  virtual void abort() = 0;
+};
+// Rank 0 makes the NCCL unique id, exchange_id(id, 128) passes it (rank 0 sends, the others
+// receive), then cudaSetDevice(local_rank) and ncclCommInitRank.
+std::unique_ptr<DistComm> make_nccl_comm(int rank, int world, int local_rank,
+                                         const std::function<void(unsigned char*)>& exchange_id,
+                                         const std::function<std::string()>& peer_failed,
+                                         double timeout_s);
+
 struct ModelOptions {
   GPTConfig config;
   int B = 4, T = 64;            // largest micro-batch the model must hold
   std::string attn = "flash";   // attention backend name
   uint64_t seed = 1337;         // parameter initialisation
+  DistComm* comm = nullptr;     // multi-GPU (CUDA model only); nullptr = one process
+  int zero = 0;                 // 1: ZeRO-1, AdamW state sharded over the ranks
+  bool overlap_comm = true;     // multi-GPU without ZeRO: all-reduce per layer during backward
 };
 
 // GPT-2 initialisation (llm.c/nanoGPT): weights N(0, 0.02), residual projections

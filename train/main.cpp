@@ -21,7 +21,7 @@ static void usage() {
   std::printf(
       "usage: flashgpt <command> [options]   (flashgpt <command> --help for its options)\n"
       "  prepare          text files -> tokenizer.bin + train/val token shards\n"
-      "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive)\n"
+      "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive|flash1)\n"
       "  sample           generate text from a checkpoint\n"
       "  bench-attention  time attention backends on the GPU (CUDA builds)\n");
 }

@@ -65,7 +65,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("channels", "override the preset's channels", cxxopts::value<int>()->default_value("0"))
     ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
     ("init", "start from this model file (llm.c version 3/5 or flashgpt)", cxxopts::value<std::string>())
-    ("attn", "attention: flash|naive", cxxopts::value<std::string>()->default_value(d.attn))
+    ("attn", "attention: flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order)", cxxopts::value<std::string>()->default_value(d.attn))
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device));
   o.add_options("optimisation")
     ("seq-len", "sequence length T", cxxopts::value<int>()->default_value(std::to_string(d.seq_len)))
@@ -92,6 +92,14 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("bench-steps", "timed steps in --bench (after 3 warm-up steps)", cxxopts::value<int>()->default_value("20"))
     ("quiet", "print only eval lines and the summary")
     ("h,help", "this help");
+  o.add_options("multi-GPU (one process per GPU; default from RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, SLURM_*)")
+    ("rank", "this process's rank (-1: from the environment, else 0)", cxxopts::value<int>()->default_value("-1"))
+    ("world-size", "number of processes (-1: from the environment, else 1)", cxxopts::value<int>()->default_value("-1"))
+    ("local-rank", "GPU index on this node, for cudaSetDevice (-1: from the environment, else the rank)", cxxopts::value<int>()->default_value("-1"))
+    ("dist-init", "NCCL id exchange: file:///shared/path or tcp://host:port", cxxopts::value<std::string>())
+    ("zero", "0 = plain data parallel, 1 = ZeRO-1 (AdamW state sharded)", cxxopts::value<int>()->default_value("0"))
+    ("no-overlap", "all-reduce the gradients once after the backward, not per layer during it")
+    ("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", cxxopts::value<double>()->default_value("300"));
   // clang-format on
   auto r = parse_or_explain(o, "train", argc, argv);
   CHECK(r.unmatched().empty(), "train: unexpected argument '%s'; see `flashgpt train --help`",
@@ -138,6 +146,19 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   opt.bench = r.count("bench") > 0;
   opt.bench_steps = get<int>(r, "bench-steps");
   opt.quiet = r.count("quiet") > 0;
+  opt.zero = get<int>(r, "zero");
+  opt.overlap_comm = r.count("no-overlap") == 0;
+  opt.dist_timeout = get<double>(r, "dist-timeout");
+  CHECK(opt.zero == 0 || opt.zero == 1, "--zero %d is not supported; use 0 or 1", opt.zero);
+  CHECK(opt.dist_timeout > 0, "--dist-timeout must be > 0 seconds (got %g)", opt.dist_timeout);
+  for (const char* f : {"rank", "world-size", "local-rank"})
+    CHECK(!r.count(f) || get<int>(r, f) >= 0, "--%s must be >= 0 (got %d)", f, get<int>(r, f));
+  opt.dist = resolve_dist_config(get<int>(r, "rank"), get<int>(r, "world-size"),
+                                 get<int>(r, "local-rank"),
+                                 r.count("dist-init") ? get<std::string>(r, "dist-init") : "");
+  CHECK(opt.dist.world_size == 1 || opt.device != "cpu",
+        "--device cpu trains in one process; a world of %d needs --device cuda (or auto)",
+        opt.dist.world_size);
 
   // Validation of single values; cross-checks against data and model happen in run_train.
   CHECK(opt.bench || !opt.data_dir.empty() || !opt.train_pattern.empty(),
@@ -146,19 +167,27 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   CHECK(opt.batch >= 1, "--batch must be at least 1 (got %d)", opt.batch);
   CHECK(opt.steps >= 1, "--steps must be at least 1 (got %d)", opt.steps);
   CHECK(opt.total_batch >= 0, "--total-batch must be >= 0 (got %lld)", (long long)opt.total_batch);
-  int64_t micro = (int64_t)opt.batch * opt.seq_len;
+  // One step over all ranks takes world x batch x seq-len tokens per micro-step.
+  const int world = opt.dist.world_size;
+  int64_t micro = (int64_t)opt.batch * opt.seq_len * world;
   if (opt.total_batch == 0) opt.total_batch = micro;
-  CHECK(opt.total_batch % micro == 0,
-        "--total-batch %lld is not a multiple of --batch x --seq-len = %lld; make it one",
-        (long long)opt.total_batch, (long long)micro);
+  if (world == 1)
+    CHECK(opt.total_batch % micro == 0,
+          "--total-batch %lld is not a multiple of --batch x --seq-len = %lld; make it one",
+          (long long)opt.total_batch, (long long)micro);
+  else
+    CHECK(opt.total_batch % micro == 0,
+          "--total-batch %lld is not a multiple of --batch x --seq-len x world size = %d x %d x %d "
+          "= %lld; make it one", (long long)opt.total_batch, opt.batch, opt.seq_len, world,
+          (long long)micro);
   CHECK(opt.lr > 0 && opt.lr < 1, "--lr must be in (0, 1) (got %g)", opt.lr);
   CHECK(opt.warmup >= 0, "--warmup must be >= 0 (got %d)", opt.warmup);
   CHECK(opt.lr_final_frac >= 0 && opt.lr_final_frac <= 1, "--lr-final-frac must be in [0, 1] (got %g)",
         opt.lr_final_frac);
   CHECK(opt.weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", opt.weight_decay);
   CHECK(opt.grad_clip >= 0, "--grad-clip must be >= 0 (got %g)", opt.grad_clip);
-  CHECK(opt.attn == "flash" || opt.attn == "naive", "--attn '%s' is unknown; use flash or naive",
-        opt.attn.c_str());
+  CHECK(opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
+        "--attn '%s' is unknown; use flash, naive or flash1", opt.attn.c_str());
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
         "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
   CHECK(opt.eval_every >= 0 && opt.eval_steps >= 1, "--eval-every must be >= 0 and --eval-steps >= 1");

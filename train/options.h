@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "train/dist.h"
+
 struct TrainOptions {
   // data
   std::string data_dir;        // --data DIR: DIR/train_*.bin, DIR/val_*.bin, DIR/tokenizer.bin
@@ -36,6 +38,12 @@ struct TrainOptions {
   bool bench = false;
   int bench_steps = 20;
   bool quiet = false;  // fewer lines (tests)
+  // multi-GPU (train/dist.h): resolved from --rank/--world-size/--local-rank/--dist-init and
+  // the environment (torchrun, mpirun, srun)
+  DistConfig dist;
+  int zero = 0;               // --zero 1: shard the AdamW state over the ranks (ZeRO-1)
+  bool overlap_comm = true;   // --no-overlap: one all-reduce after the backward instead
+  double dist_timeout = 300;  // --dist-timeout seconds: id exchange and waits on collectives
 };
 
 // argv[0] is the subcommand name. Throws flashgpt::Error with one line naming the flag.

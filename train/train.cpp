@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "model/checkpoint.h"
 #include "model/layout.h"
 #include "model/rng.h"
+#include "train/dist.h"
 #include "train/sample.h"
 
 namespace {
@@ -107,9 +109,34 @@ float lr_at_step(const TrainOptions& opt, int step) {
   return (float)(lo + (opt.lr - lo) * cosine);
 }
 
+namespace {
+TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& comm);
+}
+
+// Multi-GPU: an error on one rank must not leave the others hanging in a collective. The
+// failing rank leaves a marker (file:// init), aborts its communicator (its pending NCCL work
+// ends, and the peers' collectives with it fail or time out) and reports "rank R: cause".
 TrainResult run_train(const TrainOptions& opt) {
+  std::unique_ptr<DistComm> comm;
+  try {
+    return run_train_impl(opt, comm);
+  } catch (const std::exception& e) {
+    if (opt.dist.world_size <= 1) throw;
+    std::string msg = e.what();
+    write_failure_marker(opt.dist, msg);
+    if (comm) comm->abort();
+    FAIL("rank %d: %s", opt.dist.rank, msg.c_str());
+  }
+}
+
+namespace {
+
+TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& comm) {
   TrainResult result;
-  auto say = [&](const std::string& s) { if (!opt.quiet) std::printf("%s\n", s.c_str()); };
+  const int rank = opt.dist.rank, world = opt.dist.world_size;
+  const int zero = world > 1 ? opt.zero : 0;
+  const bool lead = rank == 0;  // only rank 0 prints, logs, samples and writes the model file
+  auto say = [&](const std::string& s) { if (!opt.quiet && lead) std::printf("%s\n", s.c_str()); };
 
   // ---- data and tokenizer (all validated before the model is built) ----
   std::string train_pattern = opt.train_pattern, val_pattern = opt.val_pattern;
@@ -157,24 +184,43 @@ TrainResult run_train(const TrainOptions& opt) {
                  tok_path.c_str(), tok->vocab_size(), cfg.vocab_size);
 
   const int B = opt.batch, T = opt.seq_len;
-  const int accum = (int)(opt.total_batch / ((int64_t)B * T));
+  CHECK(opt.total_batch % ((int64_t)B * T * world) == 0,
+        "--total-batch %lld is not a multiple of --batch x --seq-len x world size = %lld",
+        (long long)opt.total_batch, (long long)B * T * world);
+  const int accum = (int)(opt.total_batch / ((int64_t)B * T * world));
   std::unique_ptr<DataLoader> train_loader, val_loader;
   if (!opt.bench) {
+    // Each rank reads its own B of every world*B windows.
     train_loader = std::make_unique<DataLoader>(train_pattern, "--train-pattern", B, T,
-                                                cfg.vocab_size, opt.shuffle, opt.seed);
+                                                cfg.vocab_size, opt.shuffle, opt.seed, rank, world);
     if (!val_pattern.empty() && any_file_matches(val_pattern))
       val_loader = std::make_unique<DataLoader>(val_pattern, "--val-pattern", B, T, cfg.vocab_size,
-                                                false, opt.seed);
+                                                false, opt.seed, rank, world);
   }
   if (!opt.out_dir.empty()) ensure_writable_dir(opt.out_dir, "--out");
   std::unique_ptr<FILE, int (*)(FILE*)> log(nullptr, fclose);
-  if (!opt.log_path.empty()) {
+  if (!opt.log_path.empty() && lead) {
     log.reset(fopen(opt.log_path.c_str(), resume_step >= 0 ? "a" : "w"));
     CHECK(log, "--log '%s' cannot be written: %s", opt.log_path.c_str(), strerror(errno));
   }
 
+  // ---- process group (world > 1 only: one process needs no NCCL) ----
+  if (world > 1) {
+    CHECK(opt.device != "cpu", "--device cpu trains in one process only");
+    DistInit init = parse_dist_init(opt.dist.init);
+    DistConfig dc = opt.dist;
+    double timeout = opt.dist_timeout;
+    comm = make_nccl_comm(
+        rank, world, opt.dist.local_rank,
+        [&](unsigned char* id) { exchange_dist_id(init, rank, world, id, timeout); },
+        [dc]() { return read_failure_marker(dc); }, timeout);
+  }
+
   // ---- model ----
   ModelOptions mo;
+  mo.comm = comm.get();
+  mo.zero = zero;
+  mo.overlap_comm = opt.overlap_comm;
   mo.config = cfg;
   mo.B = B;
   mo.T = T;
@@ -184,8 +230,15 @@ TrainResult run_train(const TrainOptions& opt) {
   if (!ckpt_params.empty()) model->set_params(ckpt_params);
   int first_step = 1;
   if (resume_step >= 0) {
-    TrainState st = load_state_file(state_checkpoint_path(opt.out_dir, resume_step),
-                                    model->num_parameters());
+    // rank 0's file first: it says the world size the checkpoint was written at.
+    std::string state0 = state_checkpoint_path(opt.out_dir, resume_step, 0);
+    TrainState h0 = load_state_header(state0);
+    check_resume_world(h0.world_size, h0.zero, world, zero, state0);
+    std::string state_path = state_checkpoint_path(opt.out_dir, resume_step, rank);
+    CHECK(file_exists(state_path), "--resume: rank %d's optimizer state '%s' for step %lld is "
+          "missing; was the checkpoint written by a run of world size %d?", rank,
+          state_path.c_str(), (long long)resume_step, world);
+    TrainState st = load_state_file(state_path, model->adam_state_size());
     CHECK(st.B == B && st.T == T && st.total_batch == opt.total_batch,
           "--resume: the checkpoint was written with --batch %lld --seq-len %lld --total-batch %lld; "
           "resume with the same values", (long long)st.B, (long long)st.T, (long long)st.total_batch);
@@ -196,7 +249,7 @@ TrainResult run_train(const TrainOptions& opt) {
     first_step = (int)st.step + 1;
     say(flashgpt::strformat("resumed from step %lld in %s", (long long)st.step, opt.out_dir.c_str()));
   }
-  if (!opt.out_dir.empty() && tok && tok_path != opt.out_dir + "/tokenizer.bin")
+  if (lead && !opt.out_dir.empty() && tok && tok_path != opt.out_dir + "/tokenizer.bin")
     tok->save(opt.out_dir + "/tokenizer.bin");  // so `flashgpt sample` finds it beside the model
   result.first_step = first_step;
 
@@ -205,7 +258,12 @@ TrainResult run_train(const TrainOptions& opt) {
                 cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model->num_parameters() / 1e6));
   say(flashgpt::strformat("device: %s | attention: %s | batch %d x %d, %d micro-steps -> %lld tokens/step",
                 model->device_name(), opt.attn.c_str(), B, T, accum, (long long)opt.total_batch));
-  if (!opt.quiet) {
+  if (world > 1)
+    say(flashgpt::strformat("data parallel: %d processes (NCCL), %d x %d per rank per micro-step, %s",
+                            world, B, T, zero ? "ZeRO-1 (AdamW state sharded)"
+                            : opt.overlap_comm ? "gradient all-reduce per layer, overlapped with the backward"
+                                               : "one gradient all-reduce per step"));
+  if (!opt.quiet && lead) {
     size_t total = 0, width = 5;
     std::vector<MemoryLine> plan = model->memory_plan();
     for (const MemoryLine& m : plan) width = std::max(width, m.what.size());
@@ -220,8 +278,9 @@ TrainResult run_train(const TrainOptions& opt) {
   std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
   AdamWHyper h;
   h.weight_decay = opt.weight_decay;
-  Rng bench_rng(opt.seed);
+  Rng bench_rng(opt.seed + (uint64_t)rank);
 
+  auto mean_over_ranks = [&](double x) { return comm ? (double)comm->all_reduce_mean((float)x) : x; };
   auto evaluate = [&]() -> float {
     val_loader->reset();
     double sum = 0;
@@ -229,7 +288,7 @@ TrainResult run_train(const TrainOptions& opt) {
       val_loader->next_batch(inputs.data(), targets.data());
       sum += model->forward(inputs.data(), targets.data(), B, T);
     }
-    return (float)(sum / opt.eval_steps);
+    return (float)mean_over_ranks(sum / opt.eval_steps);
   };
   auto print_sample = [&](int step) {
     int eot = tok ? tok->eot_token() : cfg.vocab_size - 1;
@@ -258,11 +317,15 @@ TrainResult run_train(const TrainOptions& opt) {
     st.T = T;
     st.total_batch = opt.total_batch;
     st.seed = (int64_t)opt.seed;
+    st.world_size = world;
+    st.zero = zero;
     model->get_adam_state(st.m, st.v);
-    // State first, model second: latest_checkpoint_step() needs both, so a crash between
-    // the two leaves the previous pair as the latest.
-    save_state_file(state_checkpoint_path(opt.out_dir, step), st);
-    save_model_file(model_checkpoint_path(opt.out_dir, step), cfg, params);
+    // State first (every rank its own), model second (rank 0, after all states are on disk):
+    // latest_checkpoint_step() needs both, so a crash between the two leaves the previous
+    // pair as the latest.
+    save_state_file(state_checkpoint_path(opt.out_dir, step, rank), st);
+    if (comm) mean_over_ranks(0.0);  // barrier: every rank's state is written
+    if (lead) save_model_file(model_checkpoint_path(opt.out_dir, step), cfg, params);
     say(flashgpt::strformat("checkpoint: %s", model_checkpoint_path(opt.out_dir, step).c_str()));
   };
 
@@ -272,8 +335,14 @@ TrainResult run_train(const TrainOptions& opt) {
   int64_t timed_tokens = 0;
   std::vector<double> step_ms;
   if (!val_loader && !opt.bench) say("no validation shards: evaluation is off");
+  // Test hook for the failure handling (scripts/test_multigpu.sh): FLASHGPT_TEST_FAIL=R:S
+  // makes rank R throw at the start of step S.
+  int fail_rank = -1, fail_step = -1;
+  if (const char* f = std::getenv("FLASHGPT_TEST_FAIL")) std::sscanf(f, "%d:%d", &fail_rank, &fail_step);
   for (int step = first_step; step <= last_step; step++) {
     auto t0 = Clock::now();
+    CHECK(!(rank == fail_rank && step == fail_step),
+          "injected failure at step %d (FLASHGPT_TEST_FAIL=%d:%d)", step, fail_rank, fail_step);
     float lr = opt.bench ? opt.lr : lr_at_step(opt, step);
     h.lr = lr;
     model->zero_grad();
@@ -288,9 +357,12 @@ TrainResult run_train(const TrainOptions& opt) {
         train_loader->next_batch(inputs.data(), targets.data());
       }
       loss += model->forward(inputs.data(), targets.data(), B, T) / accum;
+      if (micro == accum - 1) model->mark_last_micro_step();
       model->backward(1.0f / accum);
     }
+    model->reduce_grads();  // multi-GPU: average over the ranks
     float norm = model->grad_norm();
+    loss = mean_over_ranks(loss);  // the loss of the global batch, for printing and the log
     CHECK(std::isfinite(loss) && std::isfinite(norm),
           "training diverged at step %d (loss %g, grad norm %g); lower --lr or raise --warmup",
           step, loss, norm);
@@ -305,7 +377,7 @@ TrainResult run_train(const TrainOptions& opt) {
     step_ms.push_back(ms);
     double tok_s = opt.total_batch / (ms / 1e3);
     double eta = (last_step - step) * (timed_s > 0 ? timed_s / (timed_tokens / opt.total_batch) : ms / 1e3);
-    if (!opt.quiet)
+    if (!opt.quiet && lead)
       std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
                   step, last_step, loss, lr, norm, ms, tok_s, human_time(eta).c_str());
     float val = NAN;
@@ -313,7 +385,7 @@ TrainResult run_train(const TrainOptions& opt) {
     if (val_loader && ((opt.eval_every > 0 && step % opt.eval_every == 0) || last)) {
       val = evaluate();
       result.val_losses.push_back(val);
-      std::printf("step %5d | val loss %.4f\n", step, val);
+      if (lead) std::printf("step %5d | val loss %.4f\n", step, val);
     }
     if (log) {
       std::fprintf(log.get(), "{\"step\": %d, \"loss\": %.6f, ", step, loss);
@@ -322,7 +394,8 @@ TrainResult run_train(const TrainOptions& opt) {
                    "\"peak_mem_bytes\": %zu}\n", lr, norm, ms, tok_s, model->peak_memory_bytes());
       std::fflush(log.get());
     }
-    if (!opt.bench && opt.sample_every > 0 && (step % opt.sample_every == 0 || last)) print_sample(step);
+    if (lead && !opt.bench && opt.sample_every > 0 && (step % opt.sample_every == 0 || last))
+      print_sample(step);
     if (!opt.out_dir.empty() && !opt.bench &&
         ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || last))
       save_checkpoint(step);
@@ -337,14 +410,21 @@ TrainResult run_train(const TrainOptions& opt) {
     // FLOPs per token, as llm.c: 6N for the matrices + 6*L*C*T for causal attention.
     double flops_tok = 6.0 * model->num_parameters() + 6.0 * cfg.num_layers * cfg.channels * T;
     double peak = peak_flops(model->device_name());
-    std::printf("bench: %s %s attn=%s B=%d T=%d | median %.2f ms/step | %.0f tokens/s | MFU %s | "
-                "peak memory %s\n", model->device_name(), opt.model.c_str(), opt.attn.c_str(), B, T,
-                med, tps, peak > 0 ? flashgpt::strformat("%.1f%%", 100 * tps * flops_tok / peak).c_str() : "n/a",
-                human_bytes(model->peak_memory_bytes()).c_str());
+    // Rank 0's median: the ranks meet in the collectives every step, so all run at one pace.
+    double tps_gpu = tps / world;
+    if (lead)
+      std::printf("bench: %s %s attn=%s B=%d T=%d world=%d | median %.2f ms/step | %.0f tokens/s "
+                  "(%.0f per GPU) | MFU %s | peak memory %s\n", model->device_name(),
+                  opt.model.c_str(), opt.attn.c_str(), B, T, world, med, tps, tps_gpu,
+                  peak > 0 ? flashgpt::strformat("%.1f%%", 100 * tps_gpu * flops_tok / peak).c_str() : "n/a",
+                  human_bytes(model->peak_memory_bytes()).c_str());
     result.tokens_per_s = tps;
   } else {
-    std::printf("done: %d steps, %.0f tokens/s, peak memory %s\n", last_step - first_step + 1,
-                result.tokens_per_s, human_bytes(result.peak_mem_bytes).c_str());
+    if (lead)
+      std::printf("done: %d steps, %.0f tokens/s, peak memory %s\n", last_step - first_step + 1,
+                  result.tokens_per_s, human_bytes(result.peak_mem_bytes).c_str());
   }
   return result;
 }
+
+}  // namespace

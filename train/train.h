@@ -2,9 +2,14 @@
 //
 //   for step in 1..steps:
 //     lr = warm-up then cosine schedule
-//     for each of total_batch / (B*T) micro-batches: forward, backward(1 / micro-batches)
+//     for each of total_batch / (B*T*world) micro-batches: forward, backward(1 / micro-batches)
+//     reduce_grads (multi-GPU: average over the ranks; the model may start it during the
+//     last backward); loss averaged over the ranks
 //     norm = global grad norm; scale = min(1, grad_clip / norm); AdamW(lr, scale)
 //     print a line (loss, lr, norm, ms, tok/s, ETA); log JSON; eval / sample / checkpoint
+//   Multi-GPU (opt.dist.world_size > 1, train/dist.h): only rank 0 prints, logs, samples and
+//   writes the model file; every rank writes its optimizer state; an error on any rank is
+//   reported as "rank R: cause" after aborting the communicator (the others stop too).
 #pragma once
 #include <vector>
 

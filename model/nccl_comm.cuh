@@ -1,0 +1,18 @@
+// nccl_comm.cuh — NCCL_CHECK and the NCCL side of DistComm (model/model.h); implementation in
+// model/nccl_comm.cu. Only nvcc-compiled files include this.
+#pragma once
+#include <nccl.h>
+
+#include "kernels/common.h"
+#include "model/model.h"
+
+#define NCCL_CHECK(call)                                                                 \
+  do {                                                                                   \
+    ncclResult_t nccl_status_ = (call);                                                  \
+    if (nccl_status_ != ncclSuccess)                                                     \
+      FAIL("NCCL error %s (%s:%d): %s%s%s", ncclGetErrorString(nccl_status_), __FILE__,  \
+           __LINE__, #call, ncclGetLastError(nullptr) ? "; " : "",                       \
+           ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "");                  \
+  } while (0)
+
+inline ncclComm_t as_nccl(const DistComm* c) { return static_cast<ncclComm_t>(c->nccl_comm()); }

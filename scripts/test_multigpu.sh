@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# test_multigpu.sh — multi-GPU checks on a machine with >= 2 GPUs (issue 6). Logs in $OUT.
+#   1. world 2 with --batch B matches world 1 with --batch 2B (same seed, same global batch)
+#      in per-step loss over 10 steps within bf16 tolerance: data parallel with the all-reduce
+#      overlapped (default) and not (--no-overlap), with gradient accumulation, and --zero 1;
+#   2. checkpoint at step 5 and --resume to step 10 at world 2 matches the uninterrupted run
+#      (both modes); resuming that checkpoint at world 1 is refused with a clear error;
+#   3. a rank that fails (injected with FLASHGPT_TEST_FAIL) ends the other rank with a
+#      message naming it, and launch.sh exits non-zero naming it.
+# Needs build/flashgpt and DATA (default runs/data/fortunes, from `flashgpt prepare`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/test_multigpu}
+DATA=${DATA:-runs/data/fortunes}
+B=${B:-4}
+TOL=${TOL:-0.03}          # |loss difference|, world 2 vs world 1 (different GEMM shapes in bf16)
+TOL_RESUME=${TOL_RESUME:-0.01}  # resumed vs uninterrupted (flash backward's dQ is not bitwise reproducible)
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+BIN=build/flashgpt
+COMMON=(--data "$DATA" --model d12 --seq-len 256 --steps 10 --lr 6e-4 --warmup 2 --eval-every 0
+        --eval-steps 4 --sample-every 0 --seed 1337)
+fails=0
+result() { echo "$1"; echo "$1" >> "$OUT/summary.txt"; }
+: > "$OUT/summary.txt"
+
+compare() {  # compare NAME A.jsonl B.jsonl TOL [first_step]
+  python3 - "$@" <<'PY'
+import json, sys
+name, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+first = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+def load(p):
+    d = {}
+    for line in open(p):
+        line = line.strip()
+        if line:
+            j = json.loads(line); d[j["step"]] = j["loss"]
+    return d
+A, B = load(a), load(b)
+steps = [s for s in sorted(A) if s >= first]
+missing = [s for s in steps if s not in B]
+if not steps or missing:
+    print(f"FAIL {name}: steps missing: {missing or 'none logged'}"); sys.exit(1)
+diffs = [abs(A[s] - B[s]) for s in steps]
+print(f"{name}: " + " ".join(f"{s}:{A[s]:.4f}/{B[s]:.4f}" for s in steps))
+worst = max(diffs)
+ok = worst <= tol
+print(f"{'PASS' if ok else 'FAIL'} {name}: max |loss diff| {worst:.2e} over steps {steps[0]}..{steps[-1]} (tolerance {tol:g})")
+sys.exit(0 if ok else 1)
+PY
+}
+
+run() {  # run LOGNAME cmd...
+  local log="$OUT/$1.log"; shift
+  "$@" >"$log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || { result "FAIL: $* (rc $rc), see $log"; tail -n 8 "$log"; fails=$((fails + 1)); }
+  return $rc
+}
+
+# 1 + 2: world 1 reference, world 2 (with checkpoints), world 2 ZeRO-1 (with checkpoints)
+run w1 $BIN train "${COMMON[@]}" --batch $((2 * B)) --log "$OUT/w1.jsonl"
+for mode in dp zero; do
+  extra=(); [ $mode = zero ] && extra=(--zero 1)
+  ck="$OUT/ck_$mode"; rm -rf "$ck"
+  run "w2_$mode" scripts/launch.sh --gpus 2 -- "${COMMON[@]}" --batch $B "${extra[@]}" \
+    --log "$OUT/w2_$mode.jsonl" --out "$ck" --checkpoint-every 5
+  out=$(compare "world2-$mode vs world1" "$OUT/w1.jsonl" "$OUT/w2_$mode.jsonl" "$TOL"); rc=$?
+  echo "$out" >> "$OUT/summary.txt"; echo "$out"; [ $rc -eq 0 ] || fails=$((fails + 1))
+  ls "$ck" >> "$OUT/summary.txt"
+  # drop the final checkpoint and resume from step 5
+  rm -f "$ck"/model_00000010.bin "$ck"/state_00000010*.bin
+  run "w2_${mode}_resume" scripts/launch.sh --gpus 2 -- "${COMMON[@]}" --batch $B "${extra[@]}" \
+    --log "$OUT/w2_${mode}_resume.jsonl" --out "$ck" --checkpoint-every 5 --resume
+  out=$(compare "world2-$mode resumed@5 vs uninterrupted" "$OUT/w2_$mode.jsonl" "$OUT/w2_${mode}_resume.jsonl" "$TOL_RESUME" 6); rc=$?
+  echo "$out" >> "$OUT/summary.txt"; echo "$out"; [ $rc -eq 0 ] || fails=$((fails + 1))
+done
+# the same without overlapping the all-reduce with the backward, and with gradient
+# accumulation (2 micro-steps of batch B/2 per rank: the overlap only runs in the last one)
+run w2_nooverlap scripts/launch.sh --gpus 2 -- "${COMMON[@]}" --batch $B --no-overlap --log "$OUT/w2_nooverlap.jsonl"
+out=$(compare "world2-no-overlap vs world1" "$OUT/w1.jsonl" "$OUT/w2_nooverlap.jsonl" "$TOL"); rc=$?
+echo "$out" >> "$OUT/summary.txt"; echo "$out"; [ $rc -eq 0 ] || fails=$((fails + 1))
+run w2_accum scripts/launch.sh --gpus 2 -- "${COMMON[@]}" --batch $((B / 2)) --total-batch $((2 * B * 256)) \
+  --log "$OUT/w2_accum.jsonl"
+out=$(compare "world2-accum2 vs world1" "$OUT/w1.jsonl" "$OUT/w2_accum.jsonl" "$TOL"); rc=$?
+echo "$out" >> "$OUT/summary.txt"; echo "$out"; [ $rc -eq 0 ] || fails=$((fails + 1))
+
+# resuming the world-2 checkpoint on one process: refused, clearly
+$BIN train "${COMMON[@]}" --batch $B --out "$OUT/ck_dp" --resume --steps 12 >"$OUT/w1_resume_w2.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "world size 2 but this run has world size 1" "$OUT/w1_resume_w2.log"; then
+  result "PASS world-size mismatch on resume: $(grep error "$OUT/w1_resume_w2.log")"
+else
+  result "FAIL world-size mismatch on resume (rc $rc)"; tail -n 3 "$OUT/w1_resume_w2.log"; fails=$((fails + 1))
+fi
+
+# 3: failure of rank 1 at step 3, two processes started by hand (no launcher to kill rank 0)
+TMPD=$(mktemp -d)
+t0=$(date +%s)
+for r in 0 1; do
+  FLASHGPT_TEST_FAIL=1:3 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r timeout 120 $BIN train "${COMMON[@]}" \
+    --batch $B --dist-init "file://$TMPD/id" --dist-timeout 60 >"$OUT/fail_rank$r.log" 2>&1 &
+  eval "pid$r=\$!"
+done
+wait $pid0; rc0=$?
+wait $pid1; rc1=$?
+t1=$(date +%s)
+rm -rf "$TMPD"
+if [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && grep -q "rank 1" "$OUT/fail_rank0.log"; then
+  result "PASS failed rank: rank 1 rc $rc1, rank 0 rc $rc0 after $((t1 - t0)) s: $(grep error "$OUT/fail_rank0.log" | head -n 1)"
+else
+  result "FAIL failed rank: rc0 $rc0 rc1 $rc1 after $((t1 - t0)) s"; tail -n 3 "$OUT"/fail_rank*.log; fails=$((fails + 1))
+fi
+FLASHGPT_TEST_FAIL=1:3 timeout 120 scripts/launch.sh --gpus 2 -- "${COMMON[@]}" --batch $B >"$OUT/fail_launch.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "launch.sh: rank 1 exited" "$OUT/fail_launch.log"; then
+  result "PASS launch.sh on a failed rank (rc $rc): $(grep -E 'launch.sh|error' "$OUT/fail_launch.log" | head -n 3 | tr '\n' ' ')"
+else
+  result "FAIL launch.sh on a failed rank (rc $rc)"; tail -n 5 "$OUT/fail_launch.log"; fails=$((fails + 1))
+fi
+
+result "test_multigpu: $fails failure(s)"
+exit $((fails > 0))

@@ -1,0 +1,397 @@
+// Multi-GPU plumbing that runs without a GPU: rank/world from flags and the environment
+// (torchrun, mpirun, srun), --dist-init parsing, the NCCL-id exchange through a file and over
+// TCP (threads on 127.0.0.1), the ZeRO-1 shard arithmetic, world-size checks on resume, and
+// --total-batch divisibility at world > 1. (Per-rank data slicing: test_data.cpp.)
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <thread>
+
+#include "model/checkpoint.h"
+#include "model/layout.h"
+#include "model/zero_shard.h"
+#include "tests/cpu/test_helpers.h"
+#include "train/dist.h"
+#include "train/options.h"
+#include "train/train.h"
+
+namespace {
+
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+  EnvFn fn() const {
+    return [this](const char* k) -> const char* {
+      auto it = vars.find(k);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  }
+};
+
+DistConfig resolve(const FakeEnv& e, int r = -1, int w = -1, int l = -1, std::string init = "") {
+  return resolve_dist_config(r, w, l, init, e.fn());
+}
+
+// A TCP port that was free a moment ago (the OS picks it).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  EXPECT_EQ(bind(fd, (sockaddr*)&a, sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, (sockaddr*)&a, &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs the exchange on `world` threads; returns each rank's id (rank 0's is the original).
+std::vector<std::vector<unsigned char>> exchange_on_threads(const std::string& url, int world,
+                                                            std::vector<std::string>& errors) {
+  DistInit init = parse_dist_init(url);
+  std::vector<std::vector<unsigned char>> ids(world, std::vector<unsigned char>(kDistIdBytes, 0));
+  for (size_t i = 0; i < kDistIdBytes; i++) ids[0][i] = (unsigned char)(i * 7 + 3);
+  errors.assign(world, "");
+  std::vector<std::thread> th;
+  // Ranks > 0 start first: they must wait (poll / retry) for rank 0.
+  for (int r = world - 1; r >= 0; r--) {
+    th.emplace_back([&, r] {
+      try {
+        if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        exchange_dist_id(init, r, world, ids[r].data(), 10.0);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  return ids;
+}
+
+}  // namespace
+
+TEST(Dist, NoEnvironmentIsOneProcess) {
+  FakeEnv e;
+  DistConfig d = resolve(e);
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_EQ(d.world_size, 1);
+  EXPECT_EQ(d.local_rank, 0);
+  EXPECT_EQ(d.init, "");
+}
+
+TEST(Dist, EnvironmentOfTorchrunMpirunSlurm) {
+  FakeEnv t;
+  t.vars = {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"FLASHGPT_DIST_INIT", "tcp://n0:29500"}};
+  DistConfig d = resolve(t);
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.world_size, 8);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.init, "tcp://n0:29500");
+  FakeEnv m;
+  m.vars = {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+            {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}};
+  d = resolve(m, -1, -1, -1, "file:///tmp/x");
+  EXPECT_EQ(d.rank, 2);
+  EXPECT_EQ(d.world_size, 4);
+  EXPECT_EQ(d.local_rank, 0);
+  FakeEnv s;
+  s.vars = {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "1"}};
+  d = resolve(s, -1, -1, -1, "file:///tmp/x");
+  EXPECT_EQ(d.rank, 5);
+  EXPECT_EQ(d.world_size, 6);
+  EXPECT_EQ(d.local_rank, 1);
+  // no local rank given: the rank
+  FakeEnv n;
+  n.vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}};
+  EXPECT_EQ(resolve(n, -1, -1, -1, "file:///tmp/x").local_rank, 1);
+  // torchrun's variables win over srun's when both are set (torchrun under srun)
+  FakeEnv both;
+  both.vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}};
+  EXPECT_EQ(resolve(both, -1, -1, -1, "file:///tmp/x").world_size, 2);
+}
+
+TEST(Dist, FlagsWinOverTheEnvironment) {
+  FakeEnv t;
+  t.vars = {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"}, {"FLASHGPT_DIST_INIT", "tcp://a:1"}};
+  DistConfig d = resolve(t, 1, 2, 0, "file:///tmp/flag");
+  EXPECT_EQ(d.rank, 1);
+  EXPECT_EQ(d.world_size, 2);
+  EXPECT_EQ(d.local_rank, 0);
+  EXPECT_EQ(d.init, "file:///tmp/flag");
+  d = resolve(t, 0, -1, -1, "");  // field by field
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_EQ(d.world_size, 8);
+  EXPECT_EQ(d.init, "tcp://a:1");
+}
+
+TEST(Dist, BadValuesAreClearErrors) {
+  FakeEnv e;
+  e.vars = {{"RANK", "abc"}, {"WORLD_SIZE", "2"}};
+  expect_error([&] { resolve(e, -1, -1, -1, "file:///tmp/x"); }, "RANK='abc'");
+  e.vars = {{"RANK", "0"}, {"WORLD_SIZE", "-2"}};
+  expect_error([&] { resolve(e, -1, -1, -1, "file:///tmp/x"); }, "WORLD_SIZE='-2'");
+  e.vars = {{"RANK", "2"}, {"WORLD_SIZE", "2"}};
+  expect_error([&] { resolve(e, -1, -1, -1, "file:///tmp/x"); }, "rank 2 is outside the world of 2");
+  e.vars = {{"WORLD_SIZE", "2"}};
+  expect_error([&] { resolve(e, -1, -1, -1, "file:///tmp/x"); }, "sets WORLD_SIZE but not RANK");
+  e.vars = {{"RANK", "0"}, {"WORLD_SIZE", "2"}};
+  expect_error([&] { resolve(e); }, "a world of 2 processes (from WORLD_SIZE) needs --dist-init");
+  EXPECT_EQ(resolve(e, -1, 1).world_size, 1);  // --world-size 1 overrides
+  expect_error([&] { resolve(e, -1, -1, -1, "nfs:/x"); }, "--dist-init 'nfs:/x' is not understood");
+  e.vars = {{"RANK", "3"}};  // a rank alone (set for something else) is ignored
+  EXPECT_EQ(resolve(e).world_size, 1);
+  EXPECT_EQ(resolve(e).rank, 0);
+  expect_error([&] { resolve(FakeEnv(), 0, 0, -1, ""); }, "--world-size must be at least 1");
+  // through the flags of `flashgpt train`
+  TempDir d;
+  TrainOptions o;
+  Argv a({"train", "--bench", "--world-size", "2", "--rank", "-1"});
+  expect_error([&] { parse_train_options(a.argc(), a.argv(), o); }, "--rank must be >= 0");
+  Argv c({"train", "--bench", "--world-size", "2", "--rank", "1", "--dist-init",
+          "file://" + d.path + "/id", "--device", "cpu"});
+  expect_error([&] { parse_train_options(c.argc(), c.argv(), o); }, "--device cpu trains in one process");
+  Argv ov({"train", "--bench", "--no-overlap", "--zero", "1"});
+  ASSERT_TRUE(parse_train_options(ov.argc(), ov.argv(), o));
+  EXPECT_FALSE(o.overlap_comm);
+  EXPECT_EQ(o.zero, 1);
+  Argv t({"train", "--bench", "--dist-timeout", "0"});
+  expect_error([&] { parse_train_options(t.argc(), t.argv(), o); }, "--dist-timeout must be > 0");
+  Argv z({"train", "--bench", "--zero", "2"});
+  expect_error([&] { parse_train_options(z.argc(), z.argv(), o); }, "--zero 2 is not supported");
+}
+
+TEST(Dist, ParseDistInit) {
+  DistInit f = parse_dist_init("file:///shared/job/id");
+  EXPECT_EQ(f.kind, DistInit::kFile);
+  EXPECT_EQ(f.path, "/shared/job/id");
+  DistInit t = parse_dist_init("tcp://node-0.cluster:29500");
+  EXPECT_EQ(t.kind, DistInit::kTcp);
+  EXPECT_EQ(t.host, "node-0.cluster");
+  EXPECT_EQ(t.port, 29500);
+  expect_error([] { parse_dist_init("file://relative/path"); }, "absolute path");
+  expect_error([] { parse_dist_init("file:///shared/dir/"); }, "names a directory");
+  expect_error([] { parse_dist_init("tcp://host"); }, "expected tcp://host:port");
+  expect_error([] { parse_dist_init("tcp://:80"); }, "expected tcp://host:port");
+  expect_error([] { parse_dist_init("tcp://h:99999"); }, "port '99999' is not a number in 1..65535");
+  expect_error([] { parse_dist_init("tcp://h:12ab"); }, "port '12ab'");
+  expect_error([] { parse_dist_init("http://h:1"); }, "not understood");
+  expect_error([] { parse_dist_init(""); }, "not understood");
+}
+
+TEST(Dist, FileExchangeBetweenThreads) {
+  TempDir d;
+  std::vector<std::string> errors;
+  auto ids = exchange_on_threads("file://" + d.path + "/nccl_id", 4, errors);
+  for (int r = 0; r < 4; r++) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(ids[r], ids[0]) << "rank " << r;
+  }
+  FILE* tmp = fopen((d.path + "/nccl_id.tmp").c_str(), "rb");
+  EXPECT_EQ(tmp, nullptr) << "the .tmp file is renamed away";
+  if (tmp) fclose(tmp);
+  // A rank that waits for a file nobody writes gives up naming the path.
+  unsigned char id[kDistIdBytes];
+  DistInit never = parse_dist_init("file://" + d.path + "/never");
+  std::string msg = expect_error([&] { exchange_dist_id(never, 1, 2, id, 0.2); }, d.path + "/never");
+  EXPECT_NE(msg.find("rank 1 waited"), std::string::npos) << msg;
+  // A short (corrupt or leftover) file is an error, not garbage.
+  FILE* f = fopen((d.path + "/short").c_str(), "wb");
+  fputs("xyz", f);
+  fclose(f);
+  expect_error([&] { exchange_dist_id(parse_dist_init("file://" + d.path + "/short"), 1, 2, id, 1); },
+               "holds 3 bytes");
+  // Rank 0 with an unwritable directory.
+  expect_error([&] { exchange_dist_id(parse_dist_init("file:///nonexistent_dir_xyz/id"), 0, 2, id, 1); },
+               "rank 0 cannot write");
+}
+
+TEST(Dist, TcpExchangeBetweenThreadsOnLoopback) {
+  int port = free_port();
+  std::vector<std::string> errors;
+  auto ids = exchange_on_threads("tcp://127.0.0.1:" + std::to_string(port), 3, errors);
+  for (int r = 0; r < 3; r++) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(ids[r], ids[0]) << "rank " << r;
+  }
+  // Nobody listening: a clear error after the timeout.
+  unsigned char id[kDistIdBytes];
+  DistInit nobody = parse_dist_init("tcp://127.0.0.1:" + std::to_string(free_port()));
+  expect_error([&] { exchange_dist_id(nobody, 1, 2, id, 0.3); }, "could not connect to rank 0");
+  // Rank 0 whose peers never come.
+  DistInit lonely = parse_dist_init("tcp://127.0.0.1:" + std::to_string(free_port()));
+  expect_error([&] { exchange_dist_id(lonely, 0, 3, id, 0.3); }, "only 1 of 3 ranks connected");
+}
+
+// scripts/launch.sh with a stand-in for flashgpt: the environment each rank gets, and a failed
+// rank stopping the others with a non-zero exit that names it.
+TEST(Dist, LaunchScript) {
+  if (access("scripts/launch.sh", X_OK) != 0) GTEST_SKIP() << "run from the repository root";
+  TempDir d;
+  std::string fake = d / "fake.sh";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/bash\n"
+         "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $NCCL_NVLS_ENABLE $FLASHGPT_DIST_INIT $*\" > " << d.path << "/out.$RANK\n"
+         "if [ \"$RANK\" = \"$FAIL_RANK\" ]; then echo \"flashgpt: error: rank $RANK: boom\" >&2; exit 3; fi\n"
+         "[ -n \"$FAIL_RANK\" ] && exec sleep 30\n"
+         "exit 0\n";
+  }
+  chmod(fake.c_str(), 0755);
+  std::string env = "FLASHGPT=" + fake + " ";
+  int rc = std::system((env + "scripts/launch.sh --gpus 3 -- --data x --batch 2 > " + d.path + "/log 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0);
+  for (int r = 0; r < 3; r++) {
+    std::ifstream in(d / ("out." + std::to_string(r)));
+    std::string rank, world, local, nvls, init, rest;
+    in >> rank >> world >> local >> nvls >> init;
+    std::getline(in, rest);
+    EXPECT_EQ(rank, std::to_string(r));
+    EXPECT_EQ(world, "3");
+    EXPECT_EQ(local, std::to_string(r));
+    EXPECT_EQ(nvls, "0");
+    EXPECT_EQ(init.rfind("file:///", 0), 0u) << init;
+    EXPECT_EQ(rest, " train --data x --batch 2");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  rc = std::system(("FAIL_RANK=1 " + env + "scripts/launch.sh --gpus 3 -- --data x > " + d.path + "/log2 2>&1").c_str());
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(WEXITSTATUS(rc), 3);
+  EXPECT_LT(s, 15.0) << "the other ranks (sleeping 30 s) were stopped";
+  std::ifstream log(d / "log2");
+  std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("launch.sh: rank 1 exited with code 3"), std::string::npos) << all;
+  rc = std::system(("scripts/launch.sh --gpus 0 -- x > " + d.path + "/log3 2>&1").c_str());
+  EXPECT_NE(WEXITSTATUS(rc), 0);
+}
+
+TEST(Dist, FailureMarkerNamesTheRank) {
+  TempDir d;
+  DistConfig r0{0, 2, 0, "file://" + d.path + "/id"}, r1{1, 2, 1, "file://" + d.path + "/id"};
+  EXPECT_EQ(read_failure_marker(r0), "");
+  write_failure_marker(r1, "token id 999 is outside the vocabulary");
+  EXPECT_EQ(read_failure_marker(r0), "rank 1 failed: token id 999 is outside the vocabulary");
+  EXPECT_EQ(read_failure_marker(r1), "");  // its own marker does not count
+  // a leftover of an earlier job (an hour old) does not count either
+  struct timeval old[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  utimes((d.path + "/id.failed.rank1").c_str(), old);
+  EXPECT_EQ(read_failure_marker(r0), "");
+}
+
+TEST(Dist, ZeroShardArithmetic) {
+  for (size_t total : {1ul, 63ul, 64ul, 1000ul, 124475904ul, 7777777ul}) {
+    for (int world : {1, 2, 3, 4, 8}) {
+      size_t covered = 0, prev_end = 0;
+      for (int r = 0; r < world; r++) {
+        ZeroShard s = zero_shard(total, world, r);
+        ASSERT_EQ(s.padded_total % (world * kZeroAlign), 0u);
+        ASSERT_GE(s.padded_total, total);
+        ASSERT_LT(s.padded_total - total, world * kZeroAlign);
+        ASSERT_EQ(s.shard_size * world, s.padded_total);
+        ASSERT_EQ(s.begin, r * s.shard_size);
+        ASSERT_EQ(s.begin % kZeroAlign, 0u);
+        if (s.owned() > 0) {
+          ASSERT_LE(s.end, total);
+        }
+        if (s.owned() > 0) {
+          ASSERT_EQ(s.begin, prev_end) << "contiguous, no gaps";
+          prev_end = s.end;
+        }
+        covered += s.owned();
+      }
+      ASSERT_EQ(covered, total) << "total " << total << " world " << world;
+      ASSERT_EQ(prev_end, total);
+    }
+  }
+  // Segments: cut at tensor boundaries; the per-element weight-decay flag of the segments
+  // matches the flag of each element's tensor.
+  GPTConfig c = gpt_preset("tiny", 300, 32);
+  c.num_layers = 3;
+  ParamLayout L(c);
+  std::vector<char> decay(L.total);
+  for (int i = 0; i < kNumParamTensors; i++)
+    for (size_t k = 0; k < L.sizes[i]; k++) decay[L.offsets[i] + k] = ParamLayout::decayed(i);
+  for (int world : {1, 2, 3, 4, 7}) {
+    std::vector<int> seen(L.total, 0);
+    for (int r = 0; r < world; r++) {
+      ZeroShard s = zero_shard(L.total, world, r);
+      auto segs = shard_segments(L.offsets.data(), L.sizes.data(), kNumParamTensors, s.begin, s.end);
+      size_t sum = 0;
+      for (const ShardSegment& g : segs) {
+        ASSERT_GE(g.begin, L.offsets[g.tensor]);
+        ASSERT_LE(g.begin + g.count, L.offsets[g.tensor] + L.sizes[g.tensor]);
+        ASSERT_GE(g.begin, s.begin);
+        ASSERT_LE(g.begin + g.count, s.end);
+        for (size_t k = 0; k < g.count; k++) {
+          seen[g.begin + k]++;
+          ASSERT_EQ(decay[g.begin + k], ParamLayout::decayed(g.tensor));
+        }
+        sum += g.count;
+      }
+      ASSERT_EQ(sum, s.owned());
+    }
+    for (size_t i = 0; i < L.total; i++) ASSERT_EQ(seen[i], 1) << "element " << i << " world " << world;
+  }
+}
+
+TEST(Dist, TotalBatchMustDivideAcrossRanks) {
+  TempDir d;
+  TrainOptions o;
+  std::string init = "file://" + d.path + "/id";
+  Argv ok({"train", "--bench", "--world-size", "2", "--rank", "1", "--dist-init", init,
+           "--batch", "4", "--seq-len", "16", "--total-batch", "256"});
+  ASSERT_TRUE(parse_train_options(ok.argc(), ok.argv(), o));
+  EXPECT_EQ(o.dist.world_size, 2);
+  EXPECT_EQ(o.dist.rank, 1);
+  EXPECT_EQ(o.total_batch, 256);  // 2 micro-steps of 4 x 16 on each of 2 ranks
+  Argv dflt({"train", "--bench", "--world-size", "2", "--rank", "0", "--dist-init", init,
+             "--batch", "4", "--seq-len", "16"});
+  ASSERT_TRUE(parse_train_options(dflt.argc(), dflt.argv(), o));
+  EXPECT_EQ(o.total_batch, 128);  // default: one micro-step per rank
+  Argv bad({"train", "--bench", "--world-size", "2", "--rank", "0", "--dist-init", init,
+            "--batch", "4", "--seq-len", "16", "--total-batch", "192"});
+  expect_error([&] { parse_train_options(bad.argc(), bad.argv(), o); },
+               "--total-batch 192 is not a multiple of --batch x --seq-len x world size = 4 x 16 x 2 = 128");
+}
+
+TEST(Dist, ResumeAtAnotherWorldSizeIsAClearError) {
+  check_resume_world(2, 1, 2, 1, "s.bin");  // same: fine
+  expect_error([] { check_resume_world(2, 0, 1, 0, "/o/state_00000005.bin"); },
+               "'/o/state_00000005.bin' was written by a run of world size 2 but this run has world size 1");
+  expect_error([] { check_resume_world(4, 0, 2, 0, "s.bin"); }, "resume with 4 processes");
+  expect_error([] { check_resume_world(2, 1, 2, 0, "s.bin"); }, "written with --zero 1");
+  EXPECT_EQ(state_checkpoint_path("/o", 100, 0), "/o/state_00000100.bin");
+  EXPECT_EQ(state_checkpoint_path("/o", 100, 3), "/o/state_00000100_rank3.bin");
+
+  // End to end on the CPU: a checkpoint from a (pretend) world-2 run refuses to resume here.
+  TempDir out;
+  TrainOptions o;
+  Argv a({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "1", "--channels", "32",
+          "--heads", "2", "--seq-len", "16", "--batch", "2", "--steps", "2", "--eval-every", "0",
+          "--sample-every", "0", "--device", "cpu", "--quiet", "--out", out.path});
+  ASSERT_TRUE(parse_train_options(a.argc(), a.argv(), o));
+  run_train(o);
+  std::string st = state_checkpoint_path(out.path, 2);
+  TrainState h = load_state_header(st);
+  EXPECT_EQ(h.world_size, 1);
+  EXPECT_EQ(h.zero, 0);
+  FILE* f = fopen(st.c_str(), "r+b");
+  ASSERT_TRUE(f);
+  int64_t two = 2;
+  fseek(f, 11 * sizeof(int64_t), SEEK_SET);
+  fwrite(&two, sizeof(two), 1, f);
+  fclose(f);
+  o.resume = true;
+  o.steps = 4;
+  expect_error([&] { run_train(o); }, "was written by a run of world size 2 but this run has world size 1");
+}
