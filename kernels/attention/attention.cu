@@ -2,6 +2,8 @@
 // attention_names(), so a backend added here is tested and benched the day it is added.
 //   "flash": our FlashAttention-2 kernels (flash*.cu), saves LSE (B, NH, T) fp32; the default.
 //   "naive": cuBLAS + causal softmax kernels (naive.cu), saves P (B, NH, T, T).
+//   "flash1": FlashAttention-1's loop order (flash1.cu: K/V tiles outer, O/m/l in device
+//             memory, one block per head), saves LSE like flash; there to be compared with it.
 // -DFLASHGPT_ATTN_NAIVE_ONLY builds the registry without flash (only for a private binary
 // while flash*.cu is being written; the committed build always includes flash).
 #include "kernels/attention/attention.cuh"
@@ -9,19 +11,21 @@
 #include "kernels/attention/naive.cuh"
 #if !defined(FLASHGPT_ATTN_NAIVE_ONLY)
 #include "kernels/attention/flash.cuh"
+#include "kernels/attention/flash1.cuh"
 #endif
 
 std::vector<std::string> attention_names() {
 #if defined(FLASHGPT_ATTN_NAIVE_ONLY)
   return {"naive"};
 #else
-  return {"flash", "naive"};
+  return {"flash", "naive", "flash1"};
 #endif
 }
 
 std::unique_ptr<AttentionBackend> make_attention(const std::string& name) {
 #if !defined(FLASHGPT_ATTN_NAIVE_ONLY)
   if (name == "flash") return make_flash_attention();
+  if (name == "flash1") return make_flash1_attention();
 #endif
   if (name == "naive") return make_naive_attention();
   std::string known;

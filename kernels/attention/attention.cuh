@@ -1,6 +1,6 @@
 // attention.cuh — the GPU attention interface. Backends: "naive" (materialises and saves
-// P (B, NH, T, T) in floatX) and "flash" (our FlashAttention-2 kernels; saves LSE (B, NH, T)).
-// Both read Q, K, V in place from the packed qkv buffer (B, T, NH + 2*NKV, HS) and write
+// P (B, NH, T, T) in floatX), "flash" (our FlashAttention-2 kernels; saves LSE (B, NH, T)) and
+// "flash1" (FlashAttention-1's loop order, for comparison: flash1.cu). All read Q, K, V in place from the packed qkv buffer (B, T, NH + 2*NKV, HS) and write
 // out (B, T, NH, HS). Causal, scale 1/sqrt(HS). Layout and maths: attention_ref.h.
 #pragma once
 #include <memory>

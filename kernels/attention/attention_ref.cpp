@@ -1,4 +1,5 @@
-// attention_ref.cpp — CPU causal attention: naive (stores P) and FlashAttention-2 (stores LSE).
+// attention_ref.cpp — CPU causal attention: naive (stores P), FlashAttention-2 (stores LSE) and
+// FlashAttention-1's loop order (flash1, stores LSE; see its section below).
 // The oracles for the GPU attention kernels and the attention of the CPU model.
 //
 // Layout, notation and the maths: attention_ref.h. Per (b, query head h), kv head h / (NH/NKV),
@@ -376,6 +377,192 @@ void attention_flash_backward_ref(real* dqkv, const real* dout, const real* qkv,
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// flash1 (FlashAttention-1 loop order: K/V tiles outer, Q tiles inner, state in "HBM")
+//
+// forward, per (b, h), with O (T x HS, un-normalised), m (T), l (T) the per-head accumulators
+// that the GPU keeps in fp32 device memory:
+//   for j = 0 .. Tc-1:                          load K_j, V_j
+//     for i = j*Bc/Br .. Tr-1:                  (Q tiles entirely before key j*Bc: skipped)
+//       load Q_i; read m_i, l_i, O_i (j == 0: m_i = -inf, l_i = 0, O_i = 0)
+//       S_ij = scale Q_i K_j^T, masked where key > query
+//       m_new = max(m_i, rowmax S_ij);  P~ = exp(S_ij - m_new)
+//       l_i = e^(m_i - m_new) l_i + rowsum P~;  O_i = e^(m_i - m_new) O_i + P~ V_j
+//       j == last tile reaching tile i ((min(q0+Br, T)-1)/Bc): out_i = O_i / l_i, LSE_i =
+//         m_i + log l_i;  otherwise write m_i, l_i, O_i back
+// backward, per (b, kv head): D = rowsum(dO o O); dQ (group x T x HS) the GPU's fp32 dQ scratch
+//   for j = 0 .. Tc-1:  dK_j = dV_j = 0
+//     for each query head h of the group, for i = j*Bc/Br .. Tr-1:
+//       read dQ_i (j == 0: 0); P_ij = exp(scale Q_i K_j^T - LSE_i) (0 where masked)
+//       dV_j += P_ij^T dO_i;  dS_ij = P_ij o (dO_i V_j^T - D_i)
+//       dK_j += scale dS_ij^T Q_i;  dQ_i += scale dS_ij K_j
+//       j == last tile reaching tile i: write dQ_i out, else back
+//     write dK_j, dV_j
+
+template <typename real>
+void attention_flash1_forward_ref(real* out, real* lse, const real* qkv, AttnShape s, int Br,
+                                  int Bc) {
+  check_shape(s, "attention_flash1_forward_ref");
+  check_tiles(Br, Bc, "attention_flash1_forward_ref");
+  const Layout L(s);
+  const int T = s.T, HS = s.HS, group = s.NH / s.NKV;
+  const int Tr = (T + Br - 1) / Br, Tc = (T + Bc - 1) / Bc;
+  const double scale = 1.0 / std::sqrt(double(HS));
+  const size_t tok = L.H3 * L.HS;
+#pragma omp parallel if (worth_threads(s))
+  {
+    std::vector<double> Q_i(size_t(Br) * HS), K_jT(size_t(HS) * Bc), V_j(size_t(Bc) * HS);
+    std::vector<double> S(Bc);
+    // The "device memory" accumulators of one head: O(T x HS), never T x T.
+    std::vector<double> O(size_t(T) * HS), m(T), l(T);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < s.B; b++)
+      for (int h = 0; h < s.NH; h++) {
+        const int kv = h / group;
+        for (int j = 0; j < Tc; j++) {
+          const int k0 = j * Bc, cols = std::min(Bc, T - k0);
+          load_tile_T(K_jT.data(), qkv + L.k(b, k0, kv), cols, tok, HS, Bc);
+          load_tile(V_j.data(), qkv + L.v(b, k0, kv), cols, tok, HS);
+          for (int i = k0 / Br; i < Tr; i++) {
+            const int q0 = i * Br, rows = std::min(Br, T - q0);
+            const bool last = j == (q0 + rows - 1) / Bc;
+            load_tile(Q_i.data(), qkv + L.q(b, q0, h), rows, tok, HS);
+            for (int r = 0; r < rows; r++) {
+              const int t = q0 + r;
+              double* Ot = &O[size_t(t) * HS];
+              if (j == 0) {  // first pass: initialise instead of reading
+                m[t] = kNegInf;
+                l[t] = 0.0;
+                std::fill(Ot, Ot + HS, 0.0);
+              }
+              row_times_T(S.data(), &Q_i[size_t(r) * HS], K_jT.data(), cols, HS, Bc);
+              double rowmax = kNegInf;
+              for (int c = 0; c < cols; c++) {
+                S[c] = k0 + c > t ? kNegInf : scale * S[c];
+                rowmax = std::max(rowmax, S[c]);
+              }
+              // m[t] is finite from j = 0 on (key 0 is visible to every query); a row whose
+              // keys in this tile are all masked keeps m (alpha = 1) and adds nothing.
+              const double m_new = std::max(m[t], rowmax);
+              const double alpha = m[t] == kNegInf ? 0.0 : std::exp(m[t] - m_new);
+              double rowsum = 0.0;
+              for (int c = 0; c < cols; c++) {
+                S[c] = S[c] == kNegInf ? 0.0 : std::exp(S[c] - m_new);
+                rowsum += S[c];
+              }
+              l[t] = alpha * l[t] + rowsum;
+              m[t] = m_new;
+              for (int d = 0; d < HS; d++) Ot[d] *= alpha;
+              for (int c = 0; c < cols; c++) {
+                const double p = S[c];
+                const double* v = &V_j[size_t(c) * HS];
+                for (int d = 0; d < HS; d++) Ot[d] += p * v[d];
+              }
+              if (last) {
+                real* o = out + L.o(b, t, h);
+                const double inv_l = 1.0 / l[t];
+                for (int d = 0; d < HS; d++) o[d] = real(Ot[d] * inv_l);
+                lse[L.row(b, h, t)] = real(m[t] + std::log(l[t]));
+              }
+            }
+          }
+        }
+      }
+  }
+}
+
+template <typename real>
+void attention_flash1_backward_ref(real* dqkv, const real* dout, const real* qkv, const real* out,
+                                   const real* lse, AttnShape s, int Br, int Bc) {
+  check_shape(s, "attention_flash1_backward_ref");
+  check_tiles(Br, Bc, "attention_flash1_backward_ref");
+  const Layout L(s);
+  const int T = s.T, HS = s.HS, group = s.NH / s.NKV;
+  const int Tr = (T + Br - 1) / Br, Tc = (T + Bc - 1) / Bc;
+  const double scale = 1.0 / std::sqrt(double(HS));
+  const size_t tok = L.H3 * L.HS, otok = L.NH * L.HS;
+#pragma omp parallel if (worth_threads(s))
+  {
+    std::vector<double> Q_i(size_t(Br) * HS), dO_i(size_t(Br) * HS);
+    std::vector<double> K_j(size_t(Bc) * HS), K_jT(size_t(HS) * Bc), V_jT(size_t(HS) * Bc);
+    std::vector<double> dK_j(size_t(Bc) * HS), dV_j(size_t(Bc) * HS), P(Bc), dS(Bc);
+    // The "device memory" of one kv head: dQ of its query heads and D = rowsum(dO o O).
+    std::vector<double> dQ(size_t(group) * T * HS), D(size_t(group) * T);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < s.B; b++)
+      for (int kv = 0; kv < s.NKV; kv++) {
+        for (int g = 0; g < group; g++)
+          for (int t = 0; t < T; t++) {
+            const int h = kv * group + g;
+            const real* dO = dout + L.o(b, t, h);
+            const real* O = out + L.o(b, t, h);
+            double acc = 0.0;
+            for (int d = 0; d < HS; d++) acc += double(dO[d]) * double(O[d]);
+            D[size_t(g) * T + t] = acc;
+          }
+        for (int j = 0; j < Tc; j++) {
+          const int k0 = j * Bc, cols = std::min(Bc, T - k0);
+          load_tile(K_j.data(), qkv + L.k(b, k0, kv), cols, tok, HS);
+          load_tile_T(K_jT.data(), qkv + L.k(b, k0, kv), cols, tok, HS, Bc);
+          load_tile_T(V_jT.data(), qkv + L.v(b, k0, kv), cols, tok, HS, Bc);
+          std::fill(dK_j.begin(), dK_j.end(), 0.0);
+          std::fill(dV_j.begin(), dV_j.end(), 0.0);
+          for (int g = 0; g < group; g++) {
+            const int h = kv * group + g;
+            for (int i = k0 / Br; i < Tr; i++) {
+              const int q0 = i * Br, rows = std::min(Br, T - q0);
+              const bool last = j == (q0 + rows - 1) / Bc;
+              load_tile(Q_i.data(), qkv + L.q(b, q0, h), rows, tok, HS);
+              load_tile(dO_i.data(), dout + L.o(b, q0, h), rows, otok, HS);
+              for (int r = 0; r < rows; r++) {
+                const int t = q0 + r;
+                const double LSE_r = double(lse[L.row(b, h, t)]);
+                const double D_r = D[size_t(g) * T + t];
+                const double* q = &Q_i[size_t(r) * HS];
+                const double* dO = &dO_i[size_t(r) * HS];
+                double* dq = &dQ[(size_t(g) * T + t) * HS];
+                if (j == 0) std::fill(dq, dq + HS, 0.0);  // first pass: no read
+                row_times_T(P.data(), q, K_jT.data(), cols, HS, Bc);    // S_ij row
+                row_times_T(dS.data(), dO, V_jT.data(), cols, HS, Bc);  // dP_ij row
+                for (int c = 0; c < cols; c++) {
+                  if (k0 + c > t) {
+                    P[c] = dS[c] = 0.0;
+                    continue;
+                  }
+                  P[c] = std::exp(scale * P[c] - LSE_r);
+                  dS[c] = P[c] * (dS[c] - D_r);
+                }
+                for (int c = 0; c < cols; c++) {
+                  const double p = P[c], ds = scale * dS[c];
+                  const double* k = &K_j[size_t(c) * HS];
+                  double* dk = &dK_j[size_t(c) * HS];
+                  double* dv = &dV_j[size_t(c) * HS];
+                  for (int d = 0; d < HS; d++) {
+                    dv[d] += p * dO[d];
+                    dq[d] += ds * k[d];
+                    dk[d] += ds * q[d];
+                  }
+                }
+                if (last) {
+                  real* dqt = dqkv + L.q(b, t, h);
+                  for (int d = 0; d < HS; d++) dqt[d] = real(dq[d]);
+                }
+              }
+            }
+          }
+          for (int c = 0; c < cols; c++) {
+            real* dk = dqkv + L.k(b, k0 + c, kv);
+            real* dv = dqkv + L.v(b, k0 + c, kv);
+            for (int d = 0; d < HS; d++) {
+              dk[d] = real(dK_j[size_t(c) * HS + d]);
+              dv[d] = real(dV_j[size_t(c) * HS + d]);
+            }
+          }
+        }
+      }
+  }
+}
+
 #define INSTANTIATE(real)                                                                        \
   template void attention_naive_forward_ref<real>(real*, real*, const real*, AttnShape);        \
   template void attention_naive_backward_ref<real>(real*, const real*, const real*, const real*, \
@@ -383,7 +570,12 @@ void attention_flash_backward_ref(real* dqkv, const real* dout, const real* qkv,
   template void attention_flash_forward_ref<real>(real*, real*, const real*, AttnShape, int,    \
                                                   int);                                          \
   template void attention_flash_backward_ref<real>(real*, const real*, const real*, const real*, \
-                                                   const real*, AttnShape, int, int);
+                                                   const real*, AttnShape, int, int);    \
+  template void attention_flash1_forward_ref<real>(real*, real*, const real*, AttnShape, int,   \
+                                                   int);                                         \
+  template void attention_flash1_backward_ref<real>(real*, const real*, const real*,            \
+                                                    const real*, const real*, AttnShape, int,   \
+                                                    int);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE
@@ -423,14 +615,29 @@ class FlashCpuAttention final : public CpuAttention<real> {
   }
 };
 
+template <typename real>
+class Flash1CpuAttention final : public CpuAttention<real> {
+ public:
+  const char* name() const override { return "flash1"; }
+  size_t saved_floats(const AttnShape& s) const override { return size_t(s.B) * s.NH * s.T; }
+  void forward(real* out, real* saved, const real* qkv, const AttnShape& s) const override {
+    attention_flash1_forward_ref(out, saved, qkv, s, kCpuFlashBr, kCpuFlashBc);
+  }
+  void backward(real* dqkv, const real* dout, const real* qkv, const real* out,
+                const real* saved, const AttnShape& s) const override {
+    attention_flash1_backward_ref(dqkv, dout, qkv, out, saved, s, kCpuFlashBr, kCpuFlashBc);
+  }
+};
+
 }  // namespace
 
-std::vector<std::string> cpu_attention_names() { return {"naive", "flash"}; }
+std::vector<std::string> cpu_attention_names() { return {"naive", "flash", "flash1"}; }
 
 template <typename real>
 std::unique_ptr<CpuAttention<real>> make_cpu_attention(const std::string& name) {
   if (name == "naive") return std::make_unique<NaiveCpuAttention<real>>();
   if (name == "flash") return std::make_unique<FlashCpuAttention<real>>();
+  if (name == "flash1") return std::make_unique<Flash1CpuAttention<real>>();
   std::string known;
   for (const std::string& n : cpu_attention_names()) known += (known.empty() ? "" : ", ") + n;
   FAIL("--attn '%s' is unknown; use one of: %s", name.c_str(), known.c_str());

@@ -64,6 +64,29 @@ void attention_flash_backward_ref(real* dqkv,        // (B, T, NH + 2*NKV, HS) o
                                   const real* lse,   // (B, NH, T)
                                   AttnShape s, int Br, int Bc);
 
+// flash1: FlashAttention-1's loop order (Dao et al. 2022, Algorithm 1; the GPU backend
+// "flash1", kernels/attention/flash1.cu, runs exactly this). Forward, per (b, h): OUTER loop
+// over K/V tiles j (Bc rows), INNER loop over the Q tiles i that reach tile j (i >= j*Bc/Br);
+// O_i (un-normalised), m_i and l_i live in per-head T-sized buffers (the GPU's fp32 scratch in
+// device memory), re-read and re-written on every (j, i) pass; the pass of the last K/V tile a
+// Q tile reaches writes O_i / l_i and LSE_i = m_i + log(l_i) instead. Backward, per (b, kv
+// head): for each K/V tile j (dK_j, dV_j accumulated over the group's query heads and all Q
+// tiles i >= j*Bc/Br), dQ_i read-modify-written in a per-head buffer on every pass and written
+// out on tile i's last pass. Same maths, outputs and saved LSE as flash; working memory
+// O(T x HS) per thread (the accumulators), never T x T.
+template <typename real>
+void attention_flash1_forward_ref(real* out,        // (B, T, NH, HS)
+                                  real* lse,        // (B, NH, T) saved log-sum-exp
+                                  const real* qkv,  // (B, T, NH + 2*NKV, HS)
+                                  AttnShape s, int Br, int Bc);
+template <typename real>
+void attention_flash1_backward_ref(real* dqkv,        // (B, T, NH + 2*NKV, HS) overwritten
+                                   const real* dout,  // (B, T, NH, HS)
+                                   const real* qkv,   // (B, T, NH + 2*NKV, HS)
+                                   const real* out,   // (B, T, NH, HS)
+                                   const real* lse,   // (B, NH, T)
+                                   AttnShape s, int Br, int Bc);
+
 // Tile sizes of the "flash" CpuAttention backend. 32 x 32 keeps the per-thread working set in
 // double at HS = 64 near 72 KB forward and 128 KB backward, inside L2. On the 2-core CPU
 // machine 16..64 measured within noise (GPT-2 small shape B=4 T=1024 NH=12: flash forward
@@ -74,7 +97,7 @@ constexpr int kCpuFlashBc = 32;
 // The CPU model talks to attention through this interface; `--attn` picks the backend. It is
 // a template on `real` like the functions above, so the whole model can run in double for
 // finite-difference checks. saved_floats() sizes the per-layer saved state: naive P,
-// B*NH*T*T; flash LSE, B*NH*T (flash runs with Br = kCpuFlashBr, Bc = kCpuFlashBc).
+// B*NH*T*T; flash and flash1 LSE, B*NH*T (both run with Br = kCpuFlashBr, Bc = kCpuFlashBc).
 // backward() overwrites dqkv; naive ignores `out`.
 template <typename real>
 class CpuAttention {
@@ -86,8 +109,8 @@ class CpuAttention {
   virtual void backward(real* dqkv, const real* dout, const real* qkv, const real* out,
                         const real* saved, const AttnShape& s) const = 0;
 };
-// Known names: "naive", "flash". Unknown name: throws flashgpt::Error listing the names,
-// "--attn 'foo' is unknown; use one of: naive, flash".
+// Known names: "naive", "flash", "flash1". Unknown name: throws flashgpt::Error listing the
+// names, "--attn 'foo' is unknown; use one of: naive, flash, flash1".
 template <typename real = float>
 std::unique_ptr<CpuAttention<real>> make_cpu_attention(const std::string& name);
 std::vector<std::string> cpu_attention_names();

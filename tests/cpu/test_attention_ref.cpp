@@ -5,6 +5,8 @@
 //   AttentionRef.FlashBackwardFiniteDifferences  flash dq, dk, dv vs central differences (double)
 //   AttentionRef.FlashLseIsLogSumExp             flash LSE vs logsumexp of the masked score row
 //   AttentionRef.NaiveVsFlashDouble/Float        out and dqkv over many shapes and tile sizes
+//   AttentionRef.Flash1*                         the same three checks for flash1 (FA1 loop
+//                                                order), plus flash1 vs flash
 //   AttentionRef.FlashAllocatesNothingTxT        heap bytes of flash at T = 256 vs T = 4096
 //   AttentionRef.Registry, BadShapeThrows        make_cpu_attention, names, errors
 //
@@ -178,13 +180,16 @@ void brute_force(std::vector<double>& out, std::vector<double>& lse, std::vector
 // finite differences (double): loss = sum(out o W), so dL/dqkv is backward with dout = W.
 
 struct Tiles {
-  int Br, Bc;  // Br = 0: naive
+  int Br, Bc;         // Br = 0: naive
+  bool fa1 = false;   // flash1 (FA1 loop order) instead of flash
 };
 
 void forward_d(std::vector<double>& out, std::vector<double>& saved, const std::vector<double>& qkv,
                const AttnShape& s, Tiles tl) {
   if (tl.Br == 0)
     attention_naive_forward_ref(out.data(), saved.data(), qkv.data(), s);
+  else if (tl.fa1)
+    attention_flash1_forward_ref(out.data(), saved.data(), qkv.data(), s, tl.Br, tl.Bc);
   else
     attention_flash_forward_ref(out.data(), saved.data(), qkv.data(), s, tl.Br, tl.Bc);
 }
@@ -198,6 +203,9 @@ void finite_difference_check(const AttnShape& s, Tiles tl) {
   forward_d(out, saved, qkv, s, tl);
   if (naive)
     attention_naive_backward_ref(dqkv.data(), W.data(), qkv.data(), saved.data(), s);
+  else if (tl.fa1)
+    attention_flash1_backward_ref(dqkv.data(), W.data(), qkv.data(), out.data(), saved.data(), s,
+                                  tl.Br, tl.Bc);
   else
     attention_flash_backward_ref(dqkv.data(), W.data(), qkv.data(), out.data(), saved.data(), s,
                                  tl.Br, tl.Bc);
@@ -233,7 +241,9 @@ void finite_difference_check(const AttnShape& s, Tiles tl) {
     // Central differences with eps = 1e-5 in double: truncation ~eps^2 = 1e-10, rounding
     // ~1e-16 / eps = 1e-11 (relative). 1e-7 leaves room, and any real bug is O(1).
     const std::string ctx =
-        str(s) + (naive ? " naive" : flashgpt::strformat(" Br=%d Bc=%d", tl.Br, tl.Bc));
+        str(s) + (naive ? " naive"
+                        : flashgpt::strformat(" %s Br=%d Bc=%d", tl.fa1 ? "fa1" : "fa2", tl.Br,
+                                              tl.Bc));
     if (s.T == 1 && part < 2) {
       // T = 1: a softmax over one key is constant, so dq and dk are exactly zero; relative
       // error is meaningless, check the absolute (rounding, with FMA contraction, gives ~1e-16).
@@ -310,8 +320,9 @@ struct Tol<float> {
 
 // Each case is checked on its own (failures name the case); the output is one line per T with
 // the worst case of that T, to keep the log short.
+// fa1: flash1 (FA1 loop order) instead of flash.
 template <typename real>
-void naive_vs_flash_sweep() {
+void naive_vs_flash_sweep(bool fa1 = false) {
   struct Worst {
     Err e;
     std::string ctx;
@@ -331,10 +342,16 @@ void naive_vs_flash_sweep() {
       std::vector<real> out_f = poisoned<real>(out_size(s)), lse = poisoned<real>(lse_size(s));
       std::vector<real> dqkv_n = poisoned<real>(qkv_size(s)), dqkv_f = poisoned<real>(qkv_size(s));
       attention_naive_forward_ref(out_n.data(), P.data(), qkv.data(), s);
-      attention_flash_forward_ref(out_f.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
       attention_naive_backward_ref(dqkv_n.data(), dout.data(), qkv.data(), P.data(), s);
-      attention_flash_backward_ref(dqkv_f.data(), dout.data(), qkv.data(), out_f.data(),
-                                   lse.data(), s, c.Br, c.Bc);
+      if (fa1) {
+        attention_flash1_forward_ref(out_f.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
+        attention_flash1_backward_ref(dqkv_f.data(), dout.data(), qkv.data(), out_f.data(),
+                                      lse.data(), s, c.Br, c.Bc);
+      } else {
+        attention_flash_forward_ref(out_f.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
+        attention_flash_backward_ref(dqkv_f.data(), dout.data(), qkv.data(), out_f.data(),
+                                     lse.data(), s, c.Br, c.Bc);
+      }
       const Err eo = compare(out_f.data(), out_n.data(), out_f.size());
       const Err ed = compare(dqkv_f.data(), dqkv_n.data(), dqkv_f.size());
       EXPECT_LE(eo.rel, Tol<real>::out) << Tol<real>::name << " out " << ctx;
@@ -342,10 +359,10 @@ void naive_vs_flash_sweep() {
       if (w_out.ctx.empty() || !(eo.rel <= w_out.e.rel)) w_out = {eo, ctx};  // NaN: worst
       if (w_dqkv.ctx.empty() || !(ed.rel <= w_dqkv.e.rel)) w_dqkv = {ed, ctx};
     }
-    std::printf("  %s T=%d, %d cases: worst out rel %.2e (%.1f%% of tol %.0e) [%s]\n"
+    std::printf("  %s%s T=%d, %d cases: worst out rel %.2e (%.1f%% of tol %.0e) [%s]\n"
                 "  %*s worst dqkv rel %.2e (%.1f%% of tol %.0e) [%s]\n",
-                Tol<real>::name, T, count, w_out.e.rel, 100 * w_out.e.rel / Tol<real>::out,
-                Tol<real>::out, w_out.ctx.c_str(), int(std::strlen(Tol<real>::name)) + 15, "",
+                Tol<real>::name, fa1 ? " flash1" : "", T, count, w_out.e.rel, 100 * w_out.e.rel / Tol<real>::out,
+                Tol<real>::out, w_out.ctx.c_str(), int(std::strlen(Tol<real>::name)) + (fa1 ? 22 : 15), "",
                 w_dqkv.e.rel, 100 * w_dqkv.e.rel / Tol<real>::dqkv, Tol<real>::dqkv,
                 w_dqkv.ctx.c_str());
   }
@@ -411,6 +428,79 @@ TEST(AttentionRef, FlashLseIsLogSumExp) {
 
 TEST(AttentionRef, NaiveVsFlashDouble) { naive_vs_flash_sweep<double>(); }
 TEST(AttentionRef, NaiveVsFlashFloat) { naive_vs_flash_sweep<float>(); }
+
+// flash1 (FA1 loop order): the same checks as flash. Same arithmetic per element in a different
+// loop order, so the same tolerances.
+TEST(AttentionRef, Flash1BackwardFiniteDifferences) {
+  for (const AttnShape& s : kFdShapes) {
+    finite_difference_check(s, {2, 3, true});
+    finite_difference_check(s, {3, 2, true});
+    finite_difference_check(s, {1, 1, true});
+  }
+}
+TEST(AttentionRef, Flash1VsNaiveDouble) { naive_vs_flash_sweep<double>(true); }
+TEST(AttentionRef, Flash1VsNaiveFloat) { naive_vs_flash_sweep<float>(true); }
+
+// flash1 and flash compute each output element with the same double arithmetic in a different
+// tile order: out and LSE agree to double rounding (observed bit-identical in float), and
+// flash1 saves LSE exactly as flash does, so either's LSE feeds either backward.
+TEST(AttentionRef, Flash1MatchesFlash) {
+  struct {
+    AttnShape s;
+    int Br, Bc;
+  } cases[] = {{{1, 1, 1, 1, 8}, 4, 4},      {{2, 45, 6, 2, 16}, 8, 5},
+               {{1, 130, 4, 4, 32}, 32, 64}, {{3, 64, 4, 1, 16}, 64, 16},
+               {{1, 99, 2, 2, 8}, 7, 32}};
+  for (const auto& c : cases) {
+    const AttnShape& s = c.s;
+    const std::string ctx = str(s) + flashgpt::strformat(" Br=%d Bc=%d", c.Br, c.Bc);
+    std::vector<float> qkv = random_qkv<float>(s, 3.0), dout = random_vec<float>(out_size(s));
+    std::vector<float> out1 = poisoned<float>(out_size(s)), lse1 = poisoned<float>(lse_size(s));
+    std::vector<float> out2 = poisoned<float>(out_size(s)), lse2 = poisoned<float>(lse_size(s));
+    std::vector<float> d1 = poisoned<float>(qkv_size(s)), d2 = poisoned<float>(qkv_size(s));
+    attention_flash1_forward_ref(out1.data(), lse1.data(), qkv.data(), s, c.Br, c.Bc);
+    attention_flash_forward_ref(out2.data(), lse2.data(), qkv.data(), s, c.Br, c.Bc);
+    // Cross-feed the saved LSE: flash1's backward on flash's forward state and vice versa.
+    attention_flash1_backward_ref(d1.data(), dout.data(), qkv.data(), out2.data(), lse2.data(), s,
+                                  c.Br, c.Bc);
+    attention_flash_backward_ref(d2.data(), dout.data(), qkv.data(), out1.data(), lse1.data(), s,
+                                 c.Br, c.Bc);
+    expect_close("out", ctx, compare(out1.data(), out2.data(), out1.size()), 1e-6);
+    expect_close("lse", ctx, compare(lse1.data(), lse2.data(), lse1.size()), 1e-6);
+    expect_close("dqkv", ctx, compare(d1.data(), d2.data(), d1.size()), 1e-5);
+  }
+}
+
+// flash1's working memory is the per-head accumulators (O, m, l: T x (HS + 2) doubles forward;
+// dQ, D: group x T x (HS + 1) backward) plus tiles: linear in T, never T x T.
+TEST(AttentionRef, Flash1AllocatesNothingTxT) {
+  size_t bytes[2][2];
+  const int Ts[2] = {256, 4096};
+  for (int k = 0; k < 2; k++) {
+    const AttnShape s{1, Ts[k], 1, 1, 16};
+    std::vector<float> qkv = random_qkv<float>(s, 2.0), dout = random_vec<float>(out_size(s));
+    std::vector<float> out = poisoned<float>(out_size(s)), lse = poisoned<float>(lse_size(s));
+    std::vector<float> dqkv = poisoned<float>(qkv_size(s));
+    heap_probe::reset();
+    heap_probe::on = true;
+    attention_flash1_forward_ref(out.data(), lse.data(), qkv.data(), s, kCpuFlashBr, kCpuFlashBc);
+    heap_probe::on = false;
+    bytes[k][0] = heap_probe::total;
+    heap_probe::reset();
+    heap_probe::on = true;
+    attention_flash1_backward_ref(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s,
+                                  kCpuFlashBr, kCpuFlashBc);
+    heap_probe::on = false;
+    bytes[k][1] = heap_probe::total;
+    std::printf("  %s flash1: forward allocated %zu B, backward %zu B; T x T fp32 would be %zu B\n",
+                str(s).c_str(), bytes[k][0], bytes[k][1], size_t(s.T) * s.T * sizeof(float));
+    EXPECT_GT(bytes[k][0], 0u);
+  }
+  for (int w = 0; w < 2; w++) {
+    EXPECT_LE(bytes[1][w], 16 * bytes[0][w]) << "flash1 memory grows faster than T";
+    EXPECT_LT(bytes[1][w], size_t(4096) * 4096 * sizeof(float) / 16);
+  }
+}
 
 // The flash path must never hold anything T x T. Checked on the heap: every byte the flash
 // forward and backward request through operator new (the std::vectors of all OpenMP threads)
@@ -478,12 +568,12 @@ TEST(AttentionRef, FlashAllocatesNothingTxT) {
 }
 
 TEST(AttentionRef, Registry) {
-  EXPECT_EQ(cpu_attention_names(), (std::vector<std::string>{"naive", "flash"}));
+  EXPECT_EQ(cpu_attention_names(), (std::vector<std::string>{"naive", "flash", "flash1"}));
   try {
     make_cpu_attention("foo");
     ADD_FAILURE() << "make_cpu_attention(\"foo\") did not throw";
   } catch (const flashgpt::Error& e) {
-    EXPECT_STREQ(e.what(), "--attn 'foo' is unknown; use one of: naive, flash");
+    EXPECT_STREQ(e.what(), "--attn 'foo' is unknown; use one of: naive, flash, flash1");
   }
   EXPECT_THROW(make_cpu_attention(""), flashgpt::Error);
   EXPECT_THROW(make_cpu_attention("Flash"), flashgpt::Error);
@@ -492,7 +582,8 @@ TEST(AttentionRef, Registry) {
   // function it wraps (bit for bit: same code, each element written by one thread).
   const AttnShape s{2, 37, 4, 2, 16};
   std::vector<float> qkv = random_qkv<float>(s, 2.0), dout = random_vec<float>(out_size(s));
-  std::vector<float> outs[2], dqkvs[2];
+  std::vector<float> outs[3], dqkvs[3];
+  int idx = 0;
   for (const std::string& name : cpu_attention_names()) {
     SCOPED_TRACE(name);
     std::unique_ptr<CpuAttention<float>> a = make_cpu_attention(name);
@@ -509,6 +600,11 @@ TEST(AttentionRef, Registry) {
     if (naive) {
       attention_naive_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s);
       attention_naive_backward_ref(dqkv_r.data(), dout.data(), qkv.data(), saved_r.data(), s);
+    } else if (name == "flash1") {
+      attention_flash1_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s, kCpuFlashBr,
+                                   kCpuFlashBc);
+      attention_flash1_backward_ref(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(),
+                                    saved_r.data(), s, kCpuFlashBr, kCpuFlashBc);
     } else {
       attention_flash_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s, kCpuFlashBr,
                                   kCpuFlashBc);
@@ -517,13 +613,17 @@ TEST(AttentionRef, Registry) {
     }
     EXPECT_EQ(out, out_r);
     EXPECT_EQ(dqkv, dqkv_r);
-    outs[naive ? 0 : 1] = out;
-    dqkvs[naive ? 0 : 1] = dqkv;
+    outs[idx] = out;
+    dqkvs[idx] = dqkv;
+    idx++;
   }
-  expect_close("out", "naive vs flash via CpuAttention",
-               compare(outs[1].data(), outs[0].data(), outs[0].size()), Tol<float>::out);
-  expect_close("dqkv", "naive vs flash via CpuAttention",
-               compare(dqkvs[1].data(), dqkvs[0].data(), dqkvs[0].size()), Tol<float>::dqkv);
+  for (int k = 1; k < 3; k++) {
+    const std::string ctx = "naive vs " + cpu_attention_names()[k] + " via CpuAttention";
+    expect_close("out", ctx, compare(outs[k].data(), outs[0].data(), outs[0].size()),
+                 Tol<float>::out);
+    expect_close("dqkv", ctx, compare(dqkvs[k].data(), dqkvs[0].data(), dqkvs[0].size()),
+                 Tol<float>::dqkv);
+  }
 }
 
 TEST(AttentionRef, BadShapeThrows) {
@@ -534,7 +634,13 @@ TEST(AttentionRef, BadShapeThrows) {
   EXPECT_THROW(
       attention_flash_forward_ref(out.data(), saved.data(), buf.data(), not_divisible, 4, 4),
       flashgpt::Error);
+  EXPECT_THROW(
+      attention_flash1_forward_ref(out.data(), saved.data(), buf.data(), not_divisible, 4, 4),
+      flashgpt::Error);
   const AttnShape zero_T{1, 0, 2, 2, 8};
+  EXPECT_THROW(attention_flash1_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
+                                             saved.data(), zero_T, 4, 4),
+               flashgpt::Error);
   EXPECT_THROW(attention_flash_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
                                             saved.data(), zero_T, 4, 4),
                flashgpt::Error);
