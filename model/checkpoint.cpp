@@ -155,14 +155,19 @@ void save_state_file(const std::string& path, const TrainState& s) {
   });
 }
 
-TrainState load_state_header(const std::string& path) {
-  File in;
+// Opens a state file and reads and checks its 64 x int64 header.
+static void open_state_file(File& in, const std::string& path, int64_t h[64]) {
   in.f = fopen(path.c_str(), "rb");
   CHECK(in.f, "cannot open optimizer state '%s': %s", path.c_str(), strerror(errno));
-  int64_t h[64];
   CHECK(fread(h, sizeof(int64_t), 64, in.f) == 64, "'%s' is truncated", path.c_str());
   CHECK(h[0] == kStateMagic && h[1] == 1, "'%s' is not a flashgpt optimizer-state file",
         path.c_str());
+}
+
+TrainState load_state_header(const std::string& path) {
+  File in;
+  int64_t h[64];
+  open_state_file(in, path, h);
   TrainState s;
   s.step = h[2];
   s.world_size = h[11] > 0 ? h[11] : 1;
@@ -172,12 +177,8 @@ TrainState load_state_header(const std::string& path) {
 
 TrainState load_state_file(const std::string& path, size_t expected_params) {
   File in;
-  in.f = fopen(path.c_str(), "rb");
-  CHECK(in.f, "cannot open optimizer state '%s': %s", path.c_str(), strerror(errno));
   int64_t h[64];
-  CHECK(fread(h, sizeof(int64_t), 64, in.f) == 64, "'%s' is truncated", path.c_str());
-  CHECK(h[0] == kStateMagic && h[1] == 1, "'%s' is not a flashgpt optimizer-state file",
-        path.c_str());
+  open_state_file(in, path, h);
   CHECK((size_t)h[3] == expected_params,
         "'%s' holds optimizer state for %lld parameters but the model has %zu", path.c_str(),
         (long long)h[3], expected_params);
