@@ -1,6 +1,7 @@
 // encoder.cpp — CPU reference for the token + position embedding (see encoder.h):
 //   forward  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 //   backward dwte[inp[b,t],:] += dout[b,t,:], dwpe[t,:] += dout[b,t,:]
+// wpe == nullptr: out = wte[inp] (copied exactly); dwpe == nullptr: only dwte.
 // The backward adds straight into dwte/dwpe in `real`, row by row in (b, t) order: a double
 // buffer the size of wte (Vp x C) would cost more than the rounding it saves, and the order is
 // fixed, so the result is deterministic.
@@ -16,6 +17,10 @@ void encoder_forward_ref(real* out, const int* inp, const real* wte, const real*
       size_t bt = (size_t)b * T + t;
       real* o = out + bt * C;
       const real* we = wte + (size_t)inp[bt] * C;
+      if (wpe == nullptr) {
+        for (int c = 0; c < C; c++) o[c] = we[c];
+        continue;
+      }
       const real* pe = wpe + (size_t)t * C;
       for (int c = 0; c < C; c++) o[c] = (real)((double)we[c] + (double)pe[c]);
     }
@@ -30,11 +35,10 @@ void encoder_backward_ref(real* dwte, real* dwpe, const real* dout, const int* i
       size_t bt = (size_t)b * T + t;
       const real* d = dout + bt * C;
       real* dwe = dwte + (size_t)inp[bt] * C;
+      for (int c = 0; c < C; c++) dwe[c] = (real)((double)dwe[c] + (double)d[c]);
+      if (dwpe == nullptr) continue;
       real* dpe = dwpe + (size_t)t * C;
-      for (int c = 0; c < C; c++) {
-        dwe[c] = (real)((double)dwe[c] + (double)d[c]);
-        dpe[c] = (real)((double)dpe[c] + (double)d[c]);
-      }
+      for (int c = 0; c < C; c++) dpe[c] = (real)((double)dpe[c] + (double)d[c]);
     }
   }
 }

@@ -15,13 +15,17 @@ __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX
   const int bt = (int)(idx / groups), c = (int)(idx % groups) * W, t = bt % T;
   const int tok = inp[bt];
   if constexpr (VEC) {
-    x128 a = load128(wte + (size_t)tok * C + c), p = load128(wpe + (size_t)t * C + c), o;
+    x128 a = load128(wte + (size_t)tok * C + c), o = a;
+    if (wpe != nullptr) {  // uniform over the grid
+      x128 p = load128(wpe + (size_t)t * C + c);
 #pragma unroll
-    for (int k = 0; k < W; k++) o[k] = from_f32<floatX>(to_f32(a[k]) + to_f32(p[k]));
+      for (int k = 0; k < W; k++) o[k] = from_f32<floatX>(to_f32(a[k]) + to_f32(p[k]));
+    }
     store128(out + (size_t)bt * C + c, o);
   } else {
+    const floatX a = wte[(size_t)tok * C + c];
     out[(size_t)bt * C + c] =
-        from_f32<floatX>(to_f32(wte[(size_t)tok * C + c]) + to_f32(wpe[(size_t)t * C + c]));
+        wpe == nullptr ? a : from_f32<floatX>(to_f32(a) + to_f32(wpe[(size_t)t * C + c]));
   }
 }
 
@@ -131,8 +135,8 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
   const int N = B * T;
   const bool vec = C % x128::size == 0 && aligned16(dout) && aligned16(dwte) && aligned16(dwpe);
   const int W = vec ? x128::size : 1;
-  // dwpe
-  {
+  // dwpe (none without learned positions)
+  if (dwpe != nullptr) {
     const size_t work = (size_t)T * (C / W);
     const int block = 256;
     if (vec)

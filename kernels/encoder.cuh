@@ -1,6 +1,8 @@
 // encoder.cuh — token + position embedding on the GPU (CPU reference: encoder.h).
 //   forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]                        (floatX)
 //   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]      (fp32 grads)
+//   wpe == nullptr (no learned positions, e.g. RoPE): out = wte[inp] (an exact copy);
+//   dwpe == nullptr: the dwpe kernel is skipped.
 //
 // Backward is deterministic with no floating-point atomics:
 //   dwpe: one thread per (t, 8 channels) sums over b = 0..B-1 in order.
@@ -18,13 +20,13 @@
 void encoder_forward(floatX* out,        // (B, T, C)
                      const int* inp,     // (B, T) device, ids < Vp
                      const floatX* wte,  // (Vp, C)
-                     const floatX* wpe,  // (maxT, C)
+                     const floatX* wpe,  // (maxT, C) or nullptr
                      int B, int T, int C, cudaStream_t stream);
 
 // Scratch for encoder_backward: the sort's keys/values and CUB's temporary storage.
 size_t encoder_backward_scratch_bytes(int B, int T);
 void encoder_backward(float* dwte,         // (Vp, C)   accumulates
-                      float* dwpe,         // (maxT, C) accumulates
+                      float* dwpe,         // (maxT, C) accumulates, or nullptr
                       const floatX* dout,  // (B, T, C)
                       const int* inp,      // (B, T) device
                       int B, int T, int C,

@@ -37,6 +37,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "kernels/scale.h"
 
 namespace {
 
@@ -481,6 +482,28 @@ TEST(GeluRef, BackwardFiniteDifferenceOverwrites) {
 // residual
 // =============================================================================================
 
+// scale_add: y += a x; scale: x = a x. Linear, so the finite-difference check is exact up to
+// rounding: d(sum w*y)/dx = a w.
+TEST(ScaleRef, ValuesAndFiniteDifference) {
+  SEED_TRACE();
+  auto rng = test_rng();
+  const size_t n = 33;
+  std::vector<double> y = uniform(n, rng, -1, 1), x = uniform(n, rng, -1, 1), y0 = y, x0 = x;
+  scale_add_ref(y.data(), x.data(), 0.25f, n);
+  scale_ref(x.data(), -3.0f, n);
+  for (size_t i = 0; i < n; i++) {
+    EXPECT_DOUBLE_EQ(y[i], y0[i] + 0.25 * x0[i]);
+    EXPECT_DOUBLE_EQ(x[i], -3.0 * x0[i]);
+  }
+  const double eps = 1e-6;
+  std::vector<double> a = y0, b = y0, xp = x0, xm = x0;
+  xp[5] += eps;
+  xm[5] -= eps;
+  scale_add_ref(a.data(), xp.data(), 0.25f, n);
+  scale_add_ref(b.data(), xm.data(), 0.25f, n);
+  EXPECT_NEAR((a[5] - b[5]) / (2 * eps), 0.25, 1e-9);
+}
+
 TEST(ResidualRef, ForwardAddsAndWorksInPlace) {
   SEED_TRACE();
   auto rng = test_rng();
@@ -867,6 +890,35 @@ TEST(FloatVsDouble, GlobalNorm) {
   std::printf("    %-40s rel diff %.2e  (tol %.1e)\n", "global norm^2 float vs double",
               std::fabs(a - b) / b, tol);
   EXPECT_LE(std::fabs(a - b) / b, tol);
+}
+
+// =============================================================================================
+// encoder without learned positions (wpe == nullptr, dwpe == nullptr; RoPE models)
+// =============================================================================================
+
+TEST(EncoderRef, NoPositionTableIsTokenRowAlone) {
+  SEED_TRACE();
+  auto rng = test_rng();
+  const int B = 2, T = 5, C = 3, Vp = 7;
+  Vec wte = uniform(Vp * C, rng, -1, 1), dout = uniform(B * T * C, rng, -1, 1);
+  std::vector<int> inp = random_ints(B * T, rng, 0, Vp);
+  auto forward = [&] {
+    Vec out(B * T * C, kNaN);
+    encoder_forward_ref(out.data(), inp.data(), wte.data(), (const double*)nullptr, B, T, C);
+    return out;
+  };
+  Vec ref(B * T * C);
+  for (int bt = 0; bt < B * T; bt++)
+    for (int c = 0; c < C; c++) ref[bt * C + c] = wte[inp[bt] * C + c];
+  expect_rel("encoder out (wpe = nullptr)", forward(), ref, 0, 0);
+  Vec dwte_pre = uniform(wte.size(), rng, -1, 1), dwte = dwte_pre;
+  encoder_backward_ref(dwte.data(), (double*)nullptr, dout.data(), inp.data(), B, T, C);
+  expect_grad("encoder dwte (dwpe = nullptr)", minus(dwte, dwte_pre),
+              numerical_grad(wte, dout, forward));
+  // Same dwte as with a position table.
+  Vec dwte2 = dwte_pre, dwpe((size_t)T * C, 0.0);
+  encoder_backward_ref(dwte2.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+  expect_rel("encoder dwte with vs without dwpe", dwte, dwte2, 0, 0);
 }
 
 }  // namespace

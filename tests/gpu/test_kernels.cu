@@ -55,6 +55,8 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.cuh"
 #include "kernels/residual.h"
+#include "kernels/scale.cuh"
+#include "kernels/scale.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace {
@@ -467,6 +469,23 @@ TEST_F(Kernels, Residual) {
   }
 }
 
+TEST_F(Kernels, Scale) {  // the chunked classifier's two scalings (model/gpt_cuda.cu)
+  SEED_TRACE();
+  auto rng = test_rng();
+  for (size_t n : {(size_t)1, (size_t)3700, (size_t)1000003}) {
+    std::printf("scale n=%zu\n", n);
+    VecF y = uniform(n, rng), x = uniform(n, rng), z = round_x(uniform(n, rng));
+    Own<float> d_y(upload(y)), d_x(upload(x));
+    Own<floatX> d_z(upload_x(z));
+    scale_add(d_y->ptr, d_x->ptr, 0.37f, n, 0);
+    scale_floatX(d_z->ptr, 0.37f, n, 0);
+    scale_add_ref(y.data(), x.data(), 0.37f, n);
+    scale_ref(z.data(), 0.37f, n);
+    expect_close("scale_add y", download(d_y->ptr, n), y, kTolF, kTolFMax);
+    expect_close("scale_floatX x", download_x(d_z->ptr, n), z, kTolX, kTolXMax);
+  }
+}
+
 // ---- classifier ------------------------------------------------------------------------------
 
 void check_classifier(int N, int V, int Vp, bool in_place, bool with_grad, std::mt19937_64& rng) {
@@ -727,6 +746,37 @@ TEST_F(Kernels, DISABLED_BenchD12Shapes) {
                                               mean, rstd, losses, master, grads, m, v, params,
                                               d_tok, scratch, dnorm, dwte, dwpe})
     CUDA_CHECK(cudaFree(p));
+}
+
+// ---- encoder without learned positions (wpe == nullptr, dwpe == nullptr; RoPE models) ------
+
+TEST_F(Kernels, EncoderNoPositionTable) {
+  SEED_TRACE();
+  auto rng = test_rng();
+  for (int C : {100, 768}) {  // scalar and 128-bit paths
+    const int B = 3, T = 17, V = 1000, Vp = 1024;
+    const size_t N = (size_t)B * T;
+    std::printf("encoder (no wpe) B=%d T=%d C=%d\n", B, T, C);
+    std::vector<int> inp = tokens(N, V, rng);
+    VecF wte = round_x(uniform((size_t)Vp * C, rng)), dout = round_x(uniform(N * C, rng));
+    VecF dwte0 = uniform((size_t)Vp * C, rng);
+    Own<int> d_inp(upload(inp));
+    Own<floatX> d_wte(upload_x(wte)), d_dout(upload_x(dout)), d_out(new Dev<floatX>(N * C));
+    d_out->poison();
+    encoder_forward(d_out->ptr, d_inp->ptr, d_wte->ptr, nullptr, B, T, C, 0);
+    VecF ref(N * C);
+    encoder_forward_ref(ref.data(), inp.data(), wte.data(), (const float*)nullptr, B, T, C);
+    // A copy of bf16 rows: exact.
+    expect_close("encoder_forward out (wpe = nullptr)", download_x(d_out->ptr, N * C), ref, 1e-30,
+                 1e-30);
+    Own<float> d_dwte(upload(dwte0));
+    DevMem scratch(encoder_backward_scratch_bytes(B, T));
+    encoder_backward(d_dwte->ptr, nullptr, d_dout->ptr, d_inp->ptr, B, T, C, scratch.base, 0);
+    VecF dwte = dwte0;
+    encoder_backward_ref(dwte.data(), (float*)nullptr, dout.data(), inp.data(), B, T, C);
+    expect_close("encoder_backward dwte (dwpe = nullptr)", download(d_dwte->ptr, dwte.size()), dwte,
+                 kTolF, kTolFMax);
+  }
 }
 
 }  // namespace
