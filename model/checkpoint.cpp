@@ -69,6 +69,10 @@ GPTConfig config_from_header(const int* h, const std::string& path) {
   c.channels = h[6];
   c.padded_vocab_size = h[7] > 0 ? h[7] : h[3];
   c.num_kv_heads = h[8] > 0 ? h[8] : h[5];
+  CHECK(h[9] == 0 || h[9] == 1, "'%s' has an unknown position-embedding kind %d in its header",
+        path.c_str(), h[9]);
+  c.rope = h[9];
+  c.rope_theta = h[10] > 0 ? (float)h[10] : 10000.0f;
   bool sane = c.max_seq_len > 0 && c.vocab_size > 1 && c.num_layers > 0 && c.num_heads > 0 &&
               c.channels > 0 && c.padded_vocab_size >= c.vocab_size && c.channels % c.num_heads == 0 &&
               c.num_heads % c.num_kv_heads == 0;
@@ -93,6 +97,8 @@ void save_model_file(const std::string& path, const GPTConfig& c, const std::vec
   h[6] = c.channels;
   h[7] = c.padded_vocab_size;
   h[8] = c.num_kv_heads == c.num_heads ? 0 : c.num_kv_heads;
+  h[9] = c.rope;                              // 1: RoPE, no wpe rows (llm.c cannot read it)
+  h[10] = c.rope ? (int)c.rope_theta : 0;     // RoPE base
   write_atomically(path, [&](FILE* f) {
     return fwrite(h, sizeof(int), 256, f) == 256 &&
            fwrite(params.data(), sizeof(float), params.size(), f) == params.size();

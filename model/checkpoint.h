@@ -3,7 +3,8 @@
 // Model file (llm.c, readable by llm.c and its Python tools, and theirs by us):
 //   256 x int32 header: [0] magic 20240326, [1] version (3 = fp32 parameters, 5 = bf16),
 //   [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp, [8] NKV (ours: 0 or NH means plain
-//   multi-head attention, which is all llm.c knows); then the 16 parameter tensors in
+//   multi-head attention, which is all llm.c knows), [9] 1 for RoPE models (then wpe has 0
+//   rows), [10] the RoPE base theta (integer); then the 16 parameter tensors in
 //   ParamLayout order. We write version 3; we read 3 and 5.
 // State file (ours): 64 x int64 header: [0] magic 20261122, [1] version 1, [2] step,
 //   [3] number of parameters, [4..6] data-loader epoch/shard/window, [7] batch B, [8] seq-len T,

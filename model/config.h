@@ -11,6 +11,8 @@ struct GPTConfig {
   int num_heads = 0;          // NH query heads
   int num_kv_heads = 0;       // NKV key/value heads (== NH unless grouped-query attention)
   int channels = 0;           // C = NH * HS
+  int rope = 0;               // 0: learned positions (wpe, maxT rows); 1: rotary (RoPE, no wpe)
+  float rope_theta = 10000.0f;  // RoPE base (kernels/rope.h)
   int head_size() const { return channels / num_heads; }
   int qkv_channels() const { return (num_heads + 2 * num_kv_heads) * head_size(); }
 };

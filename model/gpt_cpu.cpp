@@ -14,6 +14,8 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "kernels/rope.h"
+#include "kernels/attention/decode.h"
 #include "model/rng.h"
 
 std::vector<float> gpt_init_params(const GPTConfig& c, uint64_t seed) {
@@ -48,6 +50,11 @@ GptCpu<real>::GptCpu(const ModelOptions& opt)
         cfg_.max_seq_len);
   CHECK(maxB_ >= 1, "--batch must be at least 1 (got %d)", maxB_);
   attn_ = make_cpu_attention<real>(opt.attn);
+  validate_recompute(opt.recompute);
+  CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
+        cfg_.head_size());
+  kv_cap_ = opt.kv_cache;
+  kv_cache_.assign((size_t)cfg_.num_layers * 2 * kv_cap_ * kv_row(), 0);
   std::vector<float> init = gpt_init_params(cfg_, opt.seed);
   params.assign(init.begin(), init.end());
   grads.assign(layout_.total, 0);
@@ -111,7 +118,8 @@ float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T)
   T_ = T;
   AttnShape s = shape(B, T);
 
-  encoder_forward_ref(encoded_, inputs, param(P_WTE), param(P_WPE), B, T, C);
+  encoder_forward_ref(encoded_, inputs, param(P_WTE), cfg_.rope ? (real*)nullptr : param(P_WPE), B,
+                      T, C);
   for (int l = 0; l < L; l++) {
     real* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, NC);
     real* ln1 = layer(ln1_, l, NC);
@@ -128,6 +136,9 @@ float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T)
                           param(P_LN1W) + l * C, param(P_LN1B) + l * C, N, C);
     matmul_forward_ref(qkv, ln1, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, N, C,
                        QKV);
+    if (cfg_.rope)
+      rope_forward_ref(qkv, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), 0,
+                       cfg_.rope_theta);
     attn_->forward(atty, layer(att_saved_, l, att_saved_per_layer_), qkv, s);
     matmul_forward_ref(attproj, atty, param(P_ATTPROJW) + (size_t)l * C * C,
                        param(P_ATTPROJB) + l * C, N, C, C);
@@ -185,6 +196,9 @@ void GptCpu<real>::backward(float loss_scale) {
                         C, C);
     attn_->backward(dqkv_, datty_, layer(qkv_, l, NQKV), layer(atty_, l, NC),
                     layer(att_saved_, l, att_saved_per_layer_), s);
+    if (cfg_.rope)  // qkv holds rotated Q, K: take dQ, dK back through the rotation
+      rope_backward_ref(dqkv_, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), 0,
+                        cfg_.rope_theta);
     matmul_backward_ref(dln_, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv_,
                         layer(ln1_, l, NC), param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV);
     // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
@@ -192,7 +206,8 @@ void GptCpu<real>::backward(float loss_scale) {
                            param(P_LN1W) + l * C, layer(ln1_mean_, l, Nrows),
                            layer(ln1_rstd_, l, Nrows), N, C);
   }
-  encoder_backward_ref(grad(P_WTE), grad(P_WPE), dresidual_, inputs_.data(), B, T, C);
+  encoder_backward_ref(grad(P_WTE), cfg_.rope ? (real*)nullptr : grad(P_WPE), dresidual_,
+                       inputs_.data(), B, T, C);
   have_targets_ = false;  // logits were overwritten by dlogits
 }
 
@@ -221,6 +236,75 @@ void GptCpu<real>::logits_at(int t, float* out) {
   CHECK(t >= 0 && t < T_, "logits_at(%d) outside the last forward's length %d", t, T_);
   const real* row = logits_ + (size_t)t * cfg_.padded_vocab_size;
   for (int v = 0; v < cfg_.padded_vocab_size; v++) out[v] = (float)row[v];
+}
+
+template <typename real>
+void GptCpu<real>::prefill(const int* tokens, int n, float* logits) {
+  CHECK(kv_cap_ > 0, "internal: prefill() on a model made without a KV cache");
+  CHECK(n >= 1 && n <= kv_cap_ && n <= maxT_,
+        "the prompt is %d tokens; this model holds at most %d (KV cache %d, --seq-len %d)", n,
+        std::min(kv_cap_, maxT_), kv_cap_, maxT_);
+  forward(tokens, nullptr, 1, n);
+  const int NH = cfg_.num_heads, NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
+  const size_t QKV = cfg_.qkv_channels(), NQKV = (size_t)maxB_ * maxT_ * QKV;
+  for (int l = 0; l < cfg_.num_layers; l++) {
+    const real* qkv = layer(qkv_, l, NQKV);
+    for (int t = 0; t < n; t++) {
+      std::copy_n(qkv + t * QKV + (size_t)NH * HS, kv_row(), k_cache(l) + t * kv_row());
+      std::copy_n(qkv + t * QKV + (size_t)(NH + NKV) * HS, kv_row(), v_cache(l) + t * kv_row());
+    }
+  }
+  kv_len_ = n;
+  logits_at(n - 1, logits);
+}
+
+// One token through the same ops as forward() on a single row (buffers' row 0), attention over
+// the cache.
+template <typename real>
+void GptCpu<real>::decode(int token, float* logits) {
+  const int C = cfg_.channels, L = cfg_.num_layers, Vp = cfg_.padded_vocab_size,
+            QKV = cfg_.qkv_channels(), NH = cfg_.num_heads, NKV = cfg_.num_kv_heads,
+            HS = cfg_.head_size(), pos = kv_len_;
+  CHECK(kv_cap_ > 0 && kv_len_ >= 1, "internal: decode() before prefill()");
+  CHECK(pos < kv_cap_, "the KV cache is full (%d positions); start again with a shorter context",
+        kv_cap_);
+  CHECK(cfg_.rope || pos < cfg_.max_seq_len, "position %d is past the model's learned positions "
+        "(%d)", pos, cfg_.max_seq_len);
+  CHECK(token >= 0 && token < cfg_.vocab_size, "token id %d is outside the vocabulary (%d)", token,
+        cfg_.vocab_size);
+  const real* wpe = cfg_.rope ? (const real*)nullptr : param(P_WPE) + (size_t)pos * C;
+  encoder_forward_ref(encoded_, &token, param(P_WTE), wpe, 1, 1, C);
+  real* x = encoded_;
+  for (int l = 0; l < L; l++) {
+    // Row 0 of layer 0's buffers, reused by every layer; the block output goes to residual3.
+    real* out = layer(residual3_, l, (size_t)maxB_ * maxT_ * C);
+    layernorm_forward_ref(ln1_, ln1_mean_, ln1_rstd_, x, param(P_LN1W) + l * C,
+                          param(P_LN1B) + l * C, 1, C);
+    matmul_forward_ref(qkv_, ln1_, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, 1,
+                       C, QKV);
+    if (cfg_.rope) rope_forward_ref(qkv_, 1, 1, NH, NKV, HS, pos, cfg_.rope_theta);
+    std::copy_n(qkv_ + (size_t)NH * HS, kv_row(), k_cache(l) + (size_t)pos * kv_row());
+    std::copy_n(qkv_ + (size_t)(NH + NKV) * HS, kv_row(), v_cache(l) + (size_t)pos * kv_row());
+    attention_decode_ref(atty_, qkv_, k_cache(l), v_cache(l), pos + 1, NH, NKV, HS);
+    matmul_forward_ref(attproj_, atty_, param(P_ATTPROJW) + (size_t)l * C * C,
+                       param(P_ATTPROJB) + l * C, 1, C, C);
+    residual_forward_ref(residual2_, x, attproj_, (size_t)C);
+    layernorm_forward_ref(ln2_, ln2_mean_, ln2_rstd_, residual2_, param(P_LN2W) + l * C,
+                          param(P_LN2B) + l * C, 1, C);
+    matmul_forward_ref(fch_, ln2_, param(P_FCW) + (size_t)l * 4 * C * C, param(P_FCB) + l * 4 * C,
+                       1, C, 4 * C);
+    gelu_forward_ref(fch_gelu_, fch_, (size_t)4 * C);
+    matmul_forward_ref(fcproj_, fch_gelu_, param(P_FCPROJW) + (size_t)l * C * 4 * C,
+                       param(P_FCPROJB) + l * C, 1, 4 * C, C);
+    residual_forward_ref(out, residual2_, fcproj_, (size_t)C);
+    x = out;
+  }
+  layernorm_forward_ref(lnf_, lnf_mean_, lnf_rstd_, x, param(P_LNFW), param(P_LNFB), 1, C);
+  matmul_forward_ref(logits_, lnf_, param(P_WTE), (const real*)nullptr, 1, C, Vp);
+  T_ = 1;
+  have_targets_ = false;
+  kv_len_ = pos + 1;
+  logits_at(0, logits);
 }
 
 template <typename real>
@@ -256,7 +340,8 @@ std::vector<MemoryLine> GptCpu<real>::memory_plan() const {
           {"optimizer (AdamW m, v)", 2 * m_.size() * sz},
           {"activations", (acts_.size() - L * att_saved_per_layer_) * sz},
           {"attention saved", L * att_saved_per_layer_ * sz},
-          {"backward scratch", dacts_.size() * sz}};
+          {"backward scratch", dacts_.size() * sz},
+          {"KV cache", kv_cache_.size() * sz}};
 }
 
 template <typename real>

@@ -2,14 +2,18 @@
 // for finite-difference checks of the whole model). It is the oracle for the CUDA model.
 //
 // Forward (llm.c's train_gpt2.c order), N = B*T rows:
-//   x = wte[inp] + wpe[t]                                        encoder
+//   x = wte[inp] + wpe[t]          (RoPE models: x = wte[inp])   encoder
 //   for each layer l:
 //     qkv = ln1(x) @ qkvw^T + qkvb                               (N, (NH+2NKV)*HS)
+//     RoPE models: rotate Q and K heads of qkv in place (kernels/rope.h)
 //     x2  = x + (attention(qkv) @ attprojw^T + attprojb)         residual2
 //     x   = x2 + (gelu(ln2(x2) @ fcw^T + fcb) @ fcprojw^T + fcprojb)   residual3
 //   logits = lnf(x) @ wte^T                                      (N, Vp), tied embedding
 //   loss = mean cross-entropy over the V real tokens
 // Backward walks the same list in reverse with one residual-stream gradient buffer.
+// It keeps every activation (ModelOptions.recompute and classifier_chunk are CUDA-model memory
+// choices with the same maths; they are ignored here). prefill()/decode(): the KV cache path
+// of model.h, one token at a time through the same ops with attention_decode_ref.
 // All activations for (maxB, maxT) are one allocation, sized at construction; attention's
 // saved state comes from the backend (naive: P (B,NH,T,T); flash: LSE (B,NH,T)).
 #pragma once
@@ -40,6 +44,9 @@ class GptCpu : public Model {
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override;
   std::vector<MemoryLine> memory_plan() const override;
   size_t peak_memory_bytes() const override;
+  void prefill(const int* tokens, int n, float* logits) override;
+  void decode(int token, float* logits) override;
+  int cached_positions() const override { return kv_len_; }
 
   // Public for the finite-difference tests.
   std::vector<real> params, grads;  // (layout.total) in llm.c order
@@ -64,6 +71,12 @@ class GptCpu : public Model {
   std::vector<real> dacts_;
   real *dresidual_, *dln_, *dqkv_, *datty_, *dfch_, *dfch_gelu_, *dlogits_;
   std::vector<int> inputs_, targets_;
+  // KV cache (ModelOptions.kv_cache positions): per layer K (kv, NKV, HS) then V, after RoPE.
+  std::vector<real> kv_cache_;
+  int kv_cap_ = 0, kv_len_ = 0;
+  real* k_cache(int l) { return kv_cache_.data() + (size_t)l * 2 * kv_cap_ * kv_row(); }
+  real* v_cache(int l) { return k_cache(l) + (size_t)kv_cap_ * kv_row(); }
+  size_t kv_row() const { return (size_t)cfg_.num_kv_heads * cfg_.head_size(); }
   int B_ = 0, T_ = 0;
   bool have_targets_ = false;
   double mean_loss_ = 0;

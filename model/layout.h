@@ -19,7 +19,9 @@ struct ParamLayout {
   explicit ParamLayout(const GPTConfig& c) {
     size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
     size_t QKV = c.qkv_channels();
-    sizes = {Vp * C,  maxT * C, L * C,         L * C,     L * QKV * C, L * QKV,
+    // With RoPE there is no position table: wpe has 0 elements (the 16-tensor order stays).
+    size_t wpe_rows = c.rope ? 0 : maxT;
+    sizes = {Vp * C,  wpe_rows * C, L * C,         L * C,     L * QKV * C, L * QKV,
              L * C * C, L * C,  L * C,         L * C,     L * 4 * C * C, L * 4 * C,
              L * C * 4 * C, L * C, C,           C};
     for (int i = 0; i < kNumParamTensors; i++) {

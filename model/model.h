@@ -62,6 +62,20 @@ class Model {
   // The memory plan made at creation (one line per category) and the measured peak.
   virtual std::vector<MemoryLine> memory_plan() const = 0;
   virtual size_t peak_memory_bytes() const = 0;
+
+  // Milliseconds spent in attention (forward, backward and any recomputed forward) since the
+  // last call, measured with CUDA events around every attention call when the model was made
+  // with ModelOptions.time_attention; -1 otherwise. Waits for the device.
+  virtual double attention_ms() { return -1.0; }
+
+  // Generation with a KV cache (ModelOptions.kv_cache > 0 positions, batch row 0 only):
+  // prefill() runs the prompt (n <= ModelOptions.T tokens) as one forward, stores every
+  // layer's keys and values (after RoPE) at positions 0..n-1 and writes the logits (Vp floats)
+  // of its last position; decode() appends one token at the next position, attends over the
+  // cache and writes that token's next-token logits. Throws when the cache is full.
+  virtual void prefill(const int* tokens, int n, float* logits) = 0;
+  virtual void decode(int token, float* logits) = 0;
+  virtual int cached_positions() const = 0;  // prompt + decoded tokens held in the cache
 };
 
 // The multi-GPU process group (model/nccl_comm.cu), kept free of CUDA/NCCL types so that
@@ -99,7 +113,16 @@ struct ModelOptions {
   DistComm* comm = nullptr;     // multi-GPU (CUDA model only); nullptr = one process
   int zero = 0;                 // 1: ZeRO-1, AdamW state sharded over the ranks
   bool overlap_comm = true;     // multi-GPU without ZeRO: all-reduce per layer during backward
+  // Long context (model/memory_plan.h has what each choice keeps):
+  std::string recompute = "none";  // none | gelu (recompute GELU in backward) | layer (keep
+                                   // only each block's input, recompute the block in backward)
+  int classifier_chunk = 0;        // logits rows at once; 0 = kDefaultClassifierChunk
+  int kv_cache = 0;                // positions of KV cache for prefill()/decode(); 0 = none
+  bool time_attention = false;     // attention_ms(): CUDA events around attention calls
 };
+constexpr int kDefaultClassifierChunk = 8192;
+// Throws naming --recompute for anything but none, gelu, layer.
+void validate_recompute(const std::string& mode);
 
 // GPT-2 initialisation (llm.c/nanoGPT): weights N(0, 0.02), residual projections
 // (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.
@@ -110,3 +133,5 @@ std::unique_ptr<Model> make_cpu_model(const ModelOptions& opt);
 // Throws flashgpt::Error when flashgpt was built without CUDA or no GPU is present.
 std::unique_ptr<Model> make_cuda_model(const ModelOptions& opt);
 bool cuda_device_available();  // false in CPU-only builds
+// Free and total memory of the current GPU (cudaMemGetInfo) and its name; false without one.
+bool cuda_memory_info(size_t& free_bytes, size_t& total_bytes, std::string& name);

@@ -1,6 +1,8 @@
 // options.cpp — cxxopts parsing and validation for the subcommands.
 #include "train/options.h"
 
+#include "model/model.h"
+
 #include <cxxopts.hpp>
 #include <iostream>
 
@@ -66,7 +68,11 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
     ("init", "start from this model file (llm.c version 3/5 or flashgpt)", cxxopts::value<std::string>())
     ("attn", "attention: flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order)", cxxopts::value<std::string>()->default_value(d.attn))
-    ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device));
+    ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
+    ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(d.pos))
+    ("rope-theta", "RoPE base", cxxopts::value<float>()->default_value("10000"))
+    ("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer (keep only each block's input)", cxxopts::value<std::string>()->default_value(d.recompute))
+    ("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", cxxopts::value<int>()->default_value("0"));
   o.add_options("optimisation")
     ("seq-len", "sequence length T", cxxopts::value<int>()->default_value(std::to_string(d.seq_len)))
     ("batch", "micro-batch B (sequences per forward pass)", cxxopts::value<int>()->default_value(std::to_string(d.batch)))
@@ -120,10 +126,20 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   opt.channels = get<int>(r, "channels");
   opt.max_seq_len = get<int>(r, "max-seq-len");
   opt.model_given = r.count("model") || r.count("layers") || r.count("heads") ||
-                    r.count("kv-heads") || r.count("channels");
+                    r.count("kv-heads") || r.count("channels") || r.count("pos");
   if (r.count("init")) opt.init_path = get<std::string>(r, "init");
   opt.attn = get<std::string>(r, "attn");
   opt.device = get<std::string>(r, "device");
+  opt.pos = get<std::string>(r, "pos");
+  opt.rope_theta = get<float>(r, "rope-theta");
+  opt.recompute = get<std::string>(r, "recompute");
+  opt.classifier_chunk = get<int>(r, "classifier-chunk");
+  CHECK(opt.pos == "learned" || opt.pos == "rope", "--pos '%s' is unknown; use learned or rope",
+        opt.pos.c_str());
+  CHECK(opt.rope_theta > 1.0f, "--rope-theta must be greater than 1 (got %g)", opt.rope_theta);
+  validate_recompute(opt.recompute);
+  CHECK(opt.classifier_chunk >= 0, "--classifier-chunk must be >= 0 (got %d)",
+        opt.classifier_chunk);
   opt.seq_len = get<int>(r, "seq-len");
   opt.batch = get<int>(r, "batch");
   opt.total_batch = get<int64_t>(r, "total-batch");
@@ -215,6 +231,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
     ("top-k", "sample among the k most likely tokens (0 = all)", cxxopts::value<int>()->default_value("0"))
     ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("1337"))
     ("device", "auto|cpu|cuda", cxxopts::value<std::string>()->default_value("auto"))
+    ("no-kv-cache", "recompute the whole context for every new token (no KV cache)")
     ("h,help", "this help");
   // clang-format on
   auto r = parse_or_explain(o, "sample", argc, argv);
@@ -232,6 +249,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   opt.top_k = get<int>(r, "top-k");
   opt.seed = get<uint64_t>(r, "seed");
   opt.device = get<std::string>(r, "device");
+  opt.kv_cache = r.count("no-kv-cache") == 0;
   CHECK(opt.tokens >= 1, "--tokens must be at least 1 (got %d)", opt.tokens);
   CHECK(opt.temperature >= 0, "--temperature must be >= 0 (got %g)", opt.temperature);
   CHECK(opt.top_k >= 0, "--top-k must be >= 0 (got %d)", opt.top_k);

@@ -20,6 +20,10 @@ struct TrainOptions {
   int layers = 0, heads = 0, kv_heads = 0, channels = 0, max_seq_len = 0;  // 0: preset's
   std::string init_path;       // --init FILE (llm.c or flashgpt model file)
   std::string attn = "flash";
+  std::string pos = "learned";  // --pos learned|rope
+  float rope_theta = 10000.0f;
+  std::string recompute = "none";  // --recompute none|gelu|layer
+  int classifier_chunk = 0;        // --classifier-chunk rows (0 = 8192)
   std::string device = "auto";
   // batch and schedule
   int seq_len = 256, batch = 8;
@@ -55,6 +59,7 @@ struct SampleOptions {
   int tokens = 256, top_k = 0;
   float temperature = 1.0f;
   uint64_t seed = 1337;
+  bool kv_cache = true;  // --no-kv-cache: recompute the whole context for every token
 };
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt);
 

@@ -51,6 +51,32 @@ std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_ne
   return std::vector<int>(toks.begin() + prompt.size(), toks.end());
 }
 
+std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n_new,
+                             float temperature, int top_k, uint64_t seed, int cache_len,
+                             const std::function<void(int)>& on_token) {
+  CHECK(!prompt.empty(), "generate: empty prompt");
+  CHECK(cache_len >= 2, "generate: the KV cache needs at least 2 positions");
+  const GPTConfig& c = model.config();
+  Rng rng(seed);
+  std::vector<int> toks = prompt;
+  std::vector<float> logits(c.padded_vocab_size);
+  const int n0 = std::min((int)toks.size(), cache_len);
+  model.prefill(toks.data() + toks.size() - n0, n0, logits.data());
+  for (int i = 0; i < n_new; i++) {
+    int next = sample_from_logits(logits.data(), c.vocab_size, temperature, top_k, rng);
+    toks.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 == n_new) break;
+    if (model.cached_positions() < cache_len) {
+      model.decode(next, logits.data());
+    } else {  // full: keep the last half of the window
+      const int keep = cache_len / 2;
+      model.prefill(toks.data() + toks.size() - keep, keep, logits.data());
+    }
+  }
+  return std::vector<int>(toks.begin() + prompt.size(), toks.end());
+}
+
 std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions& opt) {
   bool cuda = device == "cuda" || (device == "auto" && cuda_device_available());
   return cuda ? make_cuda_model(opt) : make_cpu_model(opt);
@@ -84,23 +110,31 @@ int run_sample(const SampleOptions& opt) {
     std::vector<int> p = tok.encode(opt.prompt);
     prompt.insert(prompt.end(), p.begin(), p.end());
   }
-  CHECK((int)prompt.size() < cfg.max_seq_len,
+  CHECK(cfg.rope || (int)prompt.size() < cfg.max_seq_len,
         "sample: the prompt is %zu tokens but the model's context is %d; shorten --prompt",
         prompt.size(), cfg.max_seq_len);
+  // The context: the model's learned positions, or for RoPE models whatever prompt + output need.
+  const int need = (int)prompt.size() + opt.tokens;
+  const int context = cfg.rope ? need : std::min(need, cfg.max_seq_len);
   ModelOptions mo;
   mo.config = cfg;
   mo.B = 1;
-  mo.T = cfg.max_seq_len;
+  mo.T = opt.kv_cache ? std::min((int)prompt.size(), context) : context;
+  mo.kv_cache = opt.kv_cache ? context : 0;
+  if (cfg.rope) mo.config.max_seq_len = std::max(cfg.max_seq_len, context);
   mo.attn = "flash";
   std::unique_ptr<Model> model = make_model(opt.device, mo);
   model->set_params(params);
   std::fputs(opt.prompt.c_str(), stdout);
-  generate(*model, prompt, opt.tokens, opt.temperature, opt.top_k, opt.seed, cfg.max_seq_len,
-           [&](int t) {
-             std::string bytes = tok.decode_token(t);  // may hold NUL or half a UTF-8 char
-             std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-             std::fflush(stdout);
-           });
+  auto print = [&](int t) {
+    std::string bytes = tok.decode_token(t);  // may hold NUL or half a UTF-8 char
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    std::fflush(stdout);
+  };
+  if (opt.kv_cache)
+    generate_kv(*model, prompt, opt.tokens, opt.temperature, opt.top_k, opt.seed, context, print);
+  else
+    generate(*model, prompt, opt.tokens, opt.temperature, opt.top_k, opt.seed, context, print);
   std::fputs("\n", stdout);
   return 0;
 }

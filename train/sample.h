@@ -1,5 +1,8 @@
 // sample — autoregressive generation from a model, and the `flashgpt sample` command.
-// Each new token re-runs the forward pass over the last max_context tokens (no KV cache yet).
+// generate(): each new token re-runs the forward pass over the last max_context tokens (full
+// recompute). generate_kv(): the model's KV cache (Model::prefill / decode): the prompt runs
+// once, then each new token is one position through every layer. Same tokens for the same
+// seed, up to rounding (tests/gpu/test_model.cu checks it).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,6 +19,12 @@ int sample_from_logits(const float* logits, int V, float temperature, int top_k,
 std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_new,
                           float temperature, int top_k, uint64_t seed, int max_context,
                           const std::function<void(int)>& on_token = nullptr);
+// model must have been made with ModelOptions.kv_cache >= the positions needed and T >= the
+// prompt. When the cache is full, the last half of the window is prefilled again (positions
+// restart at 0, as full recompute's sliding window does) and decoding goes on.
+std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n_new,
+                             float temperature, int top_k, uint64_t seed, int cache_len,
+                             const std::function<void(int)>& on_token = nullptr);
 // "auto" picks cuda when a device is present. Prints nothing.
 std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions& opt);
 int run_sample(const SampleOptions& opt);

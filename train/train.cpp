@@ -75,6 +75,8 @@ GPTConfig config_from_flags(const TrainOptions& opt, int vocab_size) {
   if (opt.heads) c.num_heads = c.num_kv_heads = opt.heads;
   if (opt.kv_heads) c.num_kv_heads = opt.kv_heads;
   if (opt.channels) c.channels = opt.channels;
+  c.rope = opt.pos == "rope";
+  c.rope_theta = opt.rope_theta;
   validate_config(c);
   return c;
 }
@@ -82,11 +84,12 @@ GPTConfig config_from_flags(const TrainOptions& opt, int vocab_size) {
 void check_same_shape(const GPTConfig& ck, const GPTConfig& fl, const std::string& path) {
   bool same = ck.num_layers == fl.num_layers && ck.num_heads == fl.num_heads &&
               ck.num_kv_heads == fl.num_kv_heads && ck.channels == fl.channels &&
-              ck.vocab_size == fl.vocab_size;
-  CHECK(same, "checkpoint '%s' is L=%d NH=%d NKV=%d C=%d V=%d but the flags ask for L=%d NH=%d "
-        "NKV=%d C=%d V=%d; drop --model/--layers/--heads/--channels or pass matching ones",
-        path.c_str(), ck.num_layers, ck.num_heads, ck.num_kv_heads, ck.channels, ck.vocab_size,
-        fl.num_layers, fl.num_heads, fl.num_kv_heads, fl.channels, fl.vocab_size);
+              ck.vocab_size == fl.vocab_size && ck.rope == fl.rope;
+  CHECK(same, "checkpoint '%s' is L=%d NH=%d NKV=%d C=%d V=%d pos=%s but the flags ask for L=%d "
+        "NH=%d NKV=%d C=%d V=%d pos=%s; drop --model/--layers/--heads/--channels/--pos or pass "
+        "matching ones", path.c_str(), ck.num_layers, ck.num_heads, ck.num_kv_heads, ck.channels,
+        ck.vocab_size, ck.rope ? "rope" : "learned", fl.num_layers, fl.num_heads, fl.num_kv_heads,
+        fl.channels, fl.vocab_size, fl.rope ? "rope" : "learned");
 }
 
 double peak_flops(const std::string& device) {
@@ -226,6 +229,8 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   mo.T = T;
   mo.attn = opt.attn;
   mo.seed = opt.seed;
+  mo.recompute = opt.recompute;
+  mo.classifier_chunk = opt.classifier_chunk;
   std::unique_ptr<Model> model = make_model(opt.device, mo);
   if (!ckpt_params.empty()) model->set_params(ckpt_params);
   int first_step = 1;
@@ -253,11 +258,13 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     tok->save(opt.out_dir + "/tokenizer.bin");  // so `flashgpt sample` finds it beside the model
   result.first_step = first_step;
 
-  say(flashgpt::strformat("model: L=%d C=%d NH=%d NKV=%d HS=%d V=%d (padded %d) maxT=%d, %.2fM parameters",
-                cfg.num_layers, cfg.channels, cfg.num_heads, cfg.num_kv_heads, cfg.head_size(),
-                cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len, model->num_parameters() / 1e6));
-  say(flashgpt::strformat("device: %s | attention: %s | batch %d x %d, %d micro-steps -> %lld tokens/step",
-                model->device_name(), opt.attn.c_str(), B, T, accum, (long long)opt.total_batch));
+  say(flashgpt::strformat("model: L=%d C=%d NH=%d NKV=%d HS=%d V=%d (padded %d) maxT=%d, %s "
+                "positions, %.2fM parameters", cfg.num_layers, cfg.channels, cfg.num_heads,
+                cfg.num_kv_heads, cfg.head_size(), cfg.vocab_size, cfg.padded_vocab_size,
+                cfg.max_seq_len, cfg.rope ? "rotary" : "learned", model->num_parameters() / 1e6));
+  say(flashgpt::strformat("device: %s | attention: %s | recompute: %s | batch %d x %d, %d "
+                "micro-steps -> %lld tokens/step", model->device_name(), opt.attn.c_str(),
+                opt.recompute.c_str(), B, T, accum, (long long)opt.total_batch));
   if (world > 1)
     say(flashgpt::strformat("data parallel: %d processes (NCCL), %d x %d per rank per micro-step, %s",
                             world, B, T, zero ? "ZeRO-1 (AdamW state sharded)"

@@ -65,6 +65,22 @@ TEST(Checkpoint, GroupedQueryRoundTrip) {
   EXPECT_EQ(p, p2);
 }
 
+TEST(Checkpoint, RopeRoundTrip) {
+  TempDir dir;
+  GPTConfig c = small();
+  c.rope = 1;
+  c.rope_theta = 500000.0f;
+  std::vector<float> p = gpt_init_params(c, 6);
+  save_model_file(dir / "m.bin", c, p);
+  GPTConfig c2;
+  std::vector<float> p2;
+  load_model_file(dir / "m.bin", c2, p2);
+  EXPECT_EQ(c2.rope, 1);
+  EXPECT_EQ(c2.rope_theta, 500000.0f);
+  EXPECT_EQ(p, p2);  // no wpe rows
+  EXPECT_EQ(ParamLayout(c2).sizes[P_WPE], 0u);
+}
+
 TEST(Checkpoint, ReadsLlmcBf16Version5) {
   TempDir dir;
   GPTConfig c = small();

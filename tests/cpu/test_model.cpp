@@ -1,7 +1,9 @@
 // Whole-model checks of the CPU reference GPT-2 (model/gpt_cpu.cpp):
 //  - every parameter gradient against central finite differences, in double;
 //  - naive and flash attention give the same loss and gradients (float);
-//  - init is deterministic and follows the GPT-2 recipe.
+//  - init is deterministic and follows the GPT-2 recipe;
+//  - RoPE models: finite differences too, and no wpe;
+//  - the KV cache (prefill + decode) gives the logits and tokens of full recomputation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include "kernels/common.h"
 #include "model/gpt_cpu.h"
 #include "model/rng.h"
+#include "train/sample.h"
 
 namespace {
 
@@ -32,9 +35,10 @@ void random_tokens(std::vector<int>& v, int V, uint64_t seed) {
 
 // Compares analytic gradients of the mean loss with central differences on every parameter
 // of every tensor (the model is small enough), reporting the worst relative error per tensor.
-void check_model_gradients(const std::string& attn, int NKV) {
+void check_model_gradients(const std::string& attn, int NKV, bool rope = false) {
   GPTConfig c = tiny_config();
   c.num_kv_heads = NKV;
+  c.rope = rope;
   const int B = 2, T = 7;
   ModelOptions mo;
   mo.config = c;
@@ -87,6 +91,93 @@ void check_model_gradients(const std::string& attn, int NKV) {
 TEST(ModelGradients, FiniteDifferencesNaiveAttention) { check_model_gradients("naive", 2); }
 TEST(ModelGradients, FiniteDifferencesFlashAttention) { check_model_gradients("flash", 2); }
 TEST(ModelGradients, FiniteDifferencesMultiQuery) { check_model_gradients("flash", 1); }
+TEST(ModelGradients, FiniteDifferencesRope) { check_model_gradients("flash", 1, true); }
+TEST(ModelGradients, FiniteDifferencesRopeNaive) { check_model_gradients("naive", 2, true); }
+
+TEST(Model, RopeHasNoPositionTable) {
+  GPTConfig c = tiny_config();
+  ParamLayout learned(c);
+  c.rope = 1;
+  ParamLayout rope(c);
+  EXPECT_EQ(rope.sizes[P_WPE], 0u);
+  EXPECT_EQ(learned.total - rope.total, (size_t)c.max_seq_len * c.channels);
+}
+
+namespace {
+
+GPTConfig decode_config(bool rope, int NKV) {
+  GPTConfig c = tiny_config();
+  c.max_seq_len = 40;
+  c.vocab_size = 50;
+  c.padded_vocab_size = pad_vocab(50);
+  c.channels = 32;
+  c.num_heads = 4;
+  c.num_kv_heads = NKV;
+  c.rope = rope;
+  return c;
+}
+
+// Logits of prefill + decode against a full forward over the same tokens, at every position.
+void check_kv_cache_logits(bool rope, int NKV) {
+  SCOPED_TRACE(std::string(rope ? "rope" : "learned") + " NKV=" + std::to_string(NKV));
+  ModelOptions mo;
+  mo.config = decode_config(rope, NKV);
+  mo.B = 1;
+  mo.T = 40;
+  mo.attn = "flash";
+  mo.kv_cache = 40;
+  GptCpu<float> cached(mo), full(mo);
+  Rng rng(11);
+  for (float& p : cached.params) p += 0.05f * (float)rng.normal();
+  full.params = cached.params;
+  const int Vp = mo.config.padded_vocab_size, prompt = 9, total = 40;
+  std::vector<int> toks(total);
+  random_tokens(toks, mo.config.vocab_size, 5);
+  std::vector<float> a(Vp), b(Vp);
+  double worst = 0;
+  for (int n = prompt; n <= total; n++) {
+    if (n == prompt) cached.prefill(toks.data(), n, a.data());
+    else cached.decode(toks[n - 1], a.data());
+    full.forward(toks.data(), nullptr, 1, n);
+    full.logits_at(n - 1, b.data());
+    double d = 0, r = 0;
+    for (int v = 0; v < Vp; v++) {
+      d += (double)(a[v] - b[v]) * (a[v] - b[v]);
+      r += (double)b[v] * b[v];
+    }
+    worst = std::max(worst, std::sqrt(d / r));
+  }
+  EXPECT_EQ(cached.cached_positions(), total);
+  std::printf("  KV cache vs full forward, positions %d..%d: worst logits relative L2 %.2e "
+              "(tolerance 1e-5)\n", prompt, total - 1, worst);
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_THROW(cached.decode(toks[0], a.data()), flashgpt::Error);  // the cache is full
+}
+
+}  // namespace
+
+TEST(KvCache, LogitsMatchFullForwardLearned) { check_kv_cache_logits(false, 4); }
+TEST(KvCache, LogitsMatchFullForwardRopeGqa) { check_kv_cache_logits(true, 2); }
+
+TEST(KvCache, SamplingGivesTheSameTokensAsRecompute) {
+  for (bool rope : {false, true}) {
+    ModelOptions mo;
+    mo.config = decode_config(rope, 2);
+    mo.B = 1;
+    mo.T = 40;
+    mo.attn = "flash";
+    mo.kv_cache = 40;
+    GptCpu<float> m(mo);
+    Rng rng(12);
+    for (float& p : m.params) p += 0.2f * (float)rng.normal();  // peakier logits
+    const std::vector<int> prompt = {3, 1, 4, 1, 5};
+    for (float temperature : {0.0f, 1.0f}) {
+      std::vector<int> a = generate(m, prompt, 30, temperature, 0, 77, 40);
+      std::vector<int> b = generate_kv(m, prompt, 30, temperature, 0, 77, 40);
+      EXPECT_EQ(a, b) << (rope ? "rope" : "learned") << " temperature " << temperature;
+    }
+  }
+}
 
 TEST(Model, NaiveAndFlashAgree) {
   GPTConfig c = tiny_config();

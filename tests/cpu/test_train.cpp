@@ -112,6 +112,33 @@ TEST(Train, SampleFromCheckpointIsDeterministic) {
   EXPECT_EQ(g1, g2);
   EXPECT_NE(g1, g3);
   for (int t : g1) EXPECT_LT(t, 300);
+  s.kv_cache = false;  // the full-recompute path of the command too
+  EXPECT_EQ(run_sample(s), 0);
+}
+
+TEST(Train, RopeModelTrainsResumesAndSamples) {
+  TempDir out;
+  TrainOptions o = tiny_options("flash", 4);
+  o.pos = "rope";
+  o.recompute = "layer";  // the CPU model keeps everything; the flag must still be accepted
+  o.out_dir = out.path;
+  o.checkpoint_every = 2;
+  TrainResult r = run_train(o);
+  ASSERT_EQ(r.losses.size(), 4u);
+  EXPECT_LT(r.losses.back(), r.losses.front());
+  GPTConfig cfg = read_model_config(model_checkpoint_path(out.path, 4));
+  EXPECT_EQ(cfg.rope, 1);
+  SampleOptions s;
+  s.checkpoint = model_checkpoint_path(out.path, 4);
+  s.tokens = 50;  // longer than the tiny model's max_seq_len: RoPE has no position table
+  s.device = "cpu";
+  EXPECT_EQ(run_sample(s), 0);
+  // Resuming with --pos learned is refused with a line naming --pos.
+  TrainOptions bad = o;
+  bad.pos = "learned";
+  bad.resume = true;
+  bad.steps = 6;
+  expect_error([&] { run_train(bad); }, "--pos");
 }
 
 TEST(Train, LearningRateSchedule) {
@@ -149,6 +176,10 @@ TEST(BadInput, TrainOptions) {
   expect_error([&] { parse({"--no-such-flag"}); }, "no-such-flag");
   expect_error([&] { parse({"--resume"}); }, "--resume needs --out");
   expect_error([&] { parse({"--grad-clip", "-1"}); }, "--grad-clip");
+  expect_error([&] { parse({"--pos", "alibi"}); }, "--pos 'alibi'");
+  expect_error([&] { parse({"--recompute", "all"}); }, "--recompute 'all'");
+  expect_error([&] { parse({"--classifier-chunk", "-1"}); }, "--classifier-chunk");
+  expect_error([&] { parse({"--rope-theta", "0.5"}); }, "--rope-theta");
   Argv nodata({"train"});
   TrainOptions o;
   expect_error([&] { parse_train_options(nodata.argc(), nodata.argv(), o); }, "--data");

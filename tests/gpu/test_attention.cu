@@ -40,6 +40,7 @@
 #include "kernels/attention/attention.cuh"
 #include "kernels/attention/attention_ref.h"
 #include "kernels/attention/naive.cuh"
+#include "model/memory_plan.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace {
@@ -370,6 +371,22 @@ TEST_P(Shapes, Matches) {
 
 INSTANTIATE_TEST_SUITE_P(AttentionGpu, Shapes, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
+
+// model/memory_plan.cpp repeats each backend's saved/scratch formulas in host code (for
+// --plan-only on machines without CUDA); they must agree with the backends. Needs no GPU.
+TEST(AttentionGpu, HostMemoryFormulasMatchBackends) {
+  for (const std::string& n : attention_names()) {
+    std::unique_ptr<AttentionBackend> be = make_attention(n);
+    for (int T : {1, 7, 17, 64, 255, 256, 257, 1000, 1024, 4097, 32768, 131072})
+      for (int NKV : {12, 4, 1})
+        for (int HS : {64, 128}) {
+          const AttnShape s{3, T, 12, NKV, HS};
+          SCOPED_TRACE(n + " T=" + std::to_string(T) + " NKV=" + std::to_string(NKV));
+          EXPECT_EQ(attention_saved_bytes(n, s, sizeof(floatX)), be->saved_bytes(s));
+          EXPECT_EQ(attention_scratch_bytes(n, s, sizeof(floatX)), be->scratch_bytes(s));
+        }
+  }
+}
 
 TEST(AttentionGpu, Registry) {  // needs no GPU: backends create their handles on first use
   const std::vector<std::string> names = attention_names();
