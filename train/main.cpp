@@ -3,6 +3,8 @@
 //   flashgpt train --data DIR [options]            train a GPT-2 (CPU or CUDA)
 //   flashgpt sample --checkpoint FILE [options]    generate text
 //   flashgpt bench-attention [options]             time the attention backends (CUDA builds)
+//   flashgpt profile [options]                     memory and speed vs context length, measured
+//                                                  and predicted (--plan-only: no GPU needed)
 // Every error is one line "flashgpt: error: ..." and a non-zero exit.
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include "data/prepare.h"
 #include "kernels/common.h"
 #include "train/options.h"
+#include "train/profile.h"
 #include "train/sample.h"
 #include "train/train.h"
 #ifdef FLASHGPT_WITH_CUDA
@@ -23,7 +26,9 @@ static void usage() {
       "  prepare          text files -> tokenizer.bin + train/val token shards\n"
       "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive|flash1)\n"
       "  sample           generate text from a checkpoint\n"
-      "  bench-attention  time attention backends on the GPU (CUDA builds)\n");
+      "  bench-attention  time attention backends on the GPU (CUDA builds)\n"
+      "  profile          memory, step time and attention time vs context length, measured and\n"
+      "                   predicted (--plan-only: the predicted table, no GPU needed)\n");
 }
 
 int main(int argc, char** argv) {
@@ -57,7 +62,9 @@ int main(int argc, char** argv) {
       FAIL("bench-attention needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
 #endif
     }
-    FAIL("unknown command '%s'; use prepare, train, sample or bench-attention", cmd.c_str());
+    if (cmd == "profile") return profile_main(argc - 1, argv + 1);
+    FAIL("unknown command '%s'; use prepare, train, sample, bench-attention or profile",
+         cmd.c_str());
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "flashgpt: error: %s\n", e.what());

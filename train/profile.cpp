@@ -1,0 +1,849 @@
+// profile.cpp — `flashgpt profile`; see profile.h for what it measures and predicts.
+#include "train/profile.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <cxxopts.hpp>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "kernels/common.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/memory_plan.h"
+#include "model/rng.h"
+
+namespace {
+
+using flashgpt::strformat;
+
+constexpr double kGiB = double(1ull << 30);
+double gib(double bytes) { return bytes / kGiB; }
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+// cxxopts names a bad value but not its flag: find the flag that carried it.
+[[noreturn]] void explain_bad_value(const std::string& what, int argc, char** argv) {
+  std::string value;
+  const size_t a = what.find("\xe2\x80\x98"), b = what.find("\xe2\x80\x99");  // ‘ ’
+  if (a != std::string::npos && b != std::string::npos && b > a) value = what.substr(a + 3, b - a - 3);
+  for (int i = 1; i < argc && !value.empty(); i++) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t eq = arg.find('=');
+    const std::string flag = eq == std::string::npos ? arg : arg.substr(0, eq);
+    const std::string given = eq != std::string::npos ? arg.substr(eq + 1)
+                              : i + 1 < argc        ? std::string(argv[i + 1])
+                                                    : std::string();
+    if (given == value || ("," + given + ",").find("," + value + ",") != std::string::npos)
+      FAIL("profile: '%s' is not a valid value for %s; see `flashgpt profile --help`",
+           value.c_str(), flag.c_str());
+  }
+  FAIL("profile: %s; see `flashgpt profile --help`", what.c_str());
+}
+
+template <typename T>
+T get(const cxxopts::ParseResult& r, const char* name) {
+  try {
+    return r[name].as<T>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("profile: --%s: %s; see `flashgpt profile --help`", name, e.what());
+  }
+}
+
+int batch_for(const ProfileOptions& opt, int T) {
+  return opt.batch > 0 ? opt.batch : std::max(1, opt.tokens / T);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); i++) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+void make_dirs(const std::string& dir) {
+  std::string cur;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    cur = dir.substr(0, pos);
+    if (!cur.empty()) mkdir(cur.c_str(), 0755);
+  }
+  struct stat st;
+  CHECK(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+        "profile: --out '%s' cannot be created (%s); pick another --out", dir.c_str(),
+        strerror(errno));
+  const std::string probe = dir + "/.flashgpt_write_test";
+  FILE* f = std::fopen(probe.c_str(), "wb");
+  CHECK(f, "profile: --out '%s' is not writable (%s); pick another --out", dir.c_str(),
+        strerror(errno));
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+// Written to a temporary name and renamed: an interrupted run never leaves half a file.
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  CHECK(f, "profile: cannot write '%s' (%s); pick another --out", tmp.c_str(), strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  CHECK(std::fclose(f) == 0 && ok, "profile: writing '%s' failed (disk full?)", tmp.c_str());
+  CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "profile: cannot rename '%s' to '%s' (%s)",
+        tmp.c_str(), path.c_str(), strerror(errno));
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c == '\n' ? ' ' : c);
+  return q + "\"";
+}
+
+std::string json_string(const std::string& s) {
+  std::string q = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') q += '\\', q += char(c);
+    else if (c == '\n') q += "\\n";
+    else if (c < 0x20) q += strformat("\\u%04x", c);
+    else q += char(c);
+  }
+  return q + "\"";
+}
+
+// Numbers for CSV/JSON: empty (CSV) / null (JSON) when not available.
+std::string num(double x, bool have, const char* fmt = "%.6g") {
+  return have && std::isfinite(x) ? strformat(fmt, x) : "";
+}
+std::string jnum(const std::string& s) { return s.empty() ? "null" : s; }
+
+// The CSV breakdown columns, by plan line name; any other line goes to mem_other.
+const char* const kMemColumns[] = {"parameters",      "gradients",         "optimizer",
+                                   "activations",     "attention saved",   "attention scratch",
+                                   "logits",          "backward scratch"};
+
+std::map<std::string, double> breakdown(const std::vector<MemoryLine>& lines) {
+  std::map<std::string, double> m;
+  for (const char* c : kMemColumns) m[c] = 0;
+  m["other"] = 0;
+  for (const MemoryLine& l : lines) {
+    bool known = false;
+    for (const char* c : kMemColumns) known = known || l.what == c;
+    m[known ? l.what : "other"] += (double)l.bytes;
+  }
+  return m;
+}
+
+std::string column_name(std::string s) {
+  std::replace(s.begin(), s.end(), ' ', '_');
+  return "mem_" + s;
+}
+
+// One row's fields, in column order (shared by the CSV and the JSON).
+std::vector<std::pair<std::string, std::string>> point_fields(const ProfilePoint& p) {
+  std::vector<std::pair<std::string, std::string>> f;
+  const bool roof = p.roof_attn_ms > 0;
+  f.push_back({"backend", p.backend});
+  f.push_back({"seq_len", std::to_string(p.T)});
+  f.push_back({"batch", std::to_string(p.B)});
+  f.push_back({"tokens", std::to_string((long long)p.B * p.T)});
+  f.push_back({"status", p.status});
+  f.push_back({"fits", p.fits ? "1" : "0"});
+  f.push_back({"pred_bytes", std::to_string(p.pred_bytes)});
+  f.push_back({"peak_bytes", p.ran ? std::to_string(p.peak_bytes) : ""});
+  f.push_back({"mem_ratio", num(p.mem_ratio, p.ran, "%.4f")});
+  f.push_back({"free_bytes", p.free_bytes ? std::to_string(p.free_bytes) : ""});
+  const auto bd = breakdown(p.ran && !p.lines.empty() ? p.lines : p.pred_lines);
+  for (const char* c : kMemColumns) f.push_back({column_name(c), strformat("%.0f", bd.at(c))});
+  f.push_back({"mem_other", strformat("%.0f", bd.at("other"))});
+  f.push_back({"ms_per_step", num(p.ms_step, p.ran, "%.3f")});
+  f.push_back({"tokens_per_s", num(p.tokens_per_s, p.ran, "%.0f")});
+  f.push_back({"attn_ms", num(p.attn_ms, p.ran && p.attn_ms >= 0, "%.3f")});
+  f.push_back({"attn_share", num(p.attn_share, p.ran && p.attn_ms >= 0, "%.4f")});
+  f.push_back({"loss", num(p.loss, p.ran, "%.4f")});
+  f.push_back({"attn_fwd_flops", strformat("%.0f", p.cost.fwd.flops)});
+  f.push_back({"attn_bwd_flops", strformat("%.0f", p.cost.bwd.flops)});
+  f.push_back({"attn_fwd_mma_flops", strformat("%.0f", p.cost.fwd.mma_flops)});
+  f.push_back({"attn_bwd_mma_flops", strformat("%.0f", p.cost.bwd.mma_flops)});
+  f.push_back({"attn_fwd_bytes", strformat("%.0f", p.cost.fwd.bytes)});
+  f.push_back({"attn_bwd_bytes", strformat("%.0f", p.cost.bwd.bytes)});
+  f.push_back({"attn_flops_step", strformat("%.0f", p.attn_flops_step)});
+  f.push_back({"attn_bytes_step", strformat("%.0f", p.attn_bytes_step)});
+  f.push_back({"roofline_fwd_ms", num(p.roof_fwd_ms, roof, "%.4f")});
+  f.push_back({"roofline_bwd_ms", num(p.roof_bwd_ms, roof, "%.4f")});
+  f.push_back({"roofline_attn_ms", num(p.roof_attn_ms, roof, "%.4f")});
+  f.push_back({"pred_speedup_vs_naive", num(p.pred_speedup, p.pred_speedup > 0, "%.3f")});
+  f.push_back({"meas_speedup_vs_naive", num(p.meas_speedup, p.meas_speedup > 0, "%.3f")});
+  return f;
+}
+
+struct Meta {
+  std::string command, date, gpu, model_desc;
+};
+
+std::vector<std::pair<std::string, std::string>> meta_fields(const ProfileOptions& opt,
+                                                             const ProfileReport& r,
+                                                             const Meta& m) {
+  std::vector<std::pair<std::string, std::string>> f;
+  f.push_back({"command", m.command});
+  f.push_back({"date", m.date});
+  f.push_back({"gpu", m.gpu.empty() ? "none" : m.gpu});
+  f.push_back({"model", m.model_desc});
+  f.push_back({"plan_only", opt.plan_only ? "1" : "0"});
+  f.push_back({"capacity_bytes", std::to_string(r.capacity_bytes)});
+  const bool c = r.have_ceilings;
+  f.push_back({"copy_bytes_per_s", num(r.ceilings.copy_bytes_per_s, c, "%.0f")});
+  f.push_back({"bf16_flops", num(r.ceilings.bf16_flops, c, "%.0f")});
+  f.push_back({"gpu_total_bytes", c ? std::to_string(r.ceilings.total_bytes) : ""});
+  f.push_back({"gpu_sms", c ? std::to_string(r.ceilings.sms) : ""});
+  f.push_back({"gemm_n", c ? std::to_string(r.ceilings.gemm_n) : ""});
+  f.push_back({"copy_bytes", c ? std::to_string(r.ceilings.copy_bytes) : ""});
+  return f;
+}
+
+void write_outputs(const ProfileOptions& opt, const ProfileReport& r, const Meta& m) {
+  std::string csv;
+  for (const auto& kv : meta_fields(opt, r, m)) csv += "# " + kv.first + ": " + kv.second + "\n";
+  bool header = false;
+  for (const ProfilePoint& p : r.points) {
+    const auto f = point_fields(p);
+    if (!header) {
+      for (size_t i = 0; i < f.size(); i++) csv += (i ? "," : "") + f[i].first;
+      csv += "\n";
+      header = true;
+    }
+    for (size_t i = 0; i < f.size(); i++) csv += (i ? "," : "") + csv_field(f[i].second);
+    csv += "\n";
+  }
+  write_file(r.csv_path, csv);
+
+  // Numeric fields go out as numbers, the rest as strings.
+  auto is_text = [](const std::string& k) { return k == "backend" || k == "status"; };
+  std::string js = "{\n";
+  for (const auto& kv : meta_fields(opt, r, m)) {
+    const bool text = kv.first == "command" || kv.first == "date" || kv.first == "gpu" ||
+                      kv.first == "model";
+    js += "  " + json_string(kv.first) + ": " + (text ? json_string(kv.second) : jnum(kv.second)) + ",\n";
+  }
+  js += "  \"options\": {\"model\": " + json_string(opt.model) + ", \"attn\": " +
+        json_string(join(opt.attn, ",")) + ", \"tokens\": " + std::to_string(opt.tokens) +
+        ", \"batch\": " + std::to_string(opt.batch) + ", \"warmup\": " + std::to_string(opt.warmup) +
+        ", \"steps\": " + std::to_string(opt.steps) + ", \"recompute\": " + json_string(opt.recompute) +
+        ", \"pos\": " + json_string(opt.pos) + ", \"vocab\": " + std::to_string(opt.vocab) +
+        ", \"max_step_seconds\": " + strformat("%g", opt.max_step_seconds) +
+        ", \"seed\": " + std::to_string(opt.seed) + "},\n";
+  js += "  \"points\": [";
+  for (size_t i = 0; i < r.points.size(); i++) {
+    const ProfilePoint& p = r.points[i];
+    js += i ? ",\n    {" : "\n    {";
+    for (const auto& kv : point_fields(p)) {
+      js += json_string(kv.first) + ": " +
+            (is_text(kv.first) ? json_string(kv.second) : jnum(kv.second)) + ", ";
+    }
+    auto lines = [](const std::vector<MemoryLine>& v) {
+      std::string s = "{";
+      for (size_t k = 0; k < v.size(); k++)
+        s += (k ? ", " : "") + json_string(v[k].what) + ": " + std::to_string(v[k].bytes);
+      return s + "}";
+    };
+    js += "\"breakdown_predicted\": " + lines(p.pred_lines) +
+          ", \"breakdown_measured\": " + (p.ran ? lines(p.lines) : std::string("null")) + "}";
+  }
+  js += "\n  ]\n}\n";
+  write_file(r.json_path, js);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plots: scripts/plot_profile.py beside the working directory or the executable.
+
+void run_plot_script(const std::string& csv, const std::string& out_dir, std::FILE* out) {
+  std::vector<std::string> candidates = {"scripts/plot_profile.py"};
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    std::string dir = exe;
+    dir = dir.substr(0, dir.rfind('/'));
+    candidates.push_back(dir + "/../scripts/plot_profile.py");
+    candidates.push_back(dir + "/scripts/plot_profile.py");
+  }
+  std::string script;
+  for (const std::string& c : candidates)
+    if (access(c.c_str(), R_OK) == 0) {
+      script = c;
+      break;
+    }
+  if (script.empty()) {
+    std::fprintf(out, "plots: scripts/plot_profile.py not found; run it from the repository "
+                      "root: python3 scripts/plot_profile.py %s\n", csv.c_str());
+    return;
+  }
+  for (const std::string& s : {script, csv, out_dir})
+    if (s.find('\'') != std::string::npos) {
+      std::fprintf(out, "plots: skipped (a path contains a quote); run python3 %s %s\n",
+                   script.c_str(), csv.c_str());
+      return;
+    }
+  std::fflush(out);
+  const std::string cmd = "python3 '" + script + "' '" + csv + "' --out '" + out_dir + "'";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0)
+    std::fprintf(out, "plots: not made (`%s` failed with exit status %d)\n", cmd.c_str(),
+                 WIFEXITED(rc) ? WEXITSTATUS(rc) : rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Points
+
+ModelOptions model_options(const ProfileOptions& opt, const std::string& backend, int T) {
+  ModelOptions mo;
+  mo.config = gpt_preset(opt.model, opt.vocab, T);
+  mo.config.rope = opt.pos == "rope" ? 1 : 0;
+  validate_config(mo.config);
+  mo.B = batch_for(opt, T);
+  mo.T = T;
+  mo.attn = backend;
+  mo.seed = opt.seed;
+  mo.recompute = opt.recompute;
+  mo.time_attention = true;
+  return mo;
+}
+
+double roof_step_ms(const ProfileOptions& opt, const GPTConfig& cfg, const AttnCost& c,
+                    const DeviceCeilings* ceil) {
+  if (!ceil) return 0;
+  const double f = roofline_seconds(c.fwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+  const double b = roofline_seconds(c.bwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+  const int nf = opt.recompute == "layer" ? 2 : 1;
+  return cfg.num_layers * (nf * f + b);
+}
+
+std::string oom_status(size_t need, size_t free_b) {
+  return strformat("OOM: needs %.2f GiB, %.2f GiB free", gib((double)need), gib((double)free_b));
+}
+
+bool mentions_oom(const std::string& msg) {
+  std::string m = msg;
+  std::transform(m.begin(), m.end(), m.begin(), ::tolower);
+  // cudaErrorMemoryAllocation, or the CUDA model's own check ("... GiB free on ...")
+  return m.find("out of memory") != std::string::npos || m.find("gib free") != std::string::npos ||
+         m.find("memoryallocation") != std::string::npos;
+}
+
+// Runs the training steps of one point; throws on any error.
+void measure_point(const ProfileOptions& opt, ProfilePoint& p) {
+  const ModelOptions mo = model_options(opt, p.backend, p.T);
+  std::unique_ptr<Model> model = make_cuda_model(mo);
+  const size_t n = (size_t)p.B * p.T;
+  std::vector<int> inputs(n), targets(n);
+  Rng rng(opt.seed * 1000003ull + (uint64_t)p.T);
+  for (size_t i = 0; i < n; i++) {
+    inputs[i] = (int)rng.below((uint64_t)opt.vocab);
+    targets[i] = (int)rng.below((uint64_t)opt.vocab);
+  }
+  int step = 0;
+  auto train_step = [&]() {
+    p.loss = model->forward(inputs.data(), targets.data(), p.B, p.T);
+    model->backward(1.0f);
+    model->grad_norm();
+    model->adamw_step(AdamWHyper{}, 1.0f, ++step);
+    model->zero_grad();
+  };
+  for (int i = 0; i < opt.warmup; i++) train_step();
+  model->attention_ms();  // waits; resets the attention timer
+  std::vector<double> ms;
+  for (int i = 0; i < opt.steps; i++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    train_step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double attn_total = model->attention_ms();  // waits for the device
+  std::sort(ms.begin(), ms.end());
+  p.ms_step = ms[ms.size() / 2];
+  p.tokens_per_s = p.ms_step > 0 ? (double)n / (p.ms_step * 1e-3) : 0;
+  p.attn_ms = attn_total >= 0 ? attn_total / opt.steps : -1;
+  p.attn_share = p.attn_ms >= 0 && p.ms_step > 0 ? p.attn_ms / p.ms_step : 0;
+  p.peak_bytes = model->peak_memory_bytes();
+  p.lines = model->memory_plan();
+  p.mem_ratio = p.pred_bytes ? (double)p.peak_bytes / (double)p.pred_bytes : 0;
+  p.ran = true;
+  p.status = "ok";
+  if (std::fabs(p.mem_ratio - 1) > 0.05)
+    p.status += strformat(", memory %+.1f%% off the plan", (p.mem_ratio - 1) * 100);
+  if (!std::isfinite(p.loss)) p.status += ", loss is not finite";
+  // model (and its device memory) is released here, before the next point.
+}
+
+void fill_speedups(const ProfileOptions& opt, const DeviceCeilings* ceil, ProfileReport& r) {
+  for (ProfilePoint& p : r.points) {
+    if (p.backend == "naive") continue;
+    if (ceil && p.roof_attn_ms > 0) {
+      const ModelOptions mo = model_options(opt, "naive", p.T);
+      const GPTConfig& c = mo.config;
+      const AttnShape s{p.B, p.T, c.num_heads, c.num_kv_heads, c.head_size()};
+      const double naive_ms =
+          roof_step_ms(opt, c, attention_cost("naive", s, memory_plan_inputs_host(mo).es), ceil);
+      p.pred_speedup = naive_ms / p.roof_attn_ms;
+    }
+    for (const ProfilePoint& q : r.points)
+      if (q.backend == "naive" && q.T == p.T && q.B == p.B && q.ran && p.ran && q.attn_ms > 0 &&
+          p.attn_ms > 0)
+        p.meas_speedup = q.attn_ms / p.attn_ms;
+  }
+}
+
+std::string model_description(const ProfileOptions& opt) {
+  GPTConfig c = gpt_preset(opt.model, opt.vocab, opt.seq_lens.front());
+  c.rope = opt.pos == "rope";
+  return strformat("%s (L=%d C=%d NH=%d HS=%d, %.1fM parameters at T=%d, %s positions, "
+                   "recompute %s)",
+                   opt.model.c_str(), c.num_layers, c.channels, c.num_heads, c.head_size(),
+                   ParamLayout(c).total / 1e6, opt.seq_lens.front(),
+                   c.rope ? "rotary" : "learned", opt.recompute.c_str());
+}
+
+std::string fmt_or_dash(double x, bool have, const char* fmt) {
+  return have ? strformat(fmt, x) : std::string("-");
+}
+
+// ---------------------------------------------------------------------------------------------
+// --plan-only
+
+void print_plan(const ProfileOptions& opt, const ProfileReport& r, const std::string& cap_src,
+                std::FILE* out) {
+  std::fprintf(out, "flashgpt profile --plan-only: %s, %s; capacity %.1f GiB (%s); no GPU used\n",
+               model_description(opt).c_str(),
+               opt.batch > 0 ? strformat("batch %d", opt.batch).c_str()
+                             : strformat("%d tokens per step", opt.tokens).c_str(),
+               gib((double)r.capacity_bytes), cap_src.c_str());
+  std::fprintf(out, "GiB by line of the memory plan (model/memory_plan.h); attention per training "
+                    "step, all layers: TFLOP (4*B*NH*T^2*HS/2 forward, 2.5x backward) and GB of "
+                    "minimum HBM traffic\n");
+  std::fprintf(out, "%-7s %7s %4s %11s %11s %10s %12s %8s %7s %9s %10s %9s  %s\n", "backend", "T",
+               "B", "params+opt", "activations", "attn saved", "attn scratch", "logits", "other",
+               "total GiB", "attn TFLOP", "attn GB", "fits");
+  for (const ProfilePoint& p : r.points) {
+    const auto bd = breakdown(p.pred_lines);
+    const double popt = bd.at("parameters") + bd.at("gradients") + bd.at("optimizer");
+    const double other = bd.at("backward scratch") + bd.at("other");
+    std::fprintf(out, "%-7s %7d %4d %11.2f %11.2f %10.2f %12.2f %8.2f %7.2f %9.2f %10.2f %9.1f  %s\n",
+                 p.backend.c_str(), p.T, p.B, gib(popt), gib(bd.at("activations")),
+                 gib(bd.at("attention saved")), gib(bd.at("attention scratch")),
+                 gib(bd.at("logits")), gib(other), gib((double)p.pred_bytes),
+                 p.attn_flops_step / 1e12, p.attn_bytes_step / 1e9,
+                 p.fits ? "yes" : "no");
+  }
+  std::fprintf(out, "\n");
+  const int L = gpt_preset(opt.model, opt.vocab, 1).num_layers;
+  const int kept = opt.recompute == "layer" ? 1 : L;
+  for (const std::string& be : opt.attn) {
+    int largest_fit = 0, n = 0, nfit = 0;
+    for (const ProfilePoint& p : r.points)
+      if (p.backend == be) {
+        n++;
+        if (p.fits) nfit++, largest_fit = std::max(largest_fit, p.T);
+      }
+    if (nfit == n)
+      std::fprintf(out, "%s: every T fits in %.1f GiB\n", be.c_str(), gib((double)r.capacity_bytes));
+    else if (nfit == 0)
+      std::fprintf(out, "%s: no T fits in %.1f GiB\n", be.c_str(), gib((double)r.capacity_bytes));
+    else
+      std::fprintf(out, "%s: fits up to T=%d in %.1f GiB\n", be.c_str(), largest_fit,
+                   gib((double)r.capacity_bytes));
+    for (const ProfilePoint& p : r.points)
+      if (p.backend == be && !p.fits)
+        std::fprintf(out,
+                     "  %s at T=%d needs %.1f GiB for attention alone (saved state of %d layer%s "
+                     "%.1f GiB + scratch %.1f GiB); %.1f GiB in all, %.1f GiB capacity\n",
+                     be.c_str(), p.T, gib((double)(p.attn_saved_bytes + p.attn_scratch_bytes)),
+                     kept, kept == 1 ? "" : "s", gib((double)p.attn_saved_bytes),
+                     gib((double)p.attn_scratch_bytes), gib((double)p.pred_bytes),
+                     gib((double)r.capacity_bytes));
+  }
+  int nfit = 0;
+  for (const ProfilePoint& p : r.points) nfit += p.fits;
+  std::fprintf(out, "summary: %zu points planned, %d fit in %.1f GiB, %zu do not; wrote %s, %s\n",
+               r.points.size(), nfit, gib((double)r.capacity_bytes), r.points.size() - nfit,
+               r.csv_path.c_str(), r.json_path.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The GPU sweep's table
+
+void print_header(std::FILE* out) {
+  std::fprintf(out, "%-7s %7s %4s %8s %8s %6s %9s %9s %8s %6s %8s  %s\n", "backend", "T", "B",
+               "pred GiB", "meas GiB", "ratio", "ms/step", "tok/s", "attn ms", "attn%", "roof ms",
+               "status");
+}
+
+void print_row(const ProfilePoint& p, std::FILE* out) {
+  const bool a = p.ran && p.attn_ms >= 0;
+  std::fprintf(out, "%-7s %7d %4d %8.2f %8s %6s %9s %9s %8s %6s %8s  %s\n", p.backend.c_str(), p.T,
+               p.B, gib((double)p.pred_bytes),
+               fmt_or_dash(gib((double)p.peak_bytes), p.ran, "%.2f").c_str(),
+               fmt_or_dash(p.mem_ratio, p.ran, "%.3f").c_str(),
+               fmt_or_dash(p.ms_step, p.ran, "%.1f").c_str(),
+               fmt_or_dash(p.tokens_per_s, p.ran, "%.0f").c_str(),
+               fmt_or_dash(p.attn_ms, a, "%.1f").c_str(),
+               fmt_or_dash(p.attn_share * 100, a, "%.1f%%").c_str(),
+               fmt_or_dash(p.roof_attn_ms, p.roof_attn_ms > 0, "%.1f").c_str(), p.status.c_str());
+  std::fflush(out);
+}
+
+void print_sweep_summary(const ProfileOptions& opt, const ProfileReport& r, std::FILE* out) {
+  for (const std::string& be : opt.attn) {
+    if (be == "naive") continue;
+    bool any = false;
+    for (const ProfilePoint& p : r.points) any = any || (p.backend == be && p.pred_speedup > 0);
+    if (!any) continue;
+    std::fprintf(out, "\n%s over naive, attention time per step (naive / %s):\n", be.c_str(),
+                 be.c_str());
+    std::fprintf(out, "%7s %10s %10s\n", "T", "predicted", "measured");
+    for (const ProfilePoint& p : r.points)
+      if (p.backend == be)
+        std::fprintf(out, "%7d %10s %10s\n", p.T,
+                     fmt_or_dash(p.pred_speedup, p.pred_speedup > 0, "%.2fx").c_str(),
+                     fmt_or_dash(p.meas_speedup, p.meas_speedup > 0, "%.2fx").c_str());
+  }
+  int ran = 0, within = 0, oom = 0, skipped = 0, errors = 0;
+  for (const ProfilePoint& p : r.points) {
+    if (p.ran) {
+      ran++;
+      within += std::fabs(p.mem_ratio - 1) <= 0.05;
+    } else if (p.status.rfind("OOM", 0) == 0) {
+      oom++;
+    } else if (p.status.rfind("skipped", 0) == 0) {
+      skipped++;
+    } else {
+      errors++;
+    }
+  }
+  std::string longest;
+  for (const std::string& be : opt.attn) {
+    int t = 0;
+    for (const ProfilePoint& p : r.points)
+      if (p.backend == be && p.ran) t = std::max(t, p.T);
+    longest += strformat("%s%s %s", longest.empty() ? "" : ", ", be.c_str(),
+                         t ? std::to_string(t).c_str() : "none");
+  }
+  std::fprintf(out,
+               "\nsummary: %zu points on %s: %d ran (%d with measured peak within 5%% of the "
+               "plan), %d OOM, %d skipped, %d errors; longest T run: %s; wrote %s, %s\n",
+               r.points.size(), r.ceilings.name.c_str(), ran, within, oom, skipped, errors,
+               longest.c_str(), r.csv_path.c_str(), r.json_path.c_str());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
+  cxxopts::Options o("profile",
+                     "flashgpt profile: sweep the context length for a model and attention "
+                     "backends; measured peak memory, step time and attention time beside the "
+                     "memory plan and a roofline");
+  const ProfileOptions d;
+  std::string seq_default;
+  for (int T : d.seq_lens) seq_default += (seq_default.empty() ? "" : ",") + std::to_string(T);
+  // clang-format off
+  o.add_options()
+    ("model", "model preset: tiny|d6|d12|d24|d36|d48", cxxopts::value<std::string>()->default_value(d.model))
+    ("attn", "attention backends, comma-separated: flash, naive, flash1", cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn, ",")))
+    ("seq-lens", "sequence lengths T, comma-separated", cxxopts::value<std::vector<int>>()->default_value(seq_default))
+    ("tokens", "tokens per step: B = max(1, tokens / T)", cxxopts::value<int>()->default_value(std::to_string(d.tokens)))
+    ("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", cxxopts::value<int>()->default_value("0"))
+    ("warmup", "untimed training steps per point", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
+    ("steps", "timed training steps per point (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
+    ("recompute", "activation recomputation: none | gelu | layer", cxxopts::value<std::string>()->default_value(d.recompute))
+    ("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", cxxopts::value<std::string>()->default_value(d.pos))
+    ("vocab", "vocabulary size", cxxopts::value<int>()->default_value(std::to_string(d.vocab)))
+    ("out", "output directory (profile.csv, profile.json, PNG plots)", cxxopts::value<std::string>()->default_value(d.out_dir))
+    ("plan-only", "print the predicted table only; no GPU needed")
+    ("plot", "make the PNG plots with scripts/plot_profile.py (--plot=false: no plots)", cxxopts::value<bool>()->default_value("true"))
+    ("gpu-memory", "GiB of device memory for --plan-only (0: the GPU's, else 80)", cxxopts::value<double>()->default_value("0"))
+    ("max-step-seconds", "skip a backend's larger T once its predicted step time exceeds this", cxxopts::value<double>()->default_value("60"))
+    ("seed", "random seed (parameters and tokens)", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))
+    ("h,help", "this help");
+  // clang-format on
+  cxxopts::ParseResult r;
+  try {
+    r = o.parse(argc, argv);
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    explain_bad_value(e.what(), argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("profile: %s; see `flashgpt profile --help`", e.what());
+  }
+  if (r.count("help")) {
+    std::cout << o.help() << std::endl;
+    return false;
+  }
+  CHECK(r.unmatched().empty(), "profile: unexpected argument '%s'; see `flashgpt profile --help`",
+        r.unmatched().front().c_str());
+  opt.model = get<std::string>(r, "model");
+  opt.attn = get<std::vector<std::string>>(r, "attn");
+  opt.seq_lens = get<std::vector<int>>(r, "seq-lens");
+  opt.tokens = get<int>(r, "tokens");
+  opt.batch = get<int>(r, "batch");
+  opt.warmup = get<int>(r, "warmup");
+  opt.steps = get<int>(r, "steps");
+  opt.recompute = get<std::string>(r, "recompute");
+  opt.pos = get<std::string>(r, "pos");
+  opt.vocab = get<int>(r, "vocab");
+  opt.out_dir = get<std::string>(r, "out");
+  opt.plan_only = r.count("plan-only") > 0;
+  opt.plot = get<bool>(r, "plot");
+  opt.gpu_memory_gib = get<double>(r, "gpu-memory");
+  opt.max_step_seconds = get<double>(r, "max-step-seconds");
+  opt.seed = get<uint64_t>(r, "seed");
+  opt.command_line = "flashgpt";
+  for (int i = 0; i < argc; i++) opt.command_line += std::string(" ") + argv[i];
+
+  CHECK(!opt.attn.empty(), "profile: --attn is empty; give one or more of flash, naive, flash1");
+  for (const std::string& a : opt.attn)
+    CHECK(a == "flash" || a == "naive" || a == "flash1",
+          "profile: --attn '%s' is unknown; use a comma-separated list of flash, naive, flash1",
+          a.c_str());
+  CHECK(!opt.seq_lens.empty(), "profile: --seq-lens is empty; give one or more lengths");
+  for (int T : opt.seq_lens)
+    CHECK(T >= 1, "profile: --seq-lens: %d is not a valid sequence length (must be >= 1)", T);
+  CHECK(opt.tokens >= 1, "profile: --tokens %d must be >= 1", opt.tokens);
+  CHECK(opt.batch >= 0, "profile: --batch %d must be >= 1 (or 0: from --tokens)", opt.batch);
+  for (int T : opt.seq_lens)
+    CHECK((long long)batch_for(opt, T) * T <= INT_MAX,
+          "profile: --batch %d x --seq-lens %d = %lld tokens is more than one step can hold "
+          "(2^31 - 1); lower --batch", batch_for(opt, T), T, (long long)batch_for(opt, T) * T);
+  CHECK(opt.warmup >= 0, "profile: --warmup %d must be >= 0", opt.warmup);
+  CHECK(opt.steps >= 1, "profile: --steps %d must be >= 1", opt.steps);
+  CHECK(opt.recompute == "none" || opt.recompute == "gelu" || opt.recompute == "layer",
+        "profile: --recompute '%s' is unknown; use none, gelu or layer", opt.recompute.c_str());
+  CHECK(opt.pos == "rope" || opt.pos == "learned",
+        "profile: --pos '%s' is unknown; use rope or learned", opt.pos.c_str());
+  CHECK(opt.vocab >= 2, "profile: --vocab %d must be >= 2", opt.vocab);
+  CHECK(!opt.out_dir.empty(), "profile: --out is empty; give a directory");
+  CHECK(opt.gpu_memory_gib >= 0 && std::isfinite(opt.gpu_memory_gib),
+        "profile: --gpu-memory %g must be a number of GiB >= 0 (0: the GPU's)", opt.gpu_memory_gib);
+  CHECK(opt.max_step_seconds > 0, "profile: --max-step-seconds %g must be > 0",
+        opt.max_step_seconds);
+  gpt_preset(opt.model, opt.vocab, 1);  // throws naming --model
+  return true;
+}
+
+ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string& backend, int T,
+                                   const DeviceCeilings* ceil) {
+  ProfilePoint p;
+  p.backend = backend;
+  p.T = T;
+  p.B = batch_for(opt, T);
+  const ModelOptions mo = model_options(opt, backend, T);
+  // --plan-only touches no GPU: the host estimate of the kernels' scratch (memory_plan.h).
+  const MemoryPlanInputs in = opt.plan_only ? memory_plan_inputs_host(mo) : memory_plan_inputs(mo);
+  const MemoryPlan plan = plan_memory(in);
+  p.pred_bytes = plan.total;
+  p.pred_lines = plan.lines;
+  for (const MemoryLine& l : plan.lines) {
+    if (l.what == "attention saved") p.attn_saved_bytes = l.bytes;
+    if (l.what == "attention scratch") p.attn_scratch_bytes = l.bytes;
+  }
+  const GPTConfig& c = mo.config;
+  const AttnShape s{p.B, T, c.num_heads, c.num_kv_heads, c.head_size()};
+  p.cost = attention_cost(backend, s, in.es);
+  const int nf = opt.recompute == "layer" ? 2 : 1;
+  p.attn_flops_step = c.num_layers * (nf * p.cost.fwd.flops + p.cost.bwd.flops);
+  p.attn_bytes_step = c.num_layers * (nf * p.cost.fwd.bytes + p.cost.bwd.bytes);
+  if (ceil) {
+    p.roof_fwd_ms = roofline_seconds(p.cost.fwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+    p.roof_bwd_ms = roofline_seconds(p.cost.bwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+    p.roof_attn_ms = roof_step_ms(opt, c, p.cost, ceil);
+  }
+  return p;
+}
+
+ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
+  ProfileReport r;
+  Meta meta;
+  meta.command = opt.command_line;
+  meta.date = utc_now();
+  meta.model_desc = model_description(opt);
+  const std::string prefix = opt.plan_only ? "plan" : "profile";
+  r.csv_path = opt.out_dir + "/" + prefix + ".csv";
+  r.json_path = opt.out_dir + "/" + prefix + ".json";
+
+  if (opt.plan_only) {
+    std::string cap_src = "--gpu-memory";
+    if (opt.gpu_memory_gib > 0) {
+      r.capacity_bytes = (size_t)(opt.gpu_memory_gib * kGiB);
+    } else {
+      size_t free_b = 0, total_b = 0;
+      std::string name;
+      if (cuda_memory_info(free_b, total_b, name)) {
+        r.capacity_bytes = total_b;
+        cap_src = name;
+        meta.gpu = name;
+      } else {
+        r.capacity_bytes = size_t(80) << 30;
+        cap_src = "no GPU found: 80 GiB assumed, set --gpu-memory";
+      }
+    }
+    make_dirs(opt.out_dir);
+    for (const std::string& be : opt.attn)
+      for (int T : opt.seq_lens) {
+        ProfilePoint p = predict_profile_point(opt, be, T, nullptr);
+        p.fits = p.pred_bytes + kProfileMarginBytes <= r.capacity_bytes;
+        p.free_bytes = r.capacity_bytes;
+        p.status = p.fits ? "fits" : strformat("OOM: needs %.2f GiB, %.2f GiB capacity",
+                                               gib((double)p.pred_bytes),
+                                               gib((double)r.capacity_bytes));
+        r.points.push_back(p);
+      }
+    write_outputs(opt, r, meta);
+    print_plan(opt, r, cap_src, out);
+    if (opt.plot) run_plot_script(r.csv_path, opt.out_dir, out);
+    return r;
+  }
+
+  // ---- the sweep on the GPU ----
+  CHECK(cuda_device_available(),
+        "profile: no CUDA GPU found (or this flashgpt was built without CUDA); `flashgpt profile "
+        "--plan-only` prints the predicted table without one");
+  make_dirs(opt.out_dir);
+  try {
+    r.have_ceilings = measure_device_ceilings(r.ceilings);
+  } catch (const std::exception& e) {
+    std::fprintf(out, "ceilings: not measured (%s); roofline columns stay empty\n", e.what());
+    const std::string bad = cuda_clear_error();
+    CHECK(bad.empty(), "profile: the GPU failed while measuring its ceilings: %s", bad.c_str());
+  }
+  const DeviceCeilings* ceil = r.have_ceilings && r.ceilings.bf16_flops > 0 &&
+                                       r.ceilings.copy_bytes_per_s > 0
+                                   ? &r.ceilings
+                                   : nullptr;
+  if (r.ceilings.name.empty() || r.ceilings.total_bytes == 0) {
+    size_t f = 0, t = 0;
+    std::string name;
+    if (cuda_memory_info(f, t, name)) {
+      r.ceilings.name = name;
+      r.ceilings.total_bytes = t;
+    }
+  }
+  meta.gpu = r.ceilings.name;
+  r.capacity_bytes = r.ceilings.total_bytes;
+  std::fprintf(out, "flashgpt profile: %s on %s (%.1f GiB)\n", meta.model_desc.c_str(),
+               r.ceilings.name.c_str(), gib((double)r.ceilings.total_bytes));
+  if (ceil)
+    std::fprintf(out, "ceilings: device copy %.0f GB/s (read + write, %.2f GiB copies), bf16 GEMM "
+                      "%.0f TFLOP/s (cuBLAS %d^3); roofline = max(FLOPs / rate, bytes / bandwidth)\n",
+                 ceil->copy_bytes_per_s / 1e9, gib((double)ceil->copy_bytes), ceil->bf16_flops / 1e12,
+                 ceil->gemm_n);
+  std::fprintf(out, "%s per point: %d warm-up + %d timed steps (median); pred = memory plan, "
+                    "ratio = measured peak / pred, roof = roofline attention ms per step\n\n",
+               opt.batch > 0 ? strformat("batch %d", opt.batch).c_str()
+                             : strformat("%d tokens", opt.tokens).c_str(),
+               opt.warmup, opt.steps);
+  print_header(out);
+
+  std::string lost;  // the device error that ended the sweep
+  for (const std::string& be : opt.attn) {
+    bool have_last = false;  // the backend's last measured point: r.points[last_index]
+    size_t last_index = 0;
+    for (int T : opt.seq_lens) {
+      ProfilePoint p;
+      try {
+        p = predict_profile_point(opt, be, T, ceil);
+      } catch (const std::exception& e) {
+        p.backend = be, p.T = T, p.B = batch_for(opt, T);
+        p.status = std::string("error: ") + e.what();
+        r.points.push_back(p);
+        print_row(r.points.back(), out);
+        continue;
+      }
+      size_t free_b = 0, total_b = 0;
+      std::string name;
+      if (!lost.empty()) {
+        p.status = "skipped: the GPU is unusable after an earlier error (" + lost + ")";
+      } else if (!cuda_memory_info(free_b, total_b, name)) {
+        p.status = "error: cannot read the device's free memory";
+      } else if (p.pred_bytes + kProfileMarginBytes > free_b) {
+        p.free_bytes = free_b;
+        p.status = oom_status(p.pred_bytes, free_b);
+      } else {
+        p.free_bytes = free_b;
+        p.fits = true;
+        double predicted_ms = 0;
+        if (have_last) {
+          const ProfilePoint& q = r.points[last_index];
+          const double attn = std::max(0.0, q.attn_ms);
+          double growth = 1;
+          if (q.roof_attn_ms > 0 && p.roof_attn_ms > 0) growth = p.roof_attn_ms / q.roof_attn_ms;
+          else if (q.cost.fwd.mma_flops > 0)
+            growth = (p.cost.fwd.mma_flops + p.cost.bwd.mma_flops) /
+                     (q.cost.fwd.mma_flops + q.cost.bwd.mma_flops);
+          // flash1 runs one thread block per (b, h): below one block per SM, fewer sequences
+          // (B = tokens / T) also mean proportionally fewer busy SMs, which no roofline sees.
+          if (be == "flash1" && r.ceilings.sms > 0) {
+            const int NH = gpt_preset(opt.model, opt.vocab, 1).num_heads;
+            growth *= double(std::min(q.B * NH, r.ceilings.sms)) /
+                      double(std::min(p.B * NH, r.ceilings.sms));
+          }
+          predicted_ms = (q.ms_step - attn) * double(p.B) * p.T / (double(q.B) * q.T) + attn * growth;
+        }
+        if (predicted_ms > opt.max_step_seconds * 1e3) {
+          p.status = strformat("skipped: ~%.0f s/step predicted (over --max-step-seconds %g)",
+                               predicted_ms / 1e3, opt.max_step_seconds);
+        } else {
+          try {
+            measure_point(opt, p);
+          } catch (const std::exception& e) {
+            p.ran = false;
+            p.status = mentions_oom(e.what())
+                           ? oom_status(p.pred_bytes, free_b) + " (" + e.what() + ")"
+                           : std::string("error: ") + e.what();
+            lost = cuda_clear_error();
+          }
+        }
+      }
+      r.points.push_back(p);
+      if (r.points.back().ran) {
+        have_last = true;
+        last_index = r.points.size() - 1;
+      }
+      print_row(r.points.back(), out);
+      fill_speedups(opt, ceil, r);
+      write_outputs(opt, r, meta);
+    }
+  }
+  fill_speedups(opt, ceil, r);
+  write_outputs(opt, r, meta);
+  print_sweep_summary(opt, r, out);
+  if (opt.plot) run_plot_script(r.csv_path, opt.out_dir, out);
+  return r;
+}
+
+int profile_main(int argc, char** argv) {
+  ProfileOptions opt;
+  if (!parse_profile_options(argc, argv, opt)) return 0;
+  run_profile(opt, stdout);
+  return 0;
+}
