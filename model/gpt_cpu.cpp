@@ -240,10 +240,7 @@ void GptCpu<real>::logits_at(int t, float* out) {
 
 template <typename real>
 void GptCpu<real>::prefill(const int* tokens, int n, float* logits) {
-  CHECK(kv_cap_ > 0, "internal: prefill() on a model made without a KV cache");
-  CHECK(n >= 1 && n <= kv_cap_ && n <= maxT_,
-        "the prompt is %d tokens; this model holds at most %d (KV cache %d, --seq-len %d)", n,
-        std::min(kv_cap_, maxT_), kv_cap_, maxT_);
+  check_prefill(n, kv_cap_, maxT_);
   forward(tokens, nullptr, 1, n);
   const int NH = cfg_.num_heads, NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
   const size_t QKV = cfg_.qkv_channels(), NQKV = (size_t)maxB_ * maxT_ * QKV;
@@ -265,13 +262,7 @@ void GptCpu<real>::decode(int token, float* logits) {
   const int C = cfg_.channels, L = cfg_.num_layers, Vp = cfg_.padded_vocab_size,
             QKV = cfg_.qkv_channels(), NH = cfg_.num_heads, NKV = cfg_.num_kv_heads,
             HS = cfg_.head_size(), pos = kv_len_;
-  CHECK(kv_cap_ > 0 && kv_len_ >= 1, "internal: decode() before prefill()");
-  CHECK(pos < kv_cap_, "the KV cache is full (%d positions); start again with a shorter context",
-        kv_cap_);
-  CHECK(cfg_.rope || pos < cfg_.max_seq_len, "position %d is past the model's learned positions "
-        "(%d)", pos, cfg_.max_seq_len);
-  CHECK(token >= 0 && token < cfg_.vocab_size, "token id %d is outside the vocabulary (%d)", token,
-        cfg_.vocab_size);
+  check_decode(cfg_, kv_cap_, kv_len_, token);
   const real* wpe = cfg_.rope ? (const real*)nullptr : param(P_WPE) + (size_t)pos * C;
   encoder_forward_ref(encoded_, &token, param(P_WTE), wpe, 1, 1, C);
   real* x = encoded_;

@@ -811,10 +811,7 @@ void GptCuda::logits_row(const floatX* lnf_row, float* out) {
 }
 
 void GptCuda::prefill(const int* tokens, int n, float* logits) {
-  CHECK(kv_cap_ > 0, "internal: prefill() on a model made without a KV cache");
-  CHECK(n >= 1 && n <= kv_cap_ && n <= maxT_,
-        "the prompt is %d tokens; this model holds at most %d (KV cache %d, --seq-len %d)", n,
-        std::min(kv_cap_, maxT_), kv_cap_, maxT_);
+  check_prefill(n, kv_cap_, maxT_);
   kv_fill_ = true;
   try {
     forward(tokens, nullptr, 1, n);
@@ -829,13 +826,7 @@ void GptCuda::prefill(const int* tokens, int n, float* logits) {
 
 void GptCuda::decode(int token, float* logits) {
   const int C = cfg_.channels, L = cfg_.num_layers, pos = kv_len_;
-  CHECK(kv_cap_ > 0 && kv_len_ >= 1, "internal: decode() before prefill()");
-  CHECK(pos < kv_cap_, "the KV cache is full (%d positions); start again with a shorter context",
-        kv_cap_);
-  CHECK(cfg_.rope || pos < cfg_.max_seq_len, "position %d is past the model's learned positions "
-        "(%d)", pos, cfg_.max_seq_len);
-  CHECK(token >= 0 && token < cfg_.vocab_size, "token id %d is outside the vocabulary (%d)", token,
-        cfg_.vocab_size);
+  check_decode(cfg_, kv_cap_, kv_len_, token);
   attach();
   CUDA_CHECK(cudaEventSynchronize(inputs_copied_));
   h_tokens_[0] = token;

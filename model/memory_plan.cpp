@@ -49,6 +49,23 @@ void validate_recompute(const std::string& mode) {
         "--recompute '%s' is unknown; use none, gelu or layer", mode.c_str());
 }
 
+void check_prefill(int n, int kv_cap, int maxT) {
+  CHECK(kv_cap > 0, "internal: prefill() on a model made without a KV cache");
+  CHECK(n >= 1 && n <= kv_cap && n <= maxT,
+        "the prompt is %d tokens; this model holds at most %d (KV cache %d, --seq-len %d)", n,
+        std::min(kv_cap, maxT), kv_cap, maxT);
+}
+
+void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token) {
+  CHECK(kv_cap > 0 && kv_len >= 1, "internal: decode() before prefill()");
+  CHECK(kv_len < kv_cap, "the KV cache is full (%d positions); start again with a shorter context",
+        kv_cap);
+  CHECK(c.rope || kv_len < c.max_seq_len, "position %d is past the model's learned positions "
+        "(%d)", kv_len, c.max_seq_len);
+  CHECK(token >= 0 && token < c.vocab_size, "token id %d is outside the vocabulary (%d)", token,
+        c.vocab_size);
+}
+
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const ModelOptions& o = in.opt;
   const GPTConfig& cfg = o.config;

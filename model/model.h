@@ -121,6 +121,9 @@ struct ModelOptions {
   bool time_attention = false;     // attention_ms(): CUDA events around attention calls
 };
 constexpr int kDefaultClassifierChunk = 8192;
+// The KV-cache preconditions both models check (one error line each; model/memory_plan.cpp).
+void check_prefill(int n, int kv_cap, int maxT);
+void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token);
 // Throws naming --recompute for anything but none, gelu, layer.
 void validate_recompute(const std::string& mode);
 

@@ -34,7 +34,9 @@ def run_ours(binary, attn, a):
         sys.stdout.write(p.stderr[-2000:])
         return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
     m = re.search(r"median ([\d.]+) ms/step \| (\d+) tokens/s", p.stdout)
-    return (float(m.group(2)), float(m.group(1))), ""
+    mem = re.search(r"peak memory ([\d.]+) (GiB|MiB)", p.stdout)
+    peak = float(mem.group(1)) * (2**30 if mem.group(2) == "GiB" else 2**20) if mem else None
+    return (float(m.group(2)), float(m.group(1)), peak), ""
 
 
 def torch_gpt(a, backend_name):
@@ -135,11 +137,11 @@ def main():
     rows = []
     for attn in [s for s in a.ours.split(",") if s]:
         r, err = run_ours(a.binary, attn, a)
-        rows.append(("flashgpt", attn, r[0] if r else None, r[1] if r else None, err))
+        rows.append(("flashgpt", attn, r[0] if r else None, r[1] if r else None, r[2] if r else None, err))
     for be in [s for s in a.torch.split(",") if s]:
         print(f"pytorch eager, SDPA {be} ...", flush=True)
         r, err = torch_gpt(a, be)
-        rows.append(("pytorch", be, r[0] if r else None, r[1] if r else None, err))
+        rows.append(("pytorch", be, r[0] if r else None, r[1] if r else None, r[2] if r else None, err))
 
     def tps(impl, attn):
         for r in rows:
@@ -150,23 +152,26 @@ def main():
     cmd = " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])
     header = f"{a.model} B={a.batch} T={a.seq_len}, bf16, {gpu}, {date}, command: python3 scripts/{cmd}"
     print("\n" + header)
-    print(f"{'implementation':<12} {'attention':<10} {'tokens/s':>12} {'ms/step':>10}  "
+    print("(peak GiB: ours = cudaMemGetInfo delta incl. cuBLAS; torch = max_memory_allocated)")
+    print(f"{'implementation':<12} {'attention':<10} {'tokens/s':>12} {'ms/step':>10} {'peak GiB':>9}  "
           f"{'vs torch math':>14} {'vs torch flash':>14}")
-    for impl, attn, t, ms, err in rows:
+    for impl, attn, t, ms, peak, err in rows:
         if not t:
-            print(f"{impl:<12} {attn:<10} {'-':>12} {'-':>10}  {err}")
+            print(f"{impl:<12} {attn:<10} {'-':>12} {'-':>10} {'-':>9}  {err}")
             continue
         rm, rf = tps("pytorch", "math"), tps("pytorch", "flash")
-        print(f"{impl:<12} {attn:<10} {t:>12.0f} {ms:>10.1f}  "
+        pk = f"{peak / 2**30:.2f}" if peak else "-"
+        print(f"{impl:<12} {attn:<10} {t:>12.0f} {ms:>10.1f} {pk:>9}  "
               f"{(f'{t / rm:.2f}x' if rm else '-'):>14} {(f'{t / rf:.2f}x' if rf else '-'):>14}")
     os.makedirs(a.out, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
-    path = os.path.join(a.out, f"train_{a.model}_{safe}_{date}.csv")
+    shape = "" if (a.batch, a.seq_len) == (32, 1024) else f"_B{a.batch}_T{a.seq_len}"
+    path = os.path.join(a.out, f"train_{a.model}{shape}_{safe}_{date}.csv")
     with open(path, "w") as f:
         f.write(f"# {header}\n")
-        f.write("implementation,attention,tokens_per_s,ms_per_step,error\n")
-        for impl, attn, t, ms, err in rows:
-            f.write(f"{impl},{attn},{t or ''},{ms or ''},{err}\n")
+        f.write("implementation,attention,tokens_per_s,ms_per_step,peak_bytes,error\n")
+        for impl, attn, t, ms, peak, err in rows:
+            f.write(f"{impl},{attn},{t or ''},{ms or ''},{int(peak) if peak else ''},{err}\n")
     print(f"wrote {path}")
 
 

@@ -2,6 +2,7 @@
 # gpu_check.sh — everything a GPU machine proves about flashgpt, in one go (what we run on
 # the H100/H200 before closing an issue). Build first (`make -j`); logs go to $OUT.
 #   scripts/gpu_check.sh [tests] [sanitize] [train] [bench-train] [bench-attention]
+#                        [long-context] [profile]
 # (no argument = all). DATA = a prepared corpus (default runs/data/fortunes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +56,29 @@ PY
   bench-attention)
     python3 scripts/bench_attention.py --out-dir "$OUT" >"$OUT/bench_attention.log" 2>&1
     summary+=("bench-attention: see $OUT/bench_attention.log")
+    ;;
+  long-context)
+    # d12 (GPT-2 124M shape, RoPE: no 131072-row wpe) at T = 131072, B = 1, one GPU: the
+    # memory plan and measured peak for each --recompute mode, then real training on the corpus.
+    for rc in none layer; do
+      build/flashgpt train --bench --model d12 --vocab-size 50257 --pos rope --seq-len 131072 \
+        --batch 1 --attn flash --recompute "$rc" --bench-steps 3 >"$OUT/bench_128k_$rc.log" 2>&1
+      summary+=("128K bench recompute=$rc (rc $?): $(grep -E '^bench' "$OUT/bench_128k_$rc.log")")
+    done
+    build/flashgpt train --data "$DATA" --val-pattern none --model d12 --pos rope \
+      --seq-len 131072 --batch 1 --steps 12 --lr 6e-4 --warmup 2 --eval-every 0 \
+      --sample-every 0 --attn flash --log "$OUT/train_128k.jsonl" >"$OUT/train_128k.log" 2>&1
+    summary+=("128K train (rc $?): $(grep -E '^done' "$OUT/train_128k.log")")
+    python3 scripts/bench_train.py --model d12 --batch 1 --seq-len 32768 --steps 3 --ours flash \
+      --torch flash --out "$OUT" >"$OUT/bench_train_32k.log" 2>&1
+    python3 scripts/bench_train.py --model d12 --batch 1 --seq-len 131072 --steps 2 --ours flash \
+      --torch flash --out "$OUT" >"$OUT/bench_train_128k.log" 2>&1
+    summary+=("torch comparison: see $OUT/bench_train_32k.log, $OUT/bench_train_128k.log")
+    ;;
+  profile)
+    build/flashgpt profile --model d12 --attn flash,naive,flash1 --steps 2 --warmup 1 \
+      --max-step-seconds 20 --plot=false --out "$OUT/profile" >"$OUT/profile.log" 2>&1
+    summary+=("profile (rc $?): $(tail -n 1 "$OUT/profile.log")")
     ;;
   *) echo "unknown step '$s'"; exit 2 ;;
   esac

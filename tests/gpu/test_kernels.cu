@@ -605,27 +605,6 @@ T* dev_random(size_t n, uint32_t seed, float scale = 1.0f) {
   return p;
 }
 
-template <class F>
-double median_us(F f) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; i++) f();
-  std::vector<double> t;
-  for (int i = 0; i < 20; i++) {
-    CUDA_CHECK(cudaEventRecord(a));
-    f();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 void report_bw(const char* what, double us, double bytes) {
   std::printf("  %-44s %9.1f us  %7.0f GB/s   (%.0f MB moved at least)\n", what, us,
               bytes / (us * 1e-6) / 1e9, bytes / 1e6);

@@ -145,27 +145,6 @@ void expect_calibrated(const std::string& what, const VecF& got, const VecF& bas
   EXPECT_LE(e.max, max_tol) << what << ": max error above " << max_factor << "x the baseline's";
 }
 
-template <class F>
-double median_us(F f) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; i++) f();
-  std::vector<double> t;
-  for (int i = 0; i < 20; i++) {
-    CUDA_CHECK(cudaEventRecord(a));
-    f();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 // =============================================================================================
 // RoPE
