@@ -6,8 +6,10 @@
 //     tensor cores; head sizes 64 and 128.
 //   FP32 build (PRECISION=FP32, floatX = float): the tensor-core kernels are bf16-only, so this
 //     file carries a simple, correct fallback (below: one warp per query row, the same online
-//     softmax in fp32, atomics for dK/dV). It is slow (scalar, O(T^2 HS) per head with warp
-//     reductions) and meant for debugging and tight tests; head sizes 32, 64, 128.
+//     softmax in fp32; the backward in three kernels, D, then dQ per query row and dK/dV per
+//     key row, each summing in a fixed order: no atomics, bitwise reproducible). It is slow
+//     (scalar, O(T^2 HS) per head with warp reductions) and meant for debugging and tight
+//     tests; head sizes 32, 64, 128.
 //
 // saved  = LSE (B, NH, T) fp32, natural log: lse = m_i * scale + log(l_i).
 // scratch = dQ accumulator (B, NH, T, HS) fp32 + D (B, NH, T) fp32 (backward only).
@@ -24,8 +26,9 @@ namespace flash {
 // ---------------------------------------------------------------------------------------------
 // Simple fallback (FP32 build). One warp per (b, h, query t); lane l holds head dims l, l+32, ..
 // Forward:  for s = 0..t: x = scale q.k_s (warp sum); online softmax (m, l); o = o*alpha + p v_s
-// Backward: D = dO.o; for s = 0..t: p = exp(x - lse), dp = dO.v_s, ds = p (dp - D);
-//           dq += scale ds k_s; dk_s += scale ds q (atomic); dv_s += p dO (atomic)
+// Backward: D_t = dO_t.o_t; p_ts = exp(x_ts - lse_t), dp_ts = dO_t.v_s, ds_ts = p_ts (dp_ts - D_t);
+//           dq_t = scale sum_{s<=t} ds_ts k_s (warp per query row);
+//           dk_s = scale sum_{h in group, t>=s} ds_ts q_t, dv_s = sum p_ts dO_t (warp per key row)
 // ---------------------------------------------------------------------------------------------
 template <typename T_, int NPL>  // NPL = HS / 32 elements per lane
 __global__ void simple_fwd_kernel(T_* out, float* lse, const T_* qkv, int B, int T, int NH, int NKV,
@@ -69,18 +72,28 @@ __global__ void simple_fwd_kernel(T_* out, float* lse, const T_* qkv, int B, int
   if (lane == 0) lse[((size_t)b * NH + h) * T + t] = m + logf(l);
 }
 
-// dK, dV rows of dqkv are accumulated with atomics: zero them first (fp32 build only).
-template <typename T_>
-__global__ void simple_zero_kv_kernel(T_* dqkv, size_t tokens, int NH, int NKV, int HS) {
-  const size_t per = (size_t)2 * NKV * HS;
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= tokens * per) return;
-  dqkv[(i / per) * (NH + 2 * NKV) * (size_t)HS + (size_t)NH * HS + i % per] = (T_)0.f;
+// D[b, h, t] = dO . o for each query row (one warp per row).
+template <typename T_, int NPL>
+__global__ void simple_bwd_dot_kernel(float* D, const T_* dout, const T_* out, size_t rows_BTH,
+                                      int T, int NH) {
+  constexpr int HS = NPL * 32;
+  const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (wid >= rows_BTH) return;  // wid = (b*T + t)*NH + h: out's row order
+  float d = 0.f;
+#pragma unroll
+  for (int k = 0; k < NPL; ++k) d += (float)dout[wid * HS + lane + 32 * k] * (float)out[wid * HS + lane + 32 * k];
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+  const int h = wid % NH, t = (wid / NH) % T;
+  const size_t b = wid / ((size_t)NH * T);
+  if (lane == 0) D[(b * NH + h) * T + t] = d;
 }
 
+// dQ: one warp per (b, h, query t), keys s = 0..t in order. No atomics.
 template <typename T_, int NPL>
-__global__ void simple_bwd_kernel(T_* dqkv, const T_* dout, const T_* qkv, const T_* out,
-                                  const float* lse, int B, int T, int NH, int NKV, float scale) {
+__global__ void simple_bwd_dq_kernel(T_* dqkv, const T_* dout, const T_* qkv, const float* lse,
+                                     const float* D, int B, int T, int NH, int NKV, float scale) {
   constexpr int HS = NPL * 32;
   const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
@@ -93,17 +106,13 @@ __global__ void simple_bwd_kernel(T_* dqkv, const T_* dout, const T_* qkv, const
   const size_t orow = (((size_t)b * T + t) * NH + h) * HS;
   const T_* q = qkv + ((size_t)b * T + t) * ld + (size_t)h * HS;
   float qr[NPL], dor[NPL], dq[NPL];
-  float D = 0.f;
 #pragma unroll
   for (int k = 0; k < NPL; ++k) {
     qr[k] = (float)q[lane + 32 * k];
     dor[k] = (float)dout[orow + lane + 32 * k];
-    D += dor[k] * (float)out[orow + lane + 32 * k];
     dq[k] = 0.f;
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) D += __shfl_xor_sync(0xffffffffu, D, off);
-  const float L = lse[((size_t)b * NH + h) * T + t];
+  const float L = lse[((size_t)b * NH + h) * T + t], Dt = D[((size_t)b * NH + h) * T + t];
   for (int s = 0; s <= t; ++s) {
     const T_* kp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + kvh) * HS;
     const T_* vp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + NKV + kvh) * HS;
@@ -118,20 +127,70 @@ __global__ void simple_bwd_kernel(T_* dqkv, const T_* dout, const T_* qkv, const
       x += __shfl_xor_sync(0xffffffffu, x, off);
       dp += __shfl_xor_sync(0xffffffffu, dp, off);
     }
-    const float p = expf(x * scale - L);
-    const float ds = p * (dp - D);
-    T_* dk = dqkv + ((size_t)b * T + s) * ld + (size_t)(NH + kvh) * HS;
-    T_* dv = dqkv + ((size_t)b * T + s) * ld + (size_t)(NH + NKV + kvh) * HS;
+    const float ds = expf(x * scale - L) * (dp - Dt);
 #pragma unroll
-    for (int k = 0; k < NPL; ++k) {
-      dq[k] += scale * ds * (float)kp[lane + 32 * k];
-      atomicAdd(dk + lane + 32 * k, (T_)(scale * ds * qr[k]));
-      atomicAdd(dv + lane + 32 * k, (T_)(p * dor[k]));
-    }
+    for (int k = 0; k < NPL; ++k) dq[k] += scale * ds * (float)kp[lane + 32 * k];
   }
   T_* dqp = dqkv + ((size_t)b * T + t) * ld + (size_t)h * HS;
 #pragma unroll
   for (int k = 0; k < NPL; ++k) dqp[lane + 32 * k] = (T_)dq[k];
+}
+
+// dK, dV: one warp per (b, kv head, key s), over the group's query heads and queries t >= s
+// in a fixed order. No atomics: bitwise reproducible.
+template <typename T_, int NPL>
+__global__ void simple_bwd_dkv_kernel(T_* dqkv, const T_* dout, const T_* qkv, const float* lse,
+                                      const float* D, int B, int T, int NH, int NKV, float scale) {
+  constexpr int HS = NPL * 32;
+  const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (wid >= (size_t)B * NKV * T) return;
+  const int s = wid % T;
+  const int kvh = (wid / T) % NKV;
+  const int b = wid / ((size_t)T * NKV);
+  const int G = NH / NKV;
+  const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+  const T_* kp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + kvh) * HS;
+  const T_* vp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + NKV + kvh) * HS;
+  float kr[NPL], vr[NPL], dk[NPL], dv[NPL];
+#pragma unroll
+  for (int k = 0; k < NPL; ++k) {
+    kr[k] = (float)kp[lane + 32 * k];
+    vr[k] = (float)vp[lane + 32 * k];
+    dk[k] = dv[k] = 0.f;
+  }
+  for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
+    for (int t = s; t < T; ++t) {
+      const T_* q = qkv + ((size_t)b * T + t) * ld + (size_t)h * HS;
+      const T_* dop = dout + (((size_t)b * T + t) * NH + h) * HS;
+      float x = 0.f, dp = 0.f;
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        x += (float)q[lane + 32 * k] * kr[k];
+        dp += (float)dop[lane + 32 * k] * vr[k];
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, off);
+        dp += __shfl_xor_sync(0xffffffffu, dp, off);
+      }
+      const size_t r = ((size_t)b * NH + h) * T + t;
+      const float p = expf(x * scale - lse[r]);
+      const float ds = p * (dp - D[r]);
+#pragma unroll
+      for (int k = 0; k < NPL; ++k) {
+        dv[k] += p * (float)dop[lane + 32 * k];
+        dk[k] += scale * ds * (float)q[lane + 32 * k];
+      }
+    }
+  }
+  T_* dkp = dqkv + ((size_t)b * T + s) * ld + (size_t)(NH + kvh) * HS;
+  T_* dvp = dqkv + ((size_t)b * T + s) * ld + (size_t)(NH + NKV + kvh) * HS;
+#pragma unroll
+  for (int k = 0; k < NPL; ++k) {
+    dkp[lane + 32 * k] = (T_)dk[k];
+    dvp[lane + 32 * k] = (T_)dv[k];
+  }
 }
 
 #if defined(ENABLE_FP32)
@@ -144,15 +203,20 @@ static void simple_forward(float* out, float* lse, const float* qkv, const AttnS
   CUDA_CHECK_LAUNCH();
 }
 template <int NPL>
-static void simple_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, const AttnShape& s, cudaStream_t stream) {
-  const size_t tokens = (size_t)s.B * s.T, nkv = tokens * 2 * s.NKV * s.HS;
-  simple_zero_kv_kernel<float>
-      <<<(unsigned)ceil_div(nkv, (size_t)256), 256, 0, stream>>>(dqkv, tokens, s.NH, s.NKV, s.HS);
+static void simple_backward(float* dqkv, float* D, const float* dout, const float* qkv,
+                            const float* out, const float* lse, const AttnShape& s,
+                            cudaStream_t stream) {
+  const float scale = 1.f / sqrtf((float)s.HS);
+  const size_t rows = (size_t)s.B * s.NH * s.T, kv_rows = (size_t)s.B * s.NKV * s.T;
+  simple_bwd_dot_kernel<float, NPL>
+      <<<(unsigned)ceil_div(rows * 32, (size_t)256), 256, 0, stream>>>(D, dout, out, rows, s.T, s.NH);
   CUDA_CHECK_LAUNCH();
-  const size_t threads = (size_t)s.B * s.NH * s.T * 32;
-  simple_bwd_kernel<float, NPL><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(
-      dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NKV, 1.f / sqrtf((float)s.HS));
+  simple_bwd_dq_kernel<float, NPL><<<(unsigned)ceil_div(rows * 32, (size_t)256), 256, 0, stream>>>(
+      dqkv, dout, qkv, lse, D, s.B, s.T, s.NH, s.NKV, scale);
+  CUDA_CHECK_LAUNCH();
+  simple_bwd_dkv_kernel<float, NPL>
+      <<<(unsigned)ceil_div(kv_rows * 32, (size_t)256), 256, 0, stream>>>(dqkv, dout, qkv, lse, D,
+                                                                         s.B, s.T, s.NH, s.NKV, scale);
   CUDA_CHECK_LAUNCH();
 }
 #endif
@@ -216,21 +280,21 @@ class FlashAttention final : public AttentionBackend {
   void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
     check(a.shape);
     const float* lse = static_cast<const float*>(a.saved);
+    float* dq_accum = static_cast<float*>(a.scratch);
+    float* D = dq_accum + (size_t)a.shape.B * a.shape.NH * a.shape.T * a.shape.HS;
 #if defined(ENABLE_FP32)
-    switch (a.shape.HS) {
+    switch (a.shape.HS) {  // D in the scratch's D slot; dQ needs no accumulator here
       case 32:
-        flash::simple_backward<1>(a.dqkv, a.dout, a.qkv, a.out, lse, a.shape, stream);
+        flash::simple_backward<1>(a.dqkv, D, a.dout, a.qkv, a.out, lse, a.shape, stream);
         break;
       case 64:
-        flash::simple_backward<2>(a.dqkv, a.dout, a.qkv, a.out, lse, a.shape, stream);
+        flash::simple_backward<2>(a.dqkv, D, a.dout, a.qkv, a.out, lse, a.shape, stream);
         break;
       default:
-        flash::simple_backward<4>(a.dqkv, a.dout, a.qkv, a.out, lse, a.shape, stream);
+        flash::simple_backward<4>(a.dqkv, D, a.dout, a.qkv, a.out, lse, a.shape, stream);
         break;
     }
 #else
-    float* dq_accum = static_cast<float*>(a.scratch);
-    float* D = dq_accum + (size_t)a.shape.B * a.shape.NH * a.shape.T * a.shape.HS;
     flash::backward_bf16(a.dqkv, dq_accum, D, a.dout, a.qkv, a.out, lse, a.shape, stream);
 #endif
   }
