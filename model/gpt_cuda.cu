@@ -68,9 +68,10 @@
 //     an in-place ncclAllGather of the floatX parameters. The fp32 master weights outside the
 //     slice go stale and are gathered only when get_params() needs them (every rank calls it).
 //   Host waits go through DistComm::wait, which notices failed peers instead of hanging.
-// Measured (H200, bf16, d12, B=32, T=1024, --attn naive; CudaModel.DISABLED_BenchD12): 69.1 ms
-// per step (forward + loss 25.8, backward 42.1, grad norm + AdamW 1.3), 474k tokens/s; plan
-// 24.33 GiB, measured peak 24.40 GiB.
+// Measured before the long-context changes (H200, bf16, d12, B=32, T=1024, --attn naive;
+// CudaModel.DISABLED_BenchD12): 69.1 ms per step (forward + loss 25.8, backward 42.1, grad
+// norm + AdamW 1.3), 474k tokens/s; plan 24.33 GiB, measured peak 24.40 GiB. After them, at
+// 128K tokens on an H100: README "Long context".
 #include "model/gpt_cuda.cuh"
 
 #include <algorithm>
