@@ -1,0 +1,113 @@
+// context_parallel.cpp — the zigzag layout, ring schedule, communication volume and the data
+// and loss rules of context parallelism. Everything is explained in context_parallel.h.
+#include "kernels/attention/context_parallel.h"
+
+#include "kernels/common.h"
+
+const char* cp_pair_kind_name(CpPairKind k) {
+  switch (k) {
+    case CpPairKind::kSkipped: return "skipped";
+    case CpPairKind::kFull: return "full";
+    case CpPairKind::kDiagonal: return "diagonal";
+  }
+  return "?";
+}
+
+CpLayout::CpLayout(int cp, int T) : N_(cp), T_(T) {
+  CHECK(cp >= 1, "--cp %d must be >= 1 (the context-parallel degree)", cp);
+  CHECK(T >= 2 * cp,
+        "--seq-len %d is shorter than 2 * --cp = %d: the zigzag split cuts each sequence into "
+        "2*cp chunks of at least one token; raise --seq-len or lower --cp",
+        T, 2 * cp);
+}
+
+int CpLayout::chunk_begin(int k) const {
+  CHECK(k >= 0 && k <= 2 * N_, "CpLayout: chunk %d out of [0, %d]", k, 2 * N_);
+  return int(int64_t(k) * T_ / (2 * N_));
+}
+
+CpChunk CpLayout::chunk(int r, int which) const {
+  CHECK(r >= 0 && r < N_ && (which == 0 || which == 1), "CpLayout: rank %d of %d, chunk %d", r,
+        N_, which);
+  const int k = which == 0 ? r : 2 * N_ - 1 - r;
+  return CpChunk{k, chunk_begin(k), chunk_len(k), which == 0 ? 0 : chunk_len(r)};
+}
+
+int CpLayout::local_len(int r) const { return chunk(r, 0).len + chunk(r, 1).len; }
+
+int CpLayout::max_local_len() const {
+  int m = 0;
+  for (int r = 0; r < N_; r++) m = local_len(r) > m ? local_len(r) : m;
+  return m;
+}
+
+int CpLayout::global_pos(int r, int local_row) const {
+  CHECK(local_row >= 0 && local_row < local_len(r), "CpLayout: row %d of rank %d (holds %d)",
+        local_row, r, local_len(r));
+  const CpChunk c = chunk(r, local_row < chunk(r, 0).len ? 0 : 1);
+  return c.global_begin + (local_row - c.local_begin);
+}
+
+int CpLayout::owner_of(int pos) const {
+  CHECK(pos >= 0 && pos < T_, "CpLayout: position %d out of [0, %d)", pos, T_);
+  // Chunk k with a_k <= pos < a_{k+1}; a_k is monotone, so start from the proportional guess.
+  int k = int(int64_t(pos) * 2 * N_ / T_);
+  while (chunk_begin(k) > pos) k--;
+  while (chunk_begin(k + 1) <= pos) k++;
+  return k < N_ ? k : 2 * N_ - 1 - k;
+}
+
+std::vector<CpBlockPair> CpLayout::pairs(int r, int s) const {
+  CHECK(s >= 0 && s < N_, "CpLayout: ring step %d out of [0, %d)", s, N_);
+  const int src = ring_source(r, s);
+  std::vector<CpBlockPair> out;
+  for (int qi = 0; qi < 2; qi++)
+    for (int ki = 0; ki < 2; ki++) {
+      const CpChunk q = chunk(r, qi), k = chunk(src, ki);
+      out.push_back(CpBlockPair{q, k, cp_pair_kind(q.index, k.index)});
+    }
+  return out;
+}
+
+int64_t CpLayout::causal_pairs(int r) const {
+  int64_t n = 0;
+  for (int s = 0; s < N_; s++)
+    for (const CpBlockPair& p : pairs(r, s)) {
+      if (p.kind == CpPairKind::kFull) n += int64_t(p.q.len) * p.k.len;
+      if (p.kind == CpPairKind::kDiagonal) n += int64_t(p.q.len) * (p.q.len + 1) / 2;
+    }
+  return n;
+}
+
+CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
+                          size_t dkv_elem) {
+  // Rank r sends, at step s, the block it holds (owner ring_source(r, s)): K/V at steps
+  // 0 .. N-2, the dK/dV accumulator at steps 0 .. N-1 (the last hop brings it home).
+  const size_t per_row = size_t(B) * 2 * NKV * HS;  // K and V of one token, all NKV heads
+  CpCommBytes c{0, 0};
+  for (int s = 0; s < L.cp(); s++) {
+    const size_t rows = L.local_len(L.ring_source(r, s));
+    if (s < L.cp() - 1) {
+      c.forward += rows * per_row * kv_elem;
+      c.backward += rows * per_row * kv_elem;
+    }
+    c.backward += rows * per_row * dkv_elem;
+  }
+  return c;
+}
+
+CpSpan cp_window_span(const CpLayout& L, int r, int which) {
+  const CpChunk c = L.chunk(r, which);
+  return CpSpan{c.global_begin, c.global_begin + c.len + 1};
+}
+
+double cp_mean_loss(const double* rank_loss_sums, int N, size_t tokens) {
+  CHECK(tokens > 0, "cp_mean_loss: no tokens");
+  double sum = 0.0;
+  for (int r = 0; r < N; r++) sum += rank_loss_sums[r];
+  return sum / double(tokens);
+}
+
+float cp_token_dloss(int cp, int B, int T, int grad_accum) {
+  return float(double(cp) / (double(B) * double(T) * double(grad_accum)));
+}

@@ -1,0 +1,191 @@
+// context_parallel — the zigzag layout of context parallelism (CP): one sequence of T tokens
+// split over N ranks (the cp group) so that causal attention costs every rank the same.
+// CUDA-free and kernel-free: the facts the GPU ring, the data loader, the loss and the memory
+// plan all ask. The CPU oracle of the ring itself is ring_attention_ref.{h,cpp}.
+//
+// Chunks. The sequence is cut into 2N chunks; chunk k holds global positions [a_k, a_{k+1}),
+//   a_k = floor(k * T / (2N)),  k = 0 .. 2N.
+// Any T >= 2N works (ragged T: chunk lengths differ by at most one). T < 2N is refused with an
+// error naming --cp and --seq-len: some chunk would be empty, and a rank with an empty chunk
+// does no useful work while the kernels would have to handle zero-row blocks for nothing.
+//
+// Zigzag. Rank r (0 <= r < N) holds chunks r and 2N-1-r, in that order: its local buffer has
+// rows [0, len_r) = positions [a_r, a_{r+1}) then rows [len_r, len_r + len_{2N-1-r}) =
+// positions [a_{2N-1-r}, a_{2N-r}). Why: the causal work of a chunk grows with its position,
+// and pairing the k-th earliest with the k-th latest makes the sums equal. Unmasked (q, k)
+// pairs of rank r, per (batch row, head): W(a_r, a_{r+1}) + W(a_{2N-1-r}, a_{2N-r}) with
+// W(x, y) = sum_{p=x}^{y-1} (p + 1). For T % 2N == 0 every rank has exactly the same count;
+// for ragged T the spread between ranks is at most T (checked for N <= 8 and every T < 600
+// in tests/cpu/test_context_parallel.cpp, N <= 16, T < 5000 offline), against ~T^2/(2N) per
+// rank: a relative imbalance below 2N/T.
+//
+// Ring. N steps s = 0 .. N-1. At step s rank r holds the K/V block of rank (r - s) mod N (its
+// own at s = 0), computes its local Q against it, then passes the block to rank (r + 1) mod N
+// (and receives the next from rank (r - 1) mod N) unless s = N-1. Over the N steps every rank
+// meets every block exactly once.
+//
+// Block pairs. A rank's Q (2 chunks) against a K/V block (2 chunks) is 4 chunk pairs; since
+// chunks are contiguous and ordered, a pair (q chunk i, k chunk j) is
+//   j <  i  full      every key precedes every query: no mask
+//   j == i  diagonal  the causal mask (key position <= query position) inside the block
+//   j >  i  skipped   every key follows every query: never loaded or computed
+// Diagonal pairs occur only at s = 0 (a rank's own chunks). At s > 0 exactly two pairs are
+// full and two skipped: with src = (r - s) mod N, src < r: both Q chunks against K chunk src;
+// src > r: Q chunk 2N-1-r against both K chunks. So every step after the first costs every
+// rank the same two full c x c blocks (c = T / 2N), and step 0 two diagonal blocks + one full.
+//
+// Communication (per rank, per layer, per sequence of the batch; e = bytes per element):
+//   forward   K/V of the NKV key/value heads passed N-1 times:
+//               (N-1) * 2 * (T/N) * NKV * HS * e_kv
+//   backward  K/V passed again N-1 times, and the dK/dV accumulator of each block N times (it
+//             follows its block round the ring and takes one more hop home to its owner):
+//               (N-1) * 2 * (T/N) * NKV * HS * e_kv  +  N * 2 * (T/N) * NKV * HS * e_dkv
+// (T/N is the mean local length; cp_comm_bytes() below sums the exact ragged lengths.) With
+// bf16 K/V and fp32 dK/dV the backward moves 3N-1 K/V-sized blocks against the forward's N-1.
+// Only the NKV heads travel: grouped-query attention divides the traffic by NH/NKV; queries,
+// outputs and dQ never leave their rank.
+//
+// Data loader. The loader reads windows of T+1 tokens (inputs = window[0..T), targets =
+// window[1..T]). Rank r needs, for each of its chunks [a, b), the window tokens [a, b] (b - a + 1
+// tokens: the chunk's inputs plus the one token after it, since target[p] = window[p + 1]):
+//   inputs  rows = window[a .. b),   targets rows = window[a + 1 .. b + 1).
+// The last token of chunk k's span is the first input of chunk k+1, so neighbouring spans
+// overlap by one token; the last chunk's span ends at window[T] (the window's extra token).
+// cp_split_window() applies this rule.
+//
+// Loss. The loss is the mean over all B*T tokens of the sequence, not the mean of per-rank
+// means (ranks hold different token counts when T % 2N != 0): each rank sums its token losses,
+// the sums are added over the cp group, the total is divided by B*T (cp_mean_loss()). For the
+// backward, every token's dloss must be 1 / (B*T*grad_accum) of the whole sequence; since the
+// gradients of replicated parameters are then AVERAGED over the dp x cp group (sum / (dp*cp),
+// like data parallelism), each cp rank seeds its classifier with dloss = N / (B*T*grad_accum)
+// (cp_token_dloss()): the average over the N cp ranks gives back the sum over all tokens.
+//
+// Test: make NO_CUDA=1 BUILD=build-cpu -j2 build-cpu/test_cpu &&
+//       build-cpu/test_cpu --gtest_filter='ContextParallel*'
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+// One zigzag chunk as a rank holds it.
+struct CpChunk {
+  int index;         // k in [0, 2N)
+  int global_begin;  // a_k: global position of its first token
+  int len;           // a_{k+1} - a_k >= 1
+  int local_begin;   // its first row in the owning rank's local buffers
+};
+
+enum class CpPairKind { kSkipped, kFull, kDiagonal };
+const char* cp_pair_kind_name(CpPairKind k);  // "skipped", "full", "diagonal"
+
+// Kind of the chunk pair (Q chunk q_chunk, K/V chunk k_chunk); see the header comment.
+inline CpPairKind cp_pair_kind(int q_chunk, int k_chunk) {
+  return k_chunk < q_chunk ? CpPairKind::kFull
+                           : k_chunk == q_chunk ? CpPairKind::kDiagonal : CpPairKind::kSkipped;
+}
+
+// One (local Q chunk, K/V chunk) pair that rank r meets at ring step s.
+struct CpBlockPair {
+  CpChunk q;  // of rank r (local_begin: row in r's buffers)
+  CpChunk k;  // of the block's owner (local_begin: row in the travelling K/V block)
+  CpPairKind kind;
+};
+
+class CpLayout {
+ public:
+  // Throws flashgpt::Error for cp < 1 or T < 2*cp (naming --cp and --seq-len).
+  CpLayout(int cp, int T);
+  int cp() const { return N_; }
+  int T() const { return T_; }
+  int num_chunks() const { return 2 * N_; }
+  int chunk_begin(int k) const;  // a_k, k in [0, 2N] (a_0 = 0, a_{2N} = T)
+  int chunk_len(int k) const { return chunk_begin(k + 1) - chunk_begin(k); }
+  // which = 0: chunk r (rows first), which = 1: chunk 2N-1-r.
+  CpChunk chunk(int r, int which) const;
+  int local_len(int r) const;  // rows rank r holds: len_r + len_{2N-1-r}
+  int max_local_len() const;   // the largest local_len: size of a K/V block buffer in flight
+  int global_pos(int r, int local_row) const;
+  int owner_of(int global_pos) const;  // the rank holding a global position
+  // The rank whose K/V block rank r holds at ring step s: (r - s) mod N.
+  int ring_source(int r, int s) const { return ((r - s) % N_ + N_) % N_; }
+  int ring_next(int r) const { return (r + 1) % N_; }  // where blocks are sent
+  int ring_prev(int r) const { return (r + N_ - 1) % N_; }  // where they come from
+  // The 4 chunk pairs rank r meets at step s (skipped ones included, so callers can count).
+  std::vector<CpBlockPair> pairs(int r, int s) const;
+  // Unmasked (query, key) pairs rank r computes over the whole ring, per (batch row, head).
+  int64_t causal_pairs(int r) const;
+
+ private:
+  int N_, T_;
+};
+
+// Bytes one rank sends per layer for B sequences of the batch (see the header comment).
+// kv_elem: bytes per K/V element (2 for bf16); dkv_elem: of the dK/dV accumulator (4 for fp32).
+struct CpCommBytes {
+  size_t forward;   // K/V, N-1 hops
+  size_t backward;  // K/V N-1 hops + dK/dV N hops
+};
+CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
+                          size_t dkv_elem);
+
+// ---------------------------------------------------------------------------------------------
+// Moving rows between a full (B, T, row_elems) buffer and rank r's local (B, local_len(r),
+// row_elems) buffer. Works for any per-token row: qkv (row = (NH + 2*NKV) * HS), out, tokens
+// (row = 1); for LSE (B, NH, T) pass B*NH as B and row_elems = 1.
+template <typename E>
+void cp_scatter(E* local,       // (B, local_len(r), row_elems)
+                const E* full,  // (B, T, row_elems)
+                const CpLayout& L, int r, int B, size_t row_elems) {
+  const size_t Tl = L.local_len(r), T = L.T();
+  for (int b = 0; b < B; b++)
+    for (int which = 0; which < 2; which++) {
+      const CpChunk c = L.chunk(r, which);
+      const E* src = full + (b * T + c.global_begin) * row_elems;
+      E* dst = local + (b * Tl + c.local_begin) * row_elems;
+      for (size_t i = 0; i < size_t(c.len) * row_elems; i++) dst[i] = src[i];
+    }
+}
+template <typename E>
+void cp_gather(E* full,         // (B, T, row_elems): rank r's rows written
+               const E* local,  // (B, local_len(r), row_elems)
+               const CpLayout& L, int r, int B, size_t row_elems) {
+  const size_t Tl = L.local_len(r), T = L.T();
+  for (int b = 0; b < B; b++)
+    for (int which = 0; which < 2; which++) {
+      const CpChunk c = L.chunk(r, which);
+      const E* src = local + (b * Tl + c.local_begin) * row_elems;
+      E* dst = full + (b * T + c.global_begin) * row_elems;
+      for (size_t i = 0; i < size_t(c.len) * row_elems; i++) dst[i] = src[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data loader side: the window span [begin, end) of the T+1-token window that rank r reads
+// for chunk `which` (end = chunk end + 1, see the header comment), and the split itself.
+struct CpSpan {
+  int begin, end;
+};
+CpSpan cp_window_span(const CpLayout& L, int r, int which);
+template <typename Tok>
+void cp_split_window(int* inputs,        // (local_len(r))
+                     int* targets,       // (local_len(r))
+                     const Tok* window,  // (T + 1) tokens of one sequence
+                     const CpLayout& L, int r) {
+  for (int which = 0; which < 2; which++) {
+    const CpChunk c = L.chunk(r, which);
+    for (int i = 0; i < c.len; i++) {
+      inputs[c.local_begin + i] = int(window[c.global_begin + i]);
+      targets[c.local_begin + i] = int(window[c.global_begin + i + 1]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loss side (see the header comment).
+// The sequence-mean loss from each cp rank's sum of token losses: sum_r rank_sums[r] / tokens.
+double cp_mean_loss(const double* rank_loss_sums,  // (N)
+                    int N, size_t tokens);
+// The per-token dloss each cp rank seeds its classifier with when replicated-parameter
+// gradients are averaged over the dp x cp group: cp / (B * T * grad_accum).
+float cp_token_dloss(int cp, int B, int T, int grad_accum);

@@ -1,0 +1,209 @@
+// test_context_parallel — the zigzag layout of context parallelism (kernels/attention/
+// context_parallel.{h,cpp}) and the CPU ring attention oracle (ring_attention_ref.{h,cpp}).
+//
+//   ContextParallel.ChunksCoverTheSequence      chunk boundaries, ragged lengths, local rows <->
+//                                               global positions, owner_of
+//   ContextParallel.ZigzagBalancesCausalWork    equal unmasked (q, k) pairs per rank (spread
+//                                               <= T when T % 2N != 0); a contiguous split fails
+//   ContextParallel.RingVisitsEveryBlockOnce    schedule and pair kinds: every (rank, block) once,
+//                                               every causal chunk pair once, none above it
+//   ContextParallel.CommBytesFormula            cp_comm_bytes vs the header's formula
+//   ContextParallel.ShortSequenceRefused        T < 2*cp and cp < 1: one clear error
+//
+// Run: make NO_CUDA=1 BUILD=build-cpu -j2 build-cpu/test_cpu &&
+//      build-cpu/test_cpu --gtest_filter='ContextParallel*'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention/context_parallel.h"
+#include "kernels/common.h"
+#include "tests/cpu/test_helpers.h"
+
+namespace {
+
+// W(x, y) = sum_{p=x}^{y-1} (p + 1): unmasked (q, k) pairs of the queries at positions [x, y).
+int64_t causal_work(int64_t x, int64_t y) { return (y * (y + 1) - x * (x + 1)) / 2; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// layout
+
+TEST(ContextParallel, ChunksCoverTheSequence) {
+  int cases = 0;
+  for (int N = 1; N <= 8; N++)
+    for (int T = 2 * N; T <= 2 * N + 70; T++, cases++) {
+      const CpLayout L(N, T);
+      const std::string ctx = flashgpt::strformat("N=%d T=%d", N, T);
+      ASSERT_EQ(L.chunk_begin(0), 0) << ctx;
+      ASSERT_EQ(L.chunk_begin(2 * N), T) << ctx;
+      int shortest = T, longest = 0;
+      for (int k = 0; k < 2 * N; k++) {
+        shortest = std::min(shortest, L.chunk_len(k));
+        longest = std::max(longest, L.chunk_len(k));
+      }
+      EXPECT_GE(shortest, 1) << ctx;
+      EXPECT_LE(longest - shortest, 1) << ctx << " (ragged chunks differ by at most one)";
+      // Every global position is held by exactly one (rank, local row), in ascending order
+      // inside each rank; owner_of agrees.
+      std::vector<int> seen(T, 0);
+      int total = 0, max_local = 0;
+      for (int r = 0; r < N; r++) {
+        const CpChunk a = L.chunk(r, 0), b = L.chunk(r, 1);
+        EXPECT_EQ(a.index, r) << ctx;
+        EXPECT_EQ(b.index, 2 * N - 1 - r) << ctx;
+        EXPECT_EQ(a.local_begin, 0) << ctx;
+        EXPECT_EQ(b.local_begin, a.len) << ctx;
+        EXPECT_EQ(L.local_len(r), a.len + b.len) << ctx;
+        for (int row = 0; row < L.local_len(r); row++) {
+          const int p = L.global_pos(r, row);
+          ASSERT_TRUE(p >= 0 && p < T) << ctx;
+          seen[p]++;
+          EXPECT_EQ(L.owner_of(p), r) << ctx << " position " << p;
+          if (row > 0) {
+            EXPECT_LT(L.global_pos(r, row - 1), p) << ctx;
+          }
+        }
+        total += L.local_len(r);
+        max_local = std::max(max_local, L.local_len(r));
+      }
+      EXPECT_EQ(total, T) << ctx;
+      EXPECT_EQ(L.max_local_len(), max_local) << ctx;
+      for (int p = 0; p < T; p++) EXPECT_EQ(seen[p], 1) << ctx << " position " << p;
+    }
+  std::printf("  %d (N, T) layouts: chunks non-empty, lengths within 1, positions held once\n",
+              cases);
+}
+
+TEST(ContextParallel, ZigzagBalancesCausalWork) {
+  double worst = 0;  // largest spread / T over ragged T
+  std::string worst_ctx;
+  for (int N = 1; N <= 8; N++)
+    for (int T = 2 * N; T < 600; T++) {
+      const CpLayout L(N, T);
+      const std::string ctx = flashgpt::strformat("N=%d T=%d", N, T);
+      int64_t lo = INT64_MAX, hi = 0, sum = 0;
+      for (int r = 0; r < N; r++) {
+        const int64_t w = L.causal_pairs(r);
+        // The schedule's count (kind by kind) equals the closed form of the two chunks.
+        const CpChunk a = L.chunk(r, 0), b = L.chunk(r, 1);
+        ASSERT_EQ(w, causal_work(a.global_begin, a.global_begin + a.len) +
+                         causal_work(b.global_begin, b.global_begin + b.len))
+            << ctx << " rank " << r;
+        lo = std::min(lo, w), hi = std::max(hi, w), sum += w;
+      }
+      ASSERT_EQ(sum, int64_t(T) * (T + 1) / 2) << ctx << ": the ranks must cover the triangle";
+      if (T % (2 * N) == 0) {
+        ASSERT_EQ(hi, lo) << ctx << ": T % 2N == 0 must balance exactly";
+      }
+      ASSERT_LE(hi - lo, T) << ctx << ": ragged spread over the header's bound";
+      if (double(hi - lo) / T > worst) worst = double(hi - lo) / T, worst_ctx = ctx;
+    }
+  std::printf("  N = 1..8, T = 2N..599: exact balance when T %% 2N == 0; worst ragged spread "
+              "%.2f T (bound 1 T) at %s\n", worst, worst_ctx.c_str());
+
+  // The check above is not vacuous: a contiguous split (rank r holds [rT/N, (r+1)T/N)) has a
+  // spread of about T^2 / N and fails it by far.
+  const int N = 4, T = 64;
+  int64_t lo = INT64_MAX, hi = 0;
+  for (int r = 0; r < N; r++) {
+    const int64_t w = causal_work(int64_t(r) * T / N, int64_t(r + 1) * T / N);
+    lo = std::min(lo, w), hi = std::max(hi, w);
+  }
+  std::printf("  contiguous split N=%d T=%d: spread %lld = %.0f T (zigzag: 0)\n", N, T,
+              (long long)(hi - lo), double(hi - lo) / T);
+  EXPECT_GT(hi - lo, T);
+}
+
+TEST(ContextParallel, RingVisitsEveryBlockOnce) {
+  for (int N = 1; N <= 6; N++) {
+    const int T = 10 * N + 3;  // ragged
+    const CpLayout L(N, T);
+    const std::string ctx = flashgpt::strformat("N=%d T=%d", N, T);
+    // computed[(q chunk, k chunk)]: how often some rank computes that chunk pair.
+    std::vector<int> computed(4 * N * N, 0);
+    for (int r = 0; r < N; r++) {
+      std::set<int> sources;
+      for (int s = 0; s < N; s++) {
+        const int src = L.ring_source(r, s);
+        sources.insert(src);
+        // What rank r holds at step s+1 is what rank r-1 held at step s (it was sent on).
+        if (s + 1 < N) {
+          EXPECT_EQ(L.ring_source(r, s + 1), L.ring_source(L.ring_prev(r), s));
+        }
+        int kinds[3] = {0, 0, 0};
+        for (const CpBlockPair& p : L.pairs(r, s)) {
+          kinds[int(p.kind)]++;
+          EXPECT_EQ(p.q.index == r || p.q.index == 2 * N - 1 - r, true) << ctx;
+          EXPECT_EQ(p.k.index == src || p.k.index == 2 * N - 1 - src, true) << ctx;
+          // The kind is what the global positions say.
+          const bool all_before = p.k.global_begin + p.k.len - 1 <= p.q.global_begin;
+          const bool all_after = p.k.global_begin > p.q.global_begin + p.q.len - 1;
+          const CpPairKind want = all_before  ? CpPairKind::kFull
+                                  : all_after ? CpPairKind::kSkipped
+                                              : CpPairKind::kDiagonal;
+          EXPECT_EQ(int(p.kind), int(want)) << ctx << " rank " << r << " step " << s;
+          if (p.kind != CpPairKind::kSkipped) computed[p.q.index * 2 * N + p.k.index]++;
+        }
+        // Step 0: the rank's own chunks, two diagonal, one full, one skipped; later steps
+        // two full and two skipped (the equal work of every step).
+        const int want_diag = s == 0 ? 2 : 0, want_full = s == 0 ? 1 : 2;
+        EXPECT_EQ(kinds[int(CpPairKind::kDiagonal)], want_diag) << ctx << " r" << r << " s" << s;
+        EXPECT_EQ(kinds[int(CpPairKind::kFull)], want_full) << ctx << " r" << r << " s" << s;
+      }
+      EXPECT_EQ(int(sources.size()), N) << ctx << ": rank " << r << " must meet every block";
+    }
+    // Every chunk pair on or below the diagonal exactly once, none above it.
+    for (int qc = 0; qc < 2 * N; qc++)
+      for (int kc = 0; kc < 2 * N; kc++)
+        EXPECT_EQ(computed[qc * 2 * N + kc], kc <= qc ? 1 : 0)
+            << ctx << " q chunk " << qc << " k chunk " << kc;
+  }
+  std::printf("  N = 1..6: every rank meets every block once; the %s\n",
+              "causal chunk triangle is computed exactly once, nothing above it");
+}
+
+TEST(ContextParallel, CommBytesFormula) {
+  const int B = 2, NKV = 3, HS = 16;
+  for (int N = 1; N <= 5; N++) {
+    // T % N == 0: the formula with T/N rows per rank.
+    const int T = 2 * N * 7;
+    const CpLayout L(N, T);
+    const size_t block = size_t(B) * 2 * (T / N) * NKV * HS;  // K/V elements of one rank
+    for (int r = 0; r < N; r++) {
+      const CpCommBytes c = cp_comm_bytes(L, r, B, NKV, HS, 2, 4);
+      EXPECT_EQ(c.forward, size_t(N - 1) * block * 2) << "N=" << N;
+      EXPECT_EQ(c.backward, size_t(N - 1) * block * 2 + size_t(N) * block * 4) << "N=" << N;
+    }
+    // Ragged T: over all ranks, every block makes N-1 K/V hops (forward) and N dK/dV hops.
+    const CpLayout R(N, 2 * N * 7 + N + 1);
+    size_t fwd = 0, bwd = 0, blocks = 0;
+    for (int r = 0; r < N; r++) {
+      const CpCommBytes c = cp_comm_bytes(R, r, B, NKV, HS, 2, 4);
+      fwd += c.forward, bwd += c.backward;
+      blocks += size_t(B) * 2 * R.local_len(r) * NKV * HS;
+    }
+    EXPECT_EQ(fwd, size_t(N - 1) * blocks * 2) << "ragged N=" << N;
+    EXPECT_EQ(bwd, size_t(N - 1) * blocks * 2 + size_t(N) * blocks * 4) << "ragged N=" << N;
+  }
+  const CpLayout L(2, 256 * 1024);
+  const CpCommBytes c = cp_comm_bytes(L, 0, 1, 12, 64, 2, 4);
+  std::printf("  d12-like (NKV=12 HS=64) T=256K cp=2, per rank per layer: forward %.1f MiB, "
+              "backward %.1f MiB\n", c.forward / 1048576.0, c.backward / 1048576.0);
+}
+
+TEST(ContextParallel, ShortSequenceRefused) {
+  const std::string msg = expect_error([] { CpLayout(4, 7); }, "--seq-len 7");
+  EXPECT_NE(msg.find("--cp"), std::string::npos) << msg;
+  std::printf("  T=7 cp=4: %s\n", msg.c_str());
+  expect_error([] { CpLayout(0, 16); }, "--cp 0");
+  expect_error([] { CpLayout(1, 1); }, "--seq-len 1");
+  CpLayout(4, 8);  // T = 2N: one token per chunk is fine
+}
