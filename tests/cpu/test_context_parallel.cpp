@@ -18,6 +18,11 @@
 //   ContextParallel.RingBackwardFiniteDifferences  ring + RoPE backward vs central differences
 //   ContextParallel.WrongRingIsDetected         a dropped block, an LSE-blind merge and a
 //                                               wrong key offset all fail the comparison
+//   ContextParallel.LoaderSplitsWindows         each rank's inputs and targets from the T+1
+//                                               window (targets shifted by one across chunks)
+//   ContextParallel.LossIsMeanOverAllTokens     cp_mean_loss and cp_token_dloss through the real
+//                                               classifier: loss and replicated-parameter
+//                                               gradient equal the single-GPU ones
 //
 // Run: make NO_CUDA=1 BUILD=build-cpu -j2 build-cpu/test_cpu &&
 //      build-cpu/test_cpu --gtest_filter='ContextParallel*'
@@ -25,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <random>
@@ -36,6 +42,7 @@
 #include "kernels/attention/attention_ref.h"
 #include "kernels/attention/context_parallel.h"
 #include "kernels/attention/ring_attention_ref.h"
+#include "kernels/classifier.h"
 #include "kernels/common.h"
 #include "kernels/rope.h"
 #include "tests/cpu/test_helpers.h"
@@ -580,4 +587,107 @@ TEST(ContextParallel, WrongRingIsDetected) {
     else
       EXPECT_GT(e.rel, 1e-3) << names[fault] << " was not detected";
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// data loader and loss
+
+TEST(ContextParallel, LoaderSplitsWindows) {
+  std::uniform_int_distribution<int> tok(0, 50256);
+  for (int N = 1; N <= 4; N++)
+    for (int T : {2 * N, 2 * N * 5, 2 * N * 5 + 3}) {
+      const CpLayout L(N, T);
+      const std::string ctx = flashgpt::strformat("N=%d T=%d", N, T);
+      std::vector<uint16_t> window(T + 1);  // the loader's (T+1)-token window of one sequence
+      for (auto& w : window) w = uint16_t(tok(rng()));
+      std::vector<int> pairs_seen(T, 0);
+      for (int r = 0; r < N; r++) {
+        const int Tl = L.local_len(r);
+        std::vector<int> in(Tl, -1), tg(Tl, -1);
+        cp_split_window(in.data(), tg.data(), window.data(), L, r);
+        for (int i = 0; i < Tl; i++) {
+          const int p = L.global_pos(r, i);
+          // The pair the single-GPU loader gives position p: input window[p], target window[p+1].
+          EXPECT_EQ(in[i], window[p]) << ctx << " rank " << r << " row " << i;
+          EXPECT_EQ(tg[i], window[p + 1]) << ctx << " rank " << r << " row " << i;
+          pairs_seen[p]++;
+        }
+        // The spans a rank reads: each chunk's rows plus the next token.
+        for (int which = 0; which < 2; which++) {
+          const CpChunk c = L.chunk(r, which);
+          const CpSpan sp = cp_window_span(L, r, which);
+          EXPECT_EQ(sp.begin, c.global_begin) << ctx;
+          EXPECT_EQ(sp.end - sp.begin, c.len + 1) << ctx << ": inputs plus the next token";
+        }
+      }
+      for (int p = 0; p < T; p++) EXPECT_EQ(pairs_seen[p], 1) << ctx << " position " << p;
+      // Neighbouring chunks' spans overlap by exactly one token; the last ends at window[T].
+      for (int k = 0; k + 1 < 2 * N; k++) {
+        const int r = k < N ? k : 2 * N - 1 - k, rn = k + 1 < N ? k + 1 : 2 * N - 2 - k;
+        EXPECT_EQ(cp_window_span(L, r, k < N ? 0 : 1).end - 1,
+                  cp_window_span(L, rn, k + 1 < N ? 0 : 1).begin) << ctx << " chunk " << k;
+      }
+      EXPECT_EQ(cp_window_span(L, 0, 1).end, T + 1) << ctx;
+    }
+  std::printf("  N = 1..4: every (input, target) pair of the window on exactly one rank\n");
+}
+
+TEST(ContextParallel, LossIsMeanOverAllTokens) {
+  const int N = 3, B = 2, T = 13, V = 11, Vp = 16;  // T % 2N != 0: ranks hold 4, 5, 4 tokens
+  const CpLayout L(N, T);
+  std::uniform_int_distribution<int> tok(0, V - 1);
+  const std::vector<double> logits = random_vec<double>(size_t(B) * T * Vp);
+  const std::vector<double> X = random_vec<double>(size_t(B) * T * Vp);  // a parameter's input
+  std::vector<int> targets(size_t(B) * T);
+  for (int& t : targets) t = tok(rng());
+  // A replicated parameter whose gradient is sum over tokens and vocab of dlogits o X.
+  auto param_grad = [&](const std::vector<double>& dl, const std::vector<double>& x) {
+    double g = 0;
+    for (size_t i = 0; i < dl.size(); i++) g += dl[i] * x[i];
+    return g;
+  };
+
+  // One GPU: mean over B*T tokens, dloss = 1 / (B*T).
+  std::vector<double> losses(size_t(B) * T), dlogits(logits.size());
+  classifier_ref(losses.data(), dlogits.data(), logits.data(), targets.data(),
+                 float(1.0 / (B * T)), B * T, V, Vp);
+  double mean = 0;
+  for (double l : losses) mean += l;
+  mean /= B * T;
+  const double grad = param_grad(dlogits, X);
+
+  // cp ranks: local rows, dloss = cp_token_dloss, loss sums combined by cp_mean_loss,
+  // gradients averaged over the group (as the dp x cp all-reduce will).
+  std::vector<double> sums(N), rank_means(N);
+  double grad_avg = 0, grad_avg_wrong = 0;
+  for (int r = 0; r < N; r++) {
+    const int Tl = L.local_len(r);
+    std::vector<double> lg(size_t(B) * Tl * Vp), x(lg.size()), dl(lg.size()), ls(size_t(B) * Tl);
+    std::vector<int> tg(size_t(B) * Tl);
+    cp_scatter(lg.data(), logits.data(), L, r, B, Vp);
+    cp_scatter(x.data(), X.data(), L, r, B, Vp);
+    cp_scatter(tg.data(), targets.data(), L, r, B, 1);
+    classifier_ref(ls.data(), dl.data(), lg.data(), tg.data(), cp_token_dloss(N, B, T, 1), B * Tl,
+                   V, Vp);
+    for (double l : ls) sums[r] += l;
+    rank_means[r] = sums[r] / (B * Tl);
+    grad_avg += param_grad(dl, x) / N;
+    // The tempting wrong seed: each rank's own mean, dloss = 1 / (B*Tl).
+    std::vector<double> dl_wrong(lg.size());
+    classifier_ref(ls.data(), dl_wrong.data(), lg.data(), tg.data(), float(1.0 / (B * Tl)),
+                   B * Tl, V, Vp);
+    grad_avg_wrong += param_grad(dl_wrong, x) / N;
+  }
+  const double cp_mean = cp_mean_loss(sums.data(), N, size_t(B) * T);
+  const double mean_of_means = (rank_means[0] + rank_means[1] + rank_means[2]) / N;
+  std::printf("  loss: one GPU %.12f  cp %.12f  mean of rank means %.12f (wrong)\n", mean, cp_mean,
+              mean_of_means);
+  std::printf("  grad: one GPU %.12f  cp %.12f  per-rank-mean seed %.12f (wrong)\n", grad,
+              grad_avg, grad_avg_wrong);
+  EXPECT_NEAR(cp_mean, mean, 1e-12);
+  // dloss is a float: its rounding (~6e-8 relative) bounds the gradient match.
+  EXPECT_NEAR(grad_avg, grad, 1e-6 * std::fabs(grad));
+  // The checks can fail: the wrong rules miss by much more than the tolerances.
+  EXPECT_GT(std::fabs(mean_of_means - mean), 1e-6);
+  EXPECT_GT(std::fabs(grad_avg_wrong - grad), 1e-3 * std::fabs(grad));
 }
