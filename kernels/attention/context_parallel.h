@@ -61,6 +61,64 @@
 // like data parallelism), each cp rank seeds its classifier with dloss = N / (B*T*grad_accum)
 // (cp_token_dloss()): the average over the N cp ranks gives back the sum over all tokens.
 //
+// ---------------------------------------------------------------------------------------------
+// GPU path: design note (not built yet; the CPU oracle is ring_attention_ref.h)
+//
+// Kernel. The ring composes with any backend that saves only the LSE (flash, flash1, and the
+// FA3-schedule backend when it lands) if its forward/backward entry points gain:
+//   - Q and K/V from different buffers: Q rows of one local chunk (token stride
+//     (NH + 2*NKV) * HS in the local qkv) and K/V rows of the block in hand (token stride
+//     2 * NKV * HS in the packed block), with their own lengths Tq != Tk;
+//   - the global offsets q_pos0, k_pos0 of the pair: a tile is skipped when its first key
+//     follows its last query and masked only when it crosses the diagonal, now measured in
+//     global positions. With the zigzag layout every computed pair is either fully visible
+//     (a rectangular, unmasked launch) or the chunk against itself (today's causal kernel), so
+//     a `causal` flag plus Tq, Tk would do; the offsets also cover the plain ring and varlen;
+//   - forward: merging into a running fp32 O (B, Tl, NH, HS) and LSE (B, NH, Tl) instead of
+//     writing bf16 out: its epilogue reads the tile's running (O, LSE), merges exactly as
+//     attention_merge_ref does, writes them back (one CTA owns a Q tile: no races), and the
+//     last step converts O to bf16. Cost: B x Tl x NH x HS x 4 bytes of running O per layer
+//     in flight (scratch_bytes), the LSE is the saved LSE as today;
+//   - backward: the final LSE and D = rowsum(dO o O) computed once per rank (today's
+//     preprocessing pass), dQ accumulated in the existing fp32 dq_accum over all steps, and
+//     dK/dV of the pair written to an fp32 block buffer that is added to the arriving
+//     accumulator (the add waits for the receive; the kernel does not).
+//   AttentionBackend gains a capability query (supports_ring()) and these entry points; the
+//   model calls them per (step, pair) from a small ring driver beside the model.
+//
+// Communication. A cp communicator per cp group (ncclCommSplit of the world by dp index) and
+// its own stream, separate from the data-parallel gradient all-reduce and its stream. Per step:
+//   comm stream:    wait(event "step s-1 done reading buf[(s+1)%2]");
+//                   ncclGroupStart; ncclSend(buf[s%2] -> next); ncclRecv(buf[(s+1)%2] <- prev);
+//                   ncclGroupEnd; record(event "recv s")
+//   compute stream: wait(event "recv s-1"); kernels on buf[s%2]; record(event "done s")
+// (send and recv in one group: no deadlock round the ring.) Two K/V buffers of
+// max_local_len() rows (2 x B x Tmax x 2 x NKV x HS bf16), step 0's filled by packing the
+// local K/V heads out of qkv. The backward double-buffers K/V the same way plus two fp32 dK/dV
+// accumulators and one fp32 partial; the accumulator's send after step s overlaps step s+1.
+// Overlap condition (forward, bf16, per step after the first): compute 8 B NH c^2 HS FLOPs
+// (two full c x c pairs, c = T/2N), traffic 8 B c NKV HS bytes, so compute hides the transfer
+// when c >= (NKV/NH) x F / BW. H200 NVLink (~450 GB/s one way, F ~400 TFLOP/s sustained by our
+// flash forward; both figures approximate, to be measured): c >= ~900 tokens for MHA, i.e. any
+// T >= 2N x 1K; at T = 256K, cp 2 the margin is ~70x. The backward moves 3x the bytes against
+// 2.5x the FLOPs: the same order.
+//
+// Launch convention. world = dp x cp, rank = dp_index * cp + cp_index (cp innermost), so a cp
+// group is cp consecutive ranks: the GPUs of one node, on NVLink. The loader is built with
+// (rank = dp_index, world = dp): the cp ranks of a dp group read the same window and each
+// keeps its chunks (cp_split_window). RoPE and learned positions use global positions: the
+// RoPE kernel is called once per chunk with pos0 = the chunk's a_k (it needs a batch stride,
+// or a loop over B, since a chunk's rows are not contiguous across the batch), the encoder
+// reads wpe rows a_k .. a_{k+1}-1. The loss and dloss follow the rules above; replicated
+// parameter gradients are averaged over the whole world (dp x cp) by the existing all-reduce.
+// Checkpoints record cp; a --resume at another cp is refused like a changed world size.
+//
+// Across nodes. With cp larger than a node, a ring crosses nodes on two of its hops, and each
+// step waits for its slowest hop: InfiniBand at ~50 GB/s per GPU needs c >= ~8K tokens
+// (MHA; (NKV/NH) x that with GQA) to stay hidden, i.e. T >= 16K x cp. Beyond that, keep the
+// ring inside a node and split heads across nodes (all-to-all, DeepSpeed-Ulysses; the hybrid
+// is USP), or all-gather K/V across nodes (Llama 3), which with small NKV moves little.
+//
 // Test: make NO_CUDA=1 BUILD=build-cpu -j2 build-cpu/test_cpu &&
 //       build-cpu/test_cpu --gtest_filter='ContextParallel*'
 #pragma once

@@ -88,7 +88,7 @@ void attention_merge_ref(real* o,              // (B, Tq, NH, HS) running O, upd
 // The backward of one block, ACCUMULATING (+=) into dq (rows of chunk q) and dkv (rows of
 // chunk k). lse is the FINAL (merged) LSE and D = rowsum(dO o O) of the final O.
 template <typename real>
-void attention_block_backward_ref(real* dq,          // (B, Tq, NH, HS) += 
+void attention_block_backward_ref(real* dq,          // (B, Tq, NH, HS) +=
                                   real* dkv,         // (B, Tk, 2*NKV, HS) += (dK heads, dV heads)
                                   const real* dout,  // (B, Tq, NH, HS)
                                   const real* qkv,   // (B, Tq, NH + 2*NKV, HS)

@@ -25,7 +25,9 @@
 //                                               gradient equal the single-GPU ones
 //
 // Run: make NO_CUDA=1 BUILD=build-cpu -j2 build-cpu/test_cpu &&
-//      build-cpu/test_cpu --gtest_filter='ContextParallel*'
+//      build-cpu/test_cpu --gtest_filter='ContextParallel*'   (~0.2 s on the 2-core machine)
+// Over 600 lines: the layout, the ring and the loader/loss rules are one feature whose tests
+// share the helpers below; split the ring part out if it grows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
