@@ -11,7 +11,7 @@
 //
 // Schedule (paper notation; Br = 128 query rows per work tile, Bc = 128 keys per K/V tile).
 // Persistent grid (one block per SM); work tiles (i, b, h) in order of decreasing i (the longest
-// causal rows first), block k takes tiles k, k + grid, k + 2 grid, ...
+// causal rows first), handed out one at a time (see Work tiles below).
 // 3 warpgroups per block:
 //   producer (warpgroup 0, setmaxnreg 24; one thread issues everything):
 //     for each work tile (i, b, h):
@@ -29,16 +29,40 @@
 //         l_i = exp2((m_i - m_new) scale log2e) l_i + rowsum(P)      (while P V runs)
 //         wait for P V; release V_{j+1}; O_i *= exp2((m_i - m_new) scale log2e); m_i = m_new
 //       O_i += P V_0; O_i /= l_i -> bf16 via smem, 16-byte stores of rows < T; LSE_i
-//     ping-pong (FLASH3_PINGPONG, see the notes): the two warpgroups take turns to issue their
-//     GEMMs on two named barriers, so that one's softmax runs under the other's GEMMs.
+//     ping-pong (kFwdPingPongDefault): the two warpgroups take turns to issue their GEMMs on two
+//     named barriers, so that one's softmax runs under the other's GEMMs.
+// Work tiles: kFwdDynamicDefault: the producer takes the next tile of the longest-first list
+// from an atomic counter (one int of the scratch, zeroed before the launch) and passes its index
+// to the consumers in shared memory with the Q_full phase; else block k takes k, k + grid, ...
 // Only tiles that cross the diagonal are masked; with Br = Bc that is the first tile of a row.
 // Rows >= T of a ragged last tile compute on zero-filled Q rows and are never stored.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any T
 // >= 1 up to 4M.
 //
-// Tuning notes (each line: version, prediction, outcome; H100 SXM unless said otherwise):
-//   (filled in from measurements: bench/results and the notes below)
+// Tuning notes. H100 80GB HBM3, causal bf16, 16384 tokens per batch (B = 16384 / T; 12 heads at
+// HS 64, 16 at HS 128), forward TFLOP/s = 2 B NH T^2 HS / time, scripts/bench_attention.py with
+// PyTorch 2.11 SDPA in the same run; logs in bench/results/flash3_nvidia-h100_2026-11-23/.
+// Floors: at HS 128 a 128 x 128 tile pair is 2048 tensor-core clocks per SM against 1024 for its
+// 2 x 64 x 128 exponentials (MUFU, 16/clk): GEMM-bound, so overlap can reach the wgmma rate. At
+// HS 64 both are 1024 clocks: only a perfect overlap of every exponential (and the max, scale
+// and convert instructions around them) with the GEMMs would reach the wgmma rate.
+//   HS / T:                          64/4K  64/16K  128/4K  128/16K  (cuDNN over 4 runs: 323-357
+//                                                                      408-437 513-557 611-630)
+//   v1 overlap only, static grid      369    427     518     595     all GPU tests pass first run
+//   v1 + ping-pong (predicted +5-10%  379    428     531     615     +0-3%: the intra-warpgroup
+//      at HS 128 from hiding the                                      overlap already hides most
+//      softmax under the other WG)                                    of the softmax; kept
+//   v3 + dynamic tile scheduler       403    462     548     680     +6-12%: the static stride
+//      (atomic counter; predicted                                     hands each block a fixed
+//      +3-12% from the static                                         share of the longest-first
+//      stride's imbalance)                                            list, 3-12% imbalance
+//   v4 = v3 defaults, final run       388    460     538     674     cuDNN same run: 351 424 547
+//                                                                      613 (1.11 1.09 0.98 1.10x)
+//   At T = 65536 (v2, static): 372 (HS 64) and 531 (HS 128) against cuDNN 460 and 604.
+// Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
+// HS 64 has 4 (160 KB). No spills (ptxas), 0 local memory in SASS; producer 24 registers,
+// consumers 240.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'
 // Bench: python3 scripts/bench_attention.py --backends flash,flash3
@@ -69,10 +93,11 @@ using flash::wgmma_fence;
 using flash::wgmma_wait;
 
 // Compile-time traits of the forward kernel (numbers from flash3_tiles.h).
-template <int HS_, bool PINGPONG_>
+template <int HS_, bool PINGPONG_, bool DYNAMIC_>
 struct Fwd3Tile {
   static constexpr int HS = HS_, Br = kFwdBr, Bc = kFwdBc, STAGES = kFwdStages(HS_);
-  static constexpr bool PINGPONG = PINGPONG_;
+  static constexpr bool PINGPONG = PINGPONG_;  // consumer warpgroups take turns for the GEMMs
+  static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
   static constexpr int NTHREADS = kFwdThreads;
   static constexpr int PANELS = HS / 64;          // 64-column (128-byte) panels per row
   static constexpr int NS = Bc / 2;               // fp32 per thread of S (64 x Bc per warpgroup)
@@ -85,7 +110,8 @@ struct Fwd3Tile {
   static constexpr int OFF_K = Q_BYTES, OFF_V = OFF_K + STAGES * KV_BYTES,
                        OFF_O = OFF_V + STAGES * KV_BYTES, OFF_BAR = OFF_O + O_BYTES;
   static constexpr int NBARS = 2 + 4 * STAGES;  // Q full/empty, K and V full/empty per stage
-  static constexpr int SMEM = OFF_BAR + NBARS * 8 + 1024;  // + slack to align the base
+  static constexpr int OFF_SLOT = OFF_BAR + NBARS * 8;  // 2 ints: the work tile of each Q phase
+  static constexpr int SMEM = OFF_SLOT + 8 + 1024;      // + slack to align the base
   static constexpr int CONSUMER_WARPS = 8;  // arrivals that release a stage (lane 0 of each)
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
   static_assert(Br == 128 && Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
@@ -143,8 +169,8 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 8][4], const float (&s
 template <class K>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash3_fwd_kernel(const __grid_constant__ CUtensorMap tm_qkv, __nv_bfloat16* __restrict__ out,
-                      float* __restrict__ lse, int B, int T, int NH, int NKV, float scale_log2,
-                      float scale) {
+                      float* __restrict__ lse, int* __restrict__ tile_counter, int B, int T, int NH,
+                      int NKV, float scale_log2, float scale) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, STAGES = K::STAGES, NS = K::NS, NO = K::NO,
                 KQ = K::KQ, KP = K::KP, PANELS = K::PANELS;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -154,6 +180,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const uint32_t bar_k_full = bar_q_full + 16, bar_k_empty = bar_k_full + 8 * STAGES,
                  bar_v_full = bar_k_empty + 8 * STAGES, bar_v_empty = bar_v_full + 8 * STAGES;
 
+  // The work tile of each Q_full phase, written by the producer before it arrives (n_work = no
+  // more work); read by the consumers after their wait.
+  volatile int* tile_slot = reinterpret_cast<volatile int*>(smem_raw + (s0 + K::OFF_SLOT - smem_u32(smem_raw)));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int Tr = (T + Br - 1) / Br, BH = B * NH, n_work = Tr * BH;
 
@@ -176,11 +205,16 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     if (warp == 0 && lane == 0) {
       hopper::tma_prefetch_map(&tm_qkv);
       uint32_t kv_it = 0, tile_it = 0;
-      for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++tile_it) {
+      for (int w = blockIdx.x;; ++tile_it) {
+        hopper::mbar_wait(bar_q_empty, (tile_it & 1) ^ 1);
+        tile_slot[tile_it & 1] = min(w, n_work);
+        if (w >= n_work) {
+          hopper::mbar_arrive(bar_q_full);  // tells the consumers to stop
+          break;
+        }
         const int i = Tr - 1 - w / BH, bh = w % BH, b = bh / NH, h = bh % NH;
         const int kvh = h / (NH / NKV), q0 = i * Br;
         const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
-        hopper::mbar_wait(bar_q_empty, (tile_it & 1) ^ 1);
         hopper::mbar_arrive_expect_tx(bar_q_full, K::Q_BYTES);
 #pragma unroll
         for (int p = 0; p < PANELS; ++p)
@@ -201,6 +235,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
             hopper::tma_load_4d(sV + st * K::KV_BYTES + p * K::KV_PANEL, &tm_qkv,
                                 bar_v_full + 8 * st, p * 64, NH + NKV + kvh, j * Bc, b);
         }
+        if constexpr (K::DYNAMIC)
+          w = gridDim.x + atomicAdd(tile_counter, 1);
+        else
+          w += gridDim.x;
       }
     }
   } else {
@@ -249,7 +287,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       if constexpr (K::PINGPONG) hopper::named_bar_arrive(bar_turn_other, 256);
     };
 
-    for (int w = blockIdx.x; w < n_work; w += gridDim.x, ++tile_it) {
+    for (;; ++tile_it) {
+      hopper::mbar_wait(bar_q_full, tile_it & 1);
+      const int w = tile_slot[tile_it & 1];
+      if (w >= n_work) break;
       const int i = Tr - 1 - w / BH, bh = w % BH, b = bh / NH, h = bh % NH;
       const int q0 = i * Br;
       const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
@@ -269,7 +310,6 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         }
       };
 
-      hopper::mbar_wait(bar_q_full, tile_it & 1);
       // ---- first (diagonal) K/V tile: S, softmax ----
       int st = kv_it % STAGES;
       uint32_t par = (kv_it / STAGES) & 1;
@@ -371,21 +411,27 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 
 namespace {
 
-// Which forward variant runs: the default, or one named by FLASHGPT_FLASH3_FWD ("pingpong" or
-// "overlap") — a measurement switch for the tuning notes above, read once.
+// Which forward variant runs: the defaults of flash3_tiles.h, or the ones named by
+// FLASHGPT_FLASH3_FWD ("pingpong" | "overlap") and FLASHGPT_FLASH3_SCHED ("dynamic" | "static"):
+// measurement switches for the tuning notes above, read once.
+bool env_choice(const char* var, const char* yes, const char* no, bool dflt) {
+  const char* e = std::getenv(var);
+  if (e && std::strcmp(e, yes) == 0) return true;
+  if (e && std::strcmp(e, no) == 0) return false;
+  return dflt;
+}
 bool use_pingpong() {
-  static const int v = [] {
-    const char* e = std::getenv("FLASHGPT_FLASH3_FWD");
-    if (e && std::strcmp(e, "pingpong") == 0) return 1;
-    if (e && std::strcmp(e, "overlap") == 0) return 0;
-    return kFwdPingPongDefault ? 1 : 0;
-  }();
-  return v != 0;
+  static const bool v = env_choice("FLASHGPT_FLASH3_FWD", "pingpong", "overlap", kFwdPingPongDefault);
+  return v;
+}
+bool use_dynamic() {
+  static const bool v = env_choice("FLASHGPT_FLASH3_SCHED", "dynamic", "static", kFwdDynamicDefault);
+  return v;
 }
 
 template <class K>
-void launch_fwd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                cudaStream_t stream) {
+void launch_fwd(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
+                const AttnShape& s, cudaStream_t stream) {
   static bool attr_set = false;  // one-time, per instantiation
   if (!attr_set) {
     CUDA_CHECK(cudaFuncSetAttribute(flash3_fwd_kernel<K>,
@@ -400,31 +446,38 @@ void launch_fwd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const 
   const int n_work = ceil_div(s.T, K::Br) * s.B * s.NH;
   const int grid = std::min(n_work, cuda_num_sms());
   const float scale = 1.f / sqrtf((float)s.HS);
-  flash3_fwd_kernel<K><<<grid, K::NTHREADS, K::SMEM, stream>>>(tm, out, lse, s.B, s.T, s.NH,
-                                                               s.NKV, scale * kLog2e, scale);
+  if (K::DYNAMIC) CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
+  flash3_fwd_kernel<K><<<grid, K::NTHREADS, K::SMEM, stream>>>(
+      tm, out, lse, tile_counter, s.B, s.T, s.NH, s.NKV, scale * kLog2e, scale);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int HS>
-void launch_fwd_hs(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                   cudaStream_t stream) {
-  if (use_pingpong())
-    launch_fwd<Fwd3Tile<HS, true>>(out, lse, qkv, s, stream);
+void launch_fwd_hs(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
+                   const AttnShape& s, cudaStream_t stream) {
+  const bool pp = use_pingpong(), dyn = use_dynamic();
+  if (pp && dyn)
+    launch_fwd<Fwd3Tile<HS, true, true>>(out, lse, tile_counter, qkv, s, stream);
+  else if (pp)
+    launch_fwd<Fwd3Tile<HS, true, false>>(out, lse, tile_counter, qkv, s, stream);
+  else if (dyn)
+    launch_fwd<Fwd3Tile<HS, false, true>>(out, lse, tile_counter, qkv, s, stream);
   else
-    launch_fwd<Fwd3Tile<HS, false>>(out, lse, qkv, s, stream);
+    launch_fwd<Fwd3Tile<HS, false, false>>(out, lse, tile_counter, qkv, s, stream);
 }
 
 }  // namespace
 
-void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                  cudaStream_t stream) {
+void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
+                  const AttnShape& s, cudaStream_t stream) {
+  int* tile_counter = reinterpret_cast<int*>(static_cast<char*>(scratch) + scratch_fwd_counter_offset(s));
   CHECK(aligned16(qkv) && aligned16(out), "flash3 attention: qkv and out must be 16-byte aligned");
   switch (s.HS) {
     case 64:
-      launch_fwd_hs<64>(out, lse, qkv, s, stream);
+      launch_fwd_hs<64>(out, lse, tile_counter, qkv, s, stream);
       break;
     case 128:
-      launch_fwd_hs<128>(out, lse, qkv, s, stream);
+      launch_fwd_hs<128>(out, lse, tile_counter, qkv, s, stream);
       break;
     default:
       FAIL("flash3 attention forward: head size %d is not supported (64 or 128)", s.HS);
@@ -440,7 +493,7 @@ namespace {
 class Flash3Attention final : public AttentionBackend {
  public:
   const char* name() const override { return "flash3"; }
-  bool deterministic_dq() const override { return flash3::kDeterministic; }
+  bool deterministic_dq() const override { return flash3::backward_deterministic(); }
 
   std::string unsupported_reason(const AttnShape& s) const override {
 #if defined(ENABLE_FP32)
@@ -456,7 +509,7 @@ class Flash3Attention final : public AttentionBackend {
   void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
     check(a.shape);
 #if !defined(ENABLE_FP32)
-    flash3::forward_bf16(a.out, static_cast<float*>(a.saved), a.qkv, a.shape, stream);
+    flash3::forward_bf16(a.out, static_cast<float*>(a.saved), a.scratch, a.qkv, a.shape, stream);
 #endif
   }
   void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {

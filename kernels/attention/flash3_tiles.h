@@ -25,7 +25,10 @@ constexpr int kFwdBc = 128;              // keys per K/V tile (= Br: one diagona
 constexpr int kFwdThreads = 3 * 128;     // producer warpgroup + 2 consumer warpgroups
 constexpr int kFwdStages(int HS) { return HS == 64 ? 4 : 2; }  // K/V ring depth (smem bound)
 // The two consumer warpgroups take turns issuing their GEMMs (named barriers) when true.
-constexpr bool kFwdPingPongDefault = false;
+constexpr bool kFwdPingPongDefault = true;
+// Work tiles handed out by an atomic counter (in the scratch) when true; else block k takes
+// tiles k, k + grid, ... of the longest-first order.
+constexpr bool kFwdDynamicDefault = true;
 
 // ---- backward (flash_bwd_wg.cuh traits BwdTileWG<HS, Br>) ----
 constexpr int kBwdBc = 128;                                      // keys per block
@@ -53,8 +56,10 @@ inline std::string unsupported_reason(const AttnShape& s) {
 // saved: LSE (B, NH, T) fp32, natural log (the same as flash).
 inline size_t saved_bytes(const AttnShape& s) { return (size_t)s.B * s.NH * s.T * sizeof(float); }
 
-// scratch (backward only): dQacc (B, NH, T, HS) fp32 | D (B, NH, T) fp32 | one int semaphore
-// per (b, h, backward Q tile).
+// scratch: backward: dQacc (B, NH, T, HS) fp32 | D (B, NH, T) fp32 | one int semaphore per
+// (b, h, backward Q tile); forward: one int (the work-tile counter) at offset 0, which the
+// backward then overwrites (the forward's scratch need not survive).
+inline size_t scratch_fwd_counter_offset(const AttnShape&) { return 0; }
 inline size_t scratch_dq_offset(const AttnShape&) { return 0; }
 inline size_t scratch_D_offset(const AttnShape& s) {
   return (size_t)s.B * s.NH * s.T * s.HS * sizeof(float);

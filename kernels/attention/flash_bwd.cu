@@ -27,7 +27,8 @@
 //                                       smem and added to dQacc by one bulk reduce-add,
 //                                       cp.reduce.async.bulk, done by the copy engine in L2)
 //        dK_j *= scale; write dK_j, dV_j (bf16) into dqkv
-//      HS 128 runs the same schedule in flash_bwd_wg_kernel on wgmma (sm_90a): warpgroup wg
+//      HS 128 runs the same schedule in flash_bwd_wg_kernel (flash_bwd_wg.cuh, shared with
+//      flash3's backward) on wgmma (sm_90a): warpgroup wg
 //      (4 warps) owns keys j Bc + 64 wg .. +63, each product is one warpgroup MMA per k-step
 //      that reads its shared-memory operands once per warpgroup, dV_j += P^T dO_i is issued as
 //      soon as P^T is packed (it runs while dS^T is computed), and dQ_i = dS K_j is one wgmma
@@ -439,7 +440,7 @@ using BwdTile128 = BwdTileWG<128, 64>;
 template <class K>
 constexpr auto bwd_kernel() {
   if constexpr (K::WGMMA)
-    return flash_bwd_wg_kernel<K, false>;  // dQ order not fixed (flash3 fixes it)
+    return flash_bwd_wg_kernel<K, DqOrder::kArrival>;  // dQ order not fixed (flash3 fixes it)
   else
     return flash_bwd_kernel<K>;
 }

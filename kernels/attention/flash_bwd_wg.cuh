@@ -2,24 +2,29 @@
 // (flash_bwd.cu: HS 128) and the "flash3" backend (flash3_bwd.cu: HS 64 and 128):
 //   flash_bwd_dot_kernel   D_i = rowsum(dO_i o O_i), dQacc = 0 (and the dQ-order semaphores = 0)
 //   flash_bwd_wg_kernel    the main kernel on warpgroup MMAs (wgmma, sm_90a), one block per
-//                          (K/V tile j of 128 keys, kv head, batch); DET = true sums dQ in a fixed
-//                          order (below)
+//                          (K/V tile j of 128 keys, kv head, batch); DqOrder::kFixed sums dQ in a
+//                          fixed order (below)
 //   flash_bwd_dq_kernel    dQ = scale dQacc -> bf16
 // The algorithm is in flash_bwd.cu's header comment; this file only holds the code that both
 // backends run. Template code only (each .cu instantiates what it uses).
 //
-// Deterministic dQ (DET = true, flash3). Without it each block hands its fp32 dQ_i partial to
+// Deterministic dQ (DqOrder::kFixed, flash3). Without it each block hands its fp32 dQ_i partial to
 // the copy engine (cp.reduce.async.bulk add in L2) as soon as it is ready, so the order of the
 // adds into dQacc_i, and the last bits of dQ, vary from run to run. With it, the partials of
 // Q tile i are added in the order of the K/V tile j = 0, 1, ..., (i+1) Br / Bc - 1: dQacc_i's
 // semaphore (an int in the scratch, zeroed by flash_bwd_dot_kernel) counts the blocks that have
 // added. Block j's thread 0 waits until it reads j (ld.acquire), issues its bulk add, and one
-// step later (at the step's first barrier, so that the wait overlaps a whole step of work)
-// waits for the add to complete and stores j + 1 (st.release). Deadlock freedom: block j only
+// step later, just before its next add (so that the add has had a whole step to complete),
+// waits for it to complete and stores j + 1 (st.release). Deadlock freedom: block j only
 // waits for block j - 1 of the same (b, kv head), which has the lower linear block index
 // (blockIdx.y = j), so it was dispatched first and is running or done; block 0 never waits.
-// Cost: a block whose first Q tile is ahead of the lower blocks' waits for them (the blocks of
-// one wave start together; block j's first tile is tile j Bc / Br), measured in flash3_bwd.cu.
+// Order of the steps: Q tiles from the LAST one down to the diagonal, the group's query heads
+// inside. Block j and block j - 1 then meet every dQ tile at the same step index, and block j
+// trails by about one step (the release lag). Diagonal-first order (the non-DET order) would make
+// block j start at tile j Bc / Br, which block j - 1 reaches Bc / Br steps later: every block of
+// a wave would wait for the one below it (a static model: 3-10% in place of ~0-2%), and a
+// release right after the add (no step in between) stalls on the add's completion. Measured
+// costs of each choice: flash3_bwd.cu.
 #pragma once
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/hopper.cuh"
@@ -154,9 +159,15 @@ struct BwdTileWG {
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
 };
 
-// DET: dQ partials added in the order of j (dq_sem, see the top of this file); else dq_sem is
-// unused (may be null).
-template <class K, bool DET>
+// How the dQ partials of a Q tile are summed into dQacc (see the top of this file).
+enum class DqOrder {
+  kArrival,        // as each block gets there (flash): the last bits of dQ vary between runs
+  kFixed,          // block j after block j - 1: deterministic (flash3)
+  kStepOrderOnly,  // kFixed's step order with arrival-order adds: measures what the order costs
+};
+
+// dq_sem: the semaphores of kFixed (else unused, may be null).
+template <class K, DqOrder ORDER>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash_bwd_wg_kernel(__nv_bfloat16* __restrict__ dqkv, float* __restrict__ dq_accum,
                         const __nv_bfloat16* __restrict__ dout,
@@ -165,6 +176,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                         int NKV, float scale_log2, float scale) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, KH = K::KH, QK = K::QK, NS = K::NS,
                 NA = K::NA, NTHREADS = K::NTHREADS;
+  constexpr bool DET = ORDER == DqOrder::kFixed;
+  constexpr bool LAST_TILE_FIRST = ORDER != DqOrder::kArrival;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -191,10 +204,22 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const int n_qtiles = (T + Br - 1) / Br;
   const int n_i = n_qtiles - i_begin;
   const int total = G * n_i;
-  int* sem_pending = nullptr;  // DET, thread 0: the semaphore to release after the pending add
+  int* sem_pending = nullptr;  // DET, thread 0: the semaphore of the add not yet released
+  // Step it -> (query head hq, first query q0). kArrival: head by head, each from the diagonal
+  // tile up. Otherwise: Q tiles from the last down to the diagonal, the group's heads inside, so
+  // that block j meets each dQ tile at the same step as block j - 1 (see the top of this file).
+  auto step_tile = [&](int it, int& hq, int& q0) {
+    if constexpr (LAST_TILE_FIRST) {
+      hq = kvh * G + it % G;
+      q0 = (n_qtiles - 1 - it / G) * Br;
+    } else {
+      hq = kvh * G + it / n_i;
+      q0 = (i_begin + it % n_i) * Br;
+    }
+  };
   auto prefetch = [&](int it, int buf) {
-    const int hq = kvh * G + it / n_i;
-    const int q0 = (i_begin + it % n_i) * Br;
+    int hq, q0;
+    step_tile(it, hq, q0);
     load_panels_async<Br, HS, NTHREADS>(
         sQ + buf * K::QT_BYTES, qkv + ((size_t)b * T + q0) * ld + (size_t)hq * HS, ld, T - q0, tid);
     load_panels_async<Br, HS, NTHREADS>(sdO + buf * K::QT_BYTES,
@@ -240,8 +265,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   for (int it = 0; it < total; ++it) {
     const int buf = it & 1;
     const uint32_t sdSb = sdS + buf * K::DS_BYTES;
-    const int hq = kvh * G + it / n_i;
-    const int q0 = (i_begin + it % n_i) * Br;
+    int hq, q0;
+    step_tile(it, hq, q0);
     const uint32_t qoff = buf * K::QT_BYTES;
     const uint32_t Lb = sL + buf * Br * 4, Db = sD + buf * Br * 4;
     // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
@@ -347,19 +372,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     }
     cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
     fence_proxy_async_smem();  // those tiles and this step's dS^T, before wgmma reads
-    if (tid == 0) {
-      if constexpr (DET) {
-        // The last step's dQ add is complete: let block j + 1 add to that Q tile.
-        if (sem_pending != nullptr) {
-          bulk_wait_all();
-          hopper::fence_proxy_async_global();
-          hopper::st_release_gpu(sem_pending, j + 1);
-          sem_pending = nullptr;
-        }
-      } else {
-        bulk_wait_read_all();  // the last dQ reduction has read its staging tile
-      }
-    }
+    if (tid == 0) bulk_wait_read_all();  // the last dQ reduction has read its staging tile
     __syncthreads();
     if (it + 2 < total) {
       prefetch(it + 2, buf);
@@ -398,7 +411,13 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       __syncthreads();
       if (tid == 0) {
         if constexpr (DET) {
-          // Wait for blocks 0 .. j-1 to have added their parts of this dQ tile.
+          // The last step's add (issued a step ago) is complete: let block j + 1 add to that
+          // tile. Then wait until blocks 0 .. j-1 have added their parts of this one.
+          if (sem_pending != nullptr) {
+            bulk_wait_all();
+            hopper::fence_proxy_async_global();
+            hopper::st_release_gpu(sem_pending, j + 1);
+          }
           sem_pending = dq_sem + ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
           hopper::wait_flag_equals(sem_pending, j);
           hopper::fence_proxy_async_global();

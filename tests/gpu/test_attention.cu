@@ -208,6 +208,8 @@ std::vector<Case> all_cases() {
   shapes.push_back({1, 1000, 12, 1, 128});
   shapes.push_back({1, 4096, 2, 2, 64});  // the CPU reference is the slow part here
   shapes.push_back({1, 4096, 2, 1, 128});
+  shapes.push_back({1, 4097, 3, 1, 64});  // ragged past every tile size, GQA
+  shapes.push_back({1, 4097, 2, 2, 128});
   std::vector<Case> cases;
   for (const std::string& name : attention_names())
     for (const AttnShape& s : shapes) cases.push_back({name, s});

@@ -285,6 +285,9 @@ TEST_F(Hopper, ReleaseAcquireChain) {
 class Flash3 : public Hopper {};
 
 TEST_F(Flash3, RepeatDeterminism) {
+#if defined(ENABLE_FP32)
+  GTEST_SKIP() << "flash3 is bf16-only";
+#endif
   auto be = make_attention("flash3");
   ASSERT_TRUE(be->deterministic_dq());
   for (const AttnShape s : {AttnShape{2, 2500, 8, 2, 64}, AttnShape{3, 1777, 6, 3, 128}}) {
