@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/attention/flash3_tiles.h"
 #include "kernels/common.h"
 #include "model/layout.h"
 
@@ -13,12 +14,14 @@ size_t align(size_t n) { return round_up(n, 256); }
 
 }  // namespace
 
-// kernels/attention/naive.cu (Plan), flash.cu, flash1.cu: keep in step with those files.
+// kernels/attention/naive.cu (Plan), flash.cu, flash1.cu: keep in step with those files;
+// flash3 states its own sizes (flash3_tiles.h).
 size_t attention_saved_bytes(const std::string& name, const AttnShape& s, size_t es) {
   const size_t rows = (size_t)s.B * s.NH * s.T;
   if (name == "naive") return rows * round_up(s.T, 8) * es;  // P (B, NH, T, Tp)
   if (name == "flash" || name == "flash1") return rows * sizeof(float);  // LSE
-  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1", name.c_str());
+  if (name == "flash3") return flash3::saved_bytes(s);
+  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1, flash3", name.c_str());
 }
 
 size_t attention_scratch_bytes(const std::string& name, const AttnShape& s, size_t es) {
@@ -41,7 +44,8 @@ size_t attention_scratch_bytes(const std::string& name, const AttnShape& s, size
     const size_t Tp = round_up(s.T, 64);
     return (size_t)s.B * s.NH * Tp * (s.HS + 2) * sizeof(float);
   }
-  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1", name.c_str());
+  if (name == "flash3") return flash3::scratch_bytes(s);
+  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1, flash3", name.c_str());
 }
 
 void validate_recompute(const std::string& mode) {

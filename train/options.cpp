@@ -67,7 +67,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("channels", "override the preset's channels", cxxopts::value<int>()->default_value("0"))
     ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
     ("init", "start from this model file (llm.c version 3/5 or flashgpt)", cxxopts::value<std::string>())
-    ("attn", "attention: flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order)", cxxopts::value<std::string>()->default_value(d.attn))
+    ("attn", "attention: flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order) | flash3 (FlashAttention-3 schedule, sm_90a, GPU only)", cxxopts::value<std::string>()->default_value(d.attn))
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(d.pos))
     ("rope-theta", "RoPE base", cxxopts::value<float>()->default_value("10000"))
@@ -202,8 +202,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
         opt.lr_final_frac);
   CHECK(opt.weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", opt.weight_decay);
   CHECK(opt.grad_clip >= 0, "--grad-clip must be >= 0 (got %g)", opt.grad_clip);
-  CHECK(opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
-        "--attn '%s' is unknown; use flash, naive or flash1", opt.attn.c_str());
+  CHECK(opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1" || opt.attn == "flash3",
+        "--attn '%s' is unknown; use flash, naive, flash1 or flash3", opt.attn.c_str());
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
         "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
   CHECK(opt.eval_every >= 0 && opt.eval_steps >= 1, "--eval-every must be >= 0 and --eval-steps >= 1");

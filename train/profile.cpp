@@ -571,7 +571,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   // clang-format off
   o.add_options()
     ("model", "model preset: tiny|d6|d12|d24|d36|d48", cxxopts::value<std::string>()->default_value(d.model))
-    ("attn", "attention backends, comma-separated: flash, naive, flash1", cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn, ",")))
+    ("attn", "attention backends, comma-separated: flash, naive, flash1, flash3", cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn, ",")))
     ("seq-lens", "sequence lengths T, comma-separated", cxxopts::value<std::vector<int>>()->default_value(seq_default))
     ("tokens", "tokens per step: B = max(1, tokens / T)", cxxopts::value<int>()->default_value(std::to_string(d.tokens)))
     ("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", cxxopts::value<int>()->default_value("0"))
@@ -621,10 +621,10 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   opt.command_line = "flashgpt";
   for (int i = 0; i < argc; i++) opt.command_line += std::string(" ") + argv[i];
 
-  CHECK(!opt.attn.empty(), "profile: --attn is empty; give one or more of flash, naive, flash1");
+  CHECK(!opt.attn.empty(), "profile: --attn is empty; give one or more of flash, naive, flash1, flash3");
   for (const std::string& a : opt.attn)
-    CHECK(a == "flash" || a == "naive" || a == "flash1",
-          "profile: --attn '%s' is unknown; use a comma-separated list of flash, naive, flash1",
+    CHECK(a == "flash" || a == "naive" || a == "flash1" || a == "flash3",
+          "profile: --attn '%s' is unknown; use a comma-separated list of flash, naive, flash1, flash3",
           a.c_str());
   CHECK(!opt.seq_lens.empty(), "profile: --seq-lens is empty; give one or more lengths");
   for (int T : opt.seq_lens)

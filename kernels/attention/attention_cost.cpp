@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/attention/flash3_tiles.h"
 #include "kernels/common.h"
 
 namespace {
@@ -73,6 +74,16 @@ AttnCost attention_cost(const std::string& name, const AttnShape& s, size_t es_)
     c.bwd.bytes = es * HS * (R + 2 * R + R + 2 * Rk + 2 * Rk + R) + 4 * R * HS * 2 + 4 * R * 3;
     return c;
   }
+  if (name == "flash3") {  // tiles from flash3_tiles.h; the same minimum bytes as flash plus
+                           // the dQ-order semaphores (one int per backward Q tile)
+    c.fwd.mma_flops = heads * 4 * HS * causal_tile_area(s.T, flash3::kFwdBr, flash3::kFwdBc);
+    c.bwd.mma_flops =
+        heads * 10 * HS * causal_tile_area(s.T, flash3::kBwdBr(s.HS), flash3::kBwdSkipKeys);
+    c.fwd.bytes = io_fwd + 4 * R;
+    c.bwd.bytes = es * HS * (R + 2 * R + R + 2 * Rk + 2 * Rk + R) + 4 * R * HS * 2 + 4 * R * 3 +
+                  4.0 * heads * flash3::bwd_q_tiles(s);
+    return c;
+  }
   if (name == "flash1") {
     const int Br = kFlash1Tile, Tr = ceil_div_int(s.T, Br);
     const double area = causal_tile_area(s.T, Br, Br);
@@ -107,7 +118,7 @@ AttnCost attention_cost(const std::string& name, const AttnShape& s, size_t es_)
                   (s.NH > s.NKV ? 2 * R * HS * 4 * 2 : 0);
     return c;
   }
-  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1", name.c_str());
+  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1, flash3", name.c_str());
 }
 
 double roofline_seconds(const AttnPassCost& c, double peak_flops, double bytes_per_s) {

@@ -1,5 +1,5 @@
 // attention_cost — FLOPs and minimum HBM bytes of each GPU attention backend (naive, flash,
-// flash1), forward and backward, as functions of the shape: the inputs of the roofline that
+// flash1, flash3), forward and backward, as functions of the shape: the inputs of the roofline that
 // `flashgpt profile` predicts attention time from (DESIGN.md, performance protocol). Host
 // code; the tile sizes below are the kernels' (keep in step with the files named).
 //
@@ -20,6 +20,9 @@
 //                      flash_bwd.cu: HS 64 skips per warp (16 keys) and query chunk (CQ = 32
 //                      rows): tile(T, 32, 16); HS 128 per warpgroup (64 keys) and Q tile
 //                      (Br = 64): tile(T, 64, 64)
+//     flash3  forward  4*HS*tile(T, 128, 128), backward 10*HS*tile(T, Br, 64) with the backward
+//                      Br of flash3_tiles.h (HS 64: 128, HS 128: 64); bytes as flash plus the
+//                      dQ-order semaphores (4 bytes per head and backward Q tile)
 //     flash1  forward  4*HS*tile(T, 64, 64), backward 10*HS*tile(T, 64, 64) (flash1.cu, Br = Bc
 //                      = 64, no warp-level skipping)
 //     naive   row chunks c = [r0, r1) of Tc rows (naive.cu's Plan: one chunk when T <= 256,

@@ -165,7 +165,7 @@ TEST(Profile, BadFlagsNameTheFlag) {
 
 TEST(Profile, CostModelScaling) {
   auto shape = [](int T) { return AttnShape{1, T, 12, 12, 64}; };
-  for (const char* be : {"naive", "flash", "flash1"}) {
+  for (const char* be : {"naive", "flash", "flash1", "flash3"}) {
     const AttnCost a = attention_cost(be, shape(8192), 2);
     // The FLOPs convention is the backend's useful work, equal for every backend; the executed
     // matrix FLOPs are at least that (masked diagonal tiles, naive's chunk rectangles).

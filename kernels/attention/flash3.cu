@@ -1,0 +1,534 @@
+// flash3.cu — the "flash3" attention backend: the FlashAttention-3 forward schedule on sm_90a
+// (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024), and the backend class. The backward is
+// flash3_bwd.cu; every host-visible fact (tiles, limits, saved/scratch bytes) is flash3_tiles.h.
+//
+// Computes, for every (batch b, query head h, query t), causal, scale = 1/sqrt(HS):
+//   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s
+//   lse[b,h,t]   = log sum_{s<=t} exp(scale q_t . k_s)            (fp32, natural log)
+// reading Q, K, V in place from qkv (B, T, NH + 2*NKV, HS) through one 4-D TMA tensor map
+// (dims HS, NH + 2*NKV, T, B: a box never crosses into the next sequence, rows >= T read as 0);
+// query head h uses kv head h / (NH/NKV).
+//
+// Schedule (paper notation; Br = 128 query rows per work tile, Bc = 128 keys per K/V tile).
+// Persistent grid (one block per SM); work tiles (i, b, h) in order of decreasing i (the longest
+// causal rows first), handed out one at a time (see Work tiles below).
+// 3 warpgroups per block:
+//   producer (warpgroup 0, setmaxnreg 24; one thread issues everything):
+//     for each work tile (i, b, h):
+//       wait Q_empty; TMA Q_i -> sQ (completes on Q_full)
+//       for j = Tc_i-1 down to 0:            (Tc_i = ceil(min((i+1) Br, T) / Bc): tiles right
+//         wait K_empty[s]; TMA K_j -> sK[s]    of the diagonal are never loaded)
+//         wait V_empty[s]; TMA V_j -> sV[s]   (s = n mod STAGES over the block's n-th K/V tile)
+//   consumers (warpgroups 1 and 2, setmaxnreg 240; warpgroup c owns query rows 64c .. 64c+63):
+//     for each work tile: m_i = -inf, l_i = 0, O_i = 0; wait Q_full
+//       S = Q_c K_{Tc-1}^T (wgmma, both operands in smem); mask (diagonal tile); softmax -> P
+//       for each next j (intra-warpgroup overlap, the paper's Algorithm 2):
+//         issue S_next = Q_c K_j^T;  issue O_i += P V_{j+1} (wgmma, P from registers)
+//         wait for S_next; release K_j; mask if on the diagonal;
+//         m_new = max(m_i, rowmax(S)); P = exp2(S scale log2e - m_new scale log2e);
+//         l_i = exp2((m_i - m_new) scale log2e) l_i + rowsum(P)      (while P V runs)
+//         wait for P V; release V_{j+1}; O_i *= exp2((m_i - m_new) scale log2e); m_i = m_new
+//       O_i += P V_0; O_i /= l_i -> bf16 via smem, 16-byte stores of rows < T; LSE_i
+//     ping-pong (kFwdPingPongDefault): the two warpgroups take turns to issue their GEMMs on two
+//     named barriers, so that one's softmax runs under the other's GEMMs.
+// Work tiles: kFwdDynamicDefault: the producer takes the next tile of the longest-first list
+// from an atomic counter (one int of the scratch, zeroed before the launch) and passes its index
+// to the consumers in shared memory with the Q_full phase; else block k takes k, k + grid, ...
+// Only tiles that cross the diagonal are masked; with Br = Bc that is the first tile of a row.
+// Rows >= T of a ragged last tile compute on zero-filled Q rows and are never stored.
+//
+// Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any T
+// >= 1 up to 4M.
+//
+// Tuning notes. H100 80GB HBM3, causal bf16, 16384 tokens per batch (B = 16384 / T; 12 heads at
+// HS 64, 16 at HS 128), forward TFLOP/s = 2 B NH T^2 HS / time, scripts/bench_attention.py with
+// PyTorch 2.11 SDPA in the same run; logs in bench/results/flash3_nvidia-h100_2026-11-23/.
+// Floors: at HS 128 a 128 x 128 tile pair is 2048 tensor-core clocks per SM against 1024 for its
+// 2 x 64 x 128 exponentials (MUFU, 16/clk): GEMM-bound, so overlap can reach the wgmma rate. At
+// HS 64 both are 1024 clocks: only a perfect overlap of every exponential (and the max, scale
+// and convert instructions around them) with the GEMMs would reach the wgmma rate.
+//   HS / T:                          64/4K  64/16K  128/4K  128/16K  (cuDNN over 4 runs: 323-357
+//                                                                      408-437 513-557 611-630)
+//   v1 overlap only, static grid      369    427     518     595     all GPU tests pass first run
+//   v1 + ping-pong (predicted +5-10%  379    428     531     615     +0-3%: the intra-warpgroup
+//      at HS 128 from hiding the                                      overlap already hides most
+//      softmax under the other WG)                                    of the softmax; kept
+//   v3 + dynamic tile scheduler       403    462     548     680     +6-12%: the static stride
+//      (atomic counter; predicted                                     hands each block a fixed
+//      +3-12% from the static                                         share of the longest-first
+//      stride's imbalance)                                            list, 3-12% imbalance
+//   v4 = v3 defaults, final run       388    460     538     674     cuDNN same run: 351 424 547
+//                                                                      613 (1.11 1.09 0.98 1.10x)
+//   At T = 65536 (v2, static): 372 (HS 64) and 531 (HS 128) against cuDNN 460 and 604.
+// Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
+// HS 64 has 4 (160 KB). No spills (ptxas), 0 local memory in SASS; producer 24 registers,
+// consumers 240.
+//
+// Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'
+// Bench: python3 scripts/bench_attention.py --backends flash,flash3
+#include <cfloat>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/attention/flash3.cuh"
+#include "kernels/attention/flash3_tiles.h"
+#include "kernels/attention/hopper.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "flash3.cu uses wgmma and setmaxnreg: build for sm_90a (GPU_ARCH=90a, the default)"
+#endif
+
+namespace flash3 {
+
+using flash::fast_exp2;
+using flash::gmma_desc;
+using flash::kLog2e;
+using flash::pack_bf16;
+using flash::quad_max;
+using flash::quad_sum;
+using flash::reg_fence;
+using flash::smem_u32;
+using flash::wgmma_commit;
+using flash::wgmma_fence;
+using flash::wgmma_wait;
+
+// Compile-time traits of the forward kernel (numbers from flash3_tiles.h).
+template <int HS_, bool PINGPONG_, bool DYNAMIC_>
+struct Fwd3Tile {
+  static constexpr int HS = HS_, Br = kFwdBr, Bc = kFwdBc, STAGES = kFwdStages(HS_);
+  static constexpr bool PINGPONG = PINGPONG_;  // consumer warpgroups take turns for the GEMMs
+  static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
+  static constexpr int NTHREADS = kFwdThreads;
+  static constexpr int PANELS = HS / 64;          // 64-column (128-byte) panels per row
+  static constexpr int NS = Bc / 2;               // fp32 per thread of S (64 x Bc per warpgroup)
+  static constexpr int NO = HS / 2;               // fp32 per thread of O (64 x HS)
+  static constexpr int KQ = HS / 16;              // k-steps of S = Q K^T
+  static constexpr int KP = Bc / 16;              // k-steps of O += P V
+  static constexpr int Q_PANEL = Br * 128, KV_PANEL = Bc * 128;  // bytes per panel
+  static constexpr int Q_BYTES = Br * HS * 2, KV_BYTES = Bc * HS * 2, O_BYTES = Br * HS * 2;
+  // smem (1024-aligned): Q | K x STAGES | V x STAGES | O staging | mbarriers
+  static constexpr int OFF_K = Q_BYTES, OFF_V = OFF_K + STAGES * KV_BYTES,
+                       OFF_O = OFF_V + STAGES * KV_BYTES, OFF_BAR = OFF_O + O_BYTES;
+  static constexpr int NBARS = 2 + 4 * STAGES;  // Q full/empty, K and V full/empty per stage
+  static constexpr int OFF_SLOT = OFF_BAR + NBARS * 8;  // 2 ints: the work tile of each Q phase
+  static constexpr int SMEM = OFF_SLOT + 8 + 1024;      // + slack to align the base
+  static constexpr int CONSUMER_WARPS = 8;  // arrivals that release a stage (lane 0 of each)
+  static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+  static_assert(Br == 128 && Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
+  static_assert(NTHREADS == 384, "producer warpgroup + 2 consumer warpgroups");
+  static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "panels on 1024-byte boundaries");
+  static_assert(SMEM <= 227 * 1024, "shared memory per block");
+};
+
+// Named barrier ids (0 is __syncthreads): per consumer warpgroup for the epilogue, and the two
+// ping-pong turns.
+constexpr int kBarEpilogue0 = 1, kBarTurn0 = 3;
+
+// One online-softmax step on a warpgroup's S (64 x Bc, this thread's two rows g and g + 8):
+// new running max, P = exp2(S scale_log2 - m scale_log2) in place, l_i updated, alpha = the
+// factor that rescales the old O_i and l_i.
+template <int NS>
+__device__ __forceinline__ void softmax_step(float (&s)[NS], float (&m_i)[2], float (&l_i)[2],
+                                             float (&alpha)[2], float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = m_i[r];
+#pragma unroll
+    for (int n = 0; n < NS / 4; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
+    mx = quad_max(mx);
+    // A row with every key masked so far keeps m = -inf; subtract 0 then (exp2(-inf) = 0).
+    const float m_scaled = (mx == -INFINITY) ? 0.f : mx * scale_log2;
+    alpha[r] = fast_exp2(m_i[r] * scale_log2 - m_scaled);
+    m_i[r] = mx;
+    float rs = 0.f;
+#pragma unroll
+    for (int n = 0; n < NS / 4; ++n) {
+      const float p0 = fast_exp2(fmaf(s[4 * n + 2 * r], scale_log2, -m_scaled));
+      const float p1 = fast_exp2(fmaf(s[4 * n + 2 * r + 1], scale_log2, -m_scaled));
+      s[4 * n + 2 * r] = p0;
+      s[4 * n + 2 * r + 1] = p1;
+      rs += p0 + p1;
+    }
+    l_i[r] = l_i[r] * alpha[r] + rs;  // per-thread partial; quad-reduced in the epilogue
+  }
+}
+
+// P (fp32 accumulator layout of S) -> bf16 A fragments of O += P V: k-step kq covers keys
+// 16 kq .. +15, the accumulator's 8-column tiles 2 kq and 2 kq + 1.
+template <int NS>
+__device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 8][4], const float (&s)[NS]) {
+#pragma unroll
+  for (int kq = 0; kq < NS / 8; ++kq) {
+    p[kq][0] = pack_bf16(s[8 * kq + 0], s[8 * kq + 1]);
+    p[kq][1] = pack_bf16(s[8 * kq + 2], s[8 * kq + 3]);
+    p[kq][2] = pack_bf16(s[8 * kq + 4], s[8 * kq + 5]);
+    p[kq][3] = pack_bf16(s[8 * kq + 6], s[8 * kq + 7]);
+  }
+}
+
+template <class K>
+__global__ void __launch_bounds__(K::NTHREADS, 1)
+    flash3_fwd_kernel(const __grid_constant__ CUtensorMap tm_qkv, __nv_bfloat16* __restrict__ out,
+                      float* __restrict__ lse, int* __restrict__ tile_counter, int B, int T, int NH,
+                      int NKV, float scale_log2, float scale) {
+  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, STAGES = K::STAGES, NS = K::NS, NO = K::NO,
+                KQ = K::KQ, KP = K::KP, PANELS = K::PANELS;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 128-byte swizzle: 1024-B panels
+  const uint32_t sQ = s0, sK = s0 + K::OFF_K, sV = s0 + K::OFF_V, sO = s0 + K::OFF_O;
+  const uint32_t bar_q_full = s0 + K::OFF_BAR, bar_q_empty = bar_q_full + 8;
+  const uint32_t bar_k_full = bar_q_full + 16, bar_k_empty = bar_k_full + 8 * STAGES,
+                 bar_v_full = bar_k_empty + 8 * STAGES, bar_v_empty = bar_v_full + 8 * STAGES;
+
+  // The work tile of each Q_full phase, written by the producer before it arrives (n_work = no
+  // more work); read by the consumers after their wait.
+  volatile int* tile_slot = reinterpret_cast<volatile int*>(smem_raw + (s0 + K::OFF_SLOT - smem_u32(smem_raw)));
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const int Tr = (T + Br - 1) / Br, BH = B * NH, n_work = Tr * BH;
+
+  if (tid == 0) {
+    hopper::mbar_init(bar_q_full, 1);
+    hopper::mbar_init(bar_q_empty, K::CONSUMER_WARPS);
+    for (int st = 0; st < STAGES; ++st) {
+      hopper::mbar_init(bar_k_full + 8 * st, 1);
+      hopper::mbar_init(bar_v_full + 8 * st, 1);
+      hopper::mbar_init(bar_k_empty + 8 * st, K::CONSUMER_WARPS);
+      hopper::mbar_init(bar_v_empty + 8 * st, K::CONSUMER_WARPS);
+    }
+    hopper::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ================================ producer ================================
+    hopper::setmaxnreg_dec<24>();
+    if (warp == 0 && lane == 0) {
+      hopper::tma_prefetch_map(&tm_qkv);
+      uint32_t kv_it = 0, tile_it = 0;
+      for (int w = blockIdx.x;; ++tile_it) {
+        hopper::mbar_wait(bar_q_empty, (tile_it & 1) ^ 1);
+        tile_slot[tile_it & 1] = min(w, n_work);
+        if (w >= n_work) {
+          hopper::mbar_arrive(bar_q_full);  // tells the consumers to stop
+          break;
+        }
+        const int i = Tr - 1 - w / BH, bh = w % BH, b = bh / NH, h = bh % NH;
+        const int kvh = h / (NH / NKV), q0 = i * Br;
+        const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
+        hopper::mbar_arrive_expect_tx(bar_q_full, K::Q_BYTES);
+#pragma unroll
+        for (int p = 0; p < PANELS; ++p)
+          hopper::tma_load_4d(sQ + p * K::Q_PANEL, &tm_qkv, bar_q_full, p * 64, h, q0, b);
+        for (int jj = 0; jj < n_kv; ++jj, ++kv_it) {
+          const int j = n_kv - 1 - jj, st = kv_it % STAGES;
+          const uint32_t par = ((kv_it / STAGES) & 1) ^ 1;
+          hopper::mbar_wait(bar_k_empty + 8 * st, par);
+          hopper::mbar_arrive_expect_tx(bar_k_full + 8 * st, K::KV_BYTES);
+#pragma unroll
+          for (int p = 0; p < PANELS; ++p)
+            hopper::tma_load_4d(sK + st * K::KV_BYTES + p * K::KV_PANEL, &tm_qkv,
+                                bar_k_full + 8 * st, p * 64, NH + kvh, j * Bc, b);
+          hopper::mbar_wait(bar_v_empty + 8 * st, par);
+          hopper::mbar_arrive_expect_tx(bar_v_full + 8 * st, K::KV_BYTES);
+#pragma unroll
+          for (int p = 0; p < PANELS; ++p)
+            hopper::tma_load_4d(sV + st * K::KV_BYTES + p * K::KV_PANEL, &tm_qkv,
+                                bar_v_full + 8 * st, p * 64, NH + NKV + kvh, j * Bc, b);
+        }
+        if constexpr (K::DYNAMIC)
+          w = gridDim.x + atomicAdd(tile_counter, 1);
+        else
+          w += gridDim.x;
+      }
+    }
+  } else {
+    // ================================ consumers ================================
+    hopper::setmaxnreg_inc<240>();
+    const int c = wg - 1;                  // consumer warpgroup: query rows 64 c .. 64 c + 63
+    const int wq = warp & 3, g = lane >> 2, t4 = lane & 3;
+    const int ctid = tid - 128 * wg;       // thread index within the warpgroup
+    const uint32_t aQ = sQ + c * 64 * 128;  // this warpgroup's rows in each Q panel
+    const int bar_turn_mine = kBarTurn0 + c, bar_turn_other = kBarTurn0 + (c ^ 1);
+    if constexpr (K::PINGPONG) {
+      if (c == 1) hopper::named_bar_arrive(kBarTurn0, 256);  // warpgroup 0 issues first
+    }
+    uint32_t kv_it = 0, tile_it = 0;
+
+    // S = Q_c K^T from K stage st (k-steps over the head dim; the first overwrites S).
+    auto issue_s = [&](float (&s)[NS], int st) {
+      reg_fence(s);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KQ; ++kk) {
+        const uint32_t off_q = (kk / 4) * K::Q_PANEL + (kk % 4) * 32;
+        const uint32_t off_k = st * K::KV_BYTES + (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
+        flash::wgmma_ss<0, 0>(s, gmma_desc(aQ + off_q, 16, 1024), gmma_desc(sK + off_k, 16, 1024),
+                              kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+    };
+    // O += P V from V stage st (V is MN-major: rows = keys = the k dimension).
+    auto issue_pv = [&](float (&o)[NO], uint32_t (&p)[KP][4], int st) {
+      reg_fence(o);
+      reg_fence(p);
+      wgmma_fence();
+#pragma unroll
+      for (int kq = 0; kq < KP; ++kq)
+        flash::wgmma_rs<1>(o, p[kq], gmma_desc(sV + st * K::KV_BYTES + kq * 2048, K::KV_PANEL, 1024));
+      wgmma_commit();
+    };
+    auto release = [&](uint32_t bar) {
+      if (lane == 0) hopper::mbar_arrive(bar);
+    };
+    auto turn_begin = [&]() {
+      if constexpr (K::PINGPONG) hopper::named_bar_sync(bar_turn_mine, 256);
+    };
+    auto turn_end = [&]() {
+      if constexpr (K::PINGPONG) hopper::named_bar_arrive(bar_turn_other, 256);
+    };
+
+    for (;; ++tile_it) {
+      hopper::mbar_wait(bar_q_full, tile_it & 1);
+      const int w = tile_slot[tile_it & 1];
+      if (w >= n_work) break;
+      const int i = Tr - 1 - w / BH, bh = w % BH, b = bh / NH, h = bh % NH;
+      const int q0 = i * Br;
+      const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
+      const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
+
+      float o[NO], s[NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
+      uint32_t p[KP][4];
+#pragma unroll
+      for (int n = 0; n < NO; ++n) o[n] = 0.f;
+      auto mask = [&](int j) {  // S[r, key] = -inf where key > query (diagonal tiles only)
+        if (j * Bc + Bc - 1 > q0 + c * 64) {
+#pragma unroll
+          for (int n = 0; n < NS / 4; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (j * Bc + n * 8 + 2 * t4 + (e & 1) > row0 + (e >> 1) * 8) s[4 * n + e] = -INFINITY;
+        }
+      };
+
+      // ---- first (diagonal) K/V tile: S, softmax ----
+      int st = kv_it % STAGES;
+      uint32_t par = (kv_it / STAGES) & 1;
+      hopper::mbar_wait(bar_k_full + 8 * st, par);
+      turn_begin();
+      issue_s(s, st);
+      turn_end();
+      wgmma_wait<0>();
+      reg_fence(s);
+      release(bar_k_empty + 8 * st);
+      if (n_kv == 1) release(bar_q_empty);
+      mask(n_kv - 1);
+      softmax_step(s, m_i, l_i, alpha, scale_log2);
+      pack_p(p, s);
+      int prev_st = st;
+      uint32_t prev_par = par;
+      ++kv_it;
+      // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
+      for (int jj = 1; jj < n_kv; ++jj, ++kv_it) {
+        const int j = n_kv - 1 - jj;
+        st = kv_it % STAGES;
+        par = (kv_it / STAGES) & 1;
+        hopper::mbar_wait(bar_k_full + 8 * st, par);
+        hopper::mbar_wait(bar_v_full + 8 * prev_st, prev_par);
+        turn_begin();
+        issue_s(s, st);
+        issue_pv(o, p, prev_st);
+        turn_end();
+        wgmma_wait<1>();  // S_j
+        reg_fence(s);
+        release(bar_k_empty + 8 * st);
+        if (jj == n_kv - 1) release(bar_q_empty);
+        mask(j);
+        softmax_step(s, m_i, l_i, alpha, scale_log2);
+        wgmma_wait<0>();  // P V_{j+1}
+        reg_fence(o);
+        release(bar_v_empty + 8 * prev_st);
+#pragma unroll
+        for (int n = 0; n < NO / 4; ++n) {
+          o[4 * n + 0] *= alpha[0];
+          o[4 * n + 1] *= alpha[0];
+          o[4 * n + 2] *= alpha[1];
+          o[4 * n + 3] *= alpha[1];
+        }
+        pack_p(p, s);
+        prev_st = st;
+        prev_par = par;
+      }
+      // ---- last P V ----
+      hopper::mbar_wait(bar_v_full + 8 * prev_st, prev_par);
+      turn_begin();
+      issue_pv(o, p, prev_st);
+      turn_end();
+      wgmma_wait<0>();
+      reg_fence(o);
+      release(bar_v_empty + 8 * prev_st);
+
+      // ---- epilogue: O_i / l_i -> bf16 -> sO (this warpgroup's rows) -> out; LSE_i ----
+      const int bar_epi = kBarEpilogue0 + c;
+      hopper::named_bar_sync(bar_epi, 128);  // the last tile's reads of sO are done
+      float* lse_bh = lse + ((size_t)b * NH + h) * T;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(l_i[r]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int rl = c * 64 + wq * 16 + g + 8 * r;  // tile-local row
+        if (t4 == 0 && q0 + rl < T)
+          lse_bh[q0 + rl] = l > 0.f ? m_i[r] * scale + logf(l) : -INFINITY;
+#pragma unroll
+        for (int n = 0; n < NO / 4; ++n) {  // 8-column tile n: panel n / 8, chunk n % 8
+          const uint32_t v = pack_bf16(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+          const uint32_t addr =
+              sO + (n >> 3) * K::Q_PANEL + rl * 128 + (((n & 7) ^ (rl & 7)) << 4) + t4 * 4;
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+        }
+      }
+      hopper::named_bar_sync(bar_epi, 128);
+      constexpr int CHUNKS = HS / 8;  // 16-byte chunks per row
+      __nv_bfloat16* gO = out + ((size_t)b * T + q0) * NH * HS + (size_t)h * HS;
+#pragma unroll
+      for (int k = 0; k < 64 * CHUNKS / 128; ++k) {
+        const int idx = ctid + k * 128;
+        const int rl = c * 64 + idx / CHUNKS, ch = idx % CHUNKS;
+        if (q0 + rl < T) {
+          uint4 v;
+          asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(sO + flash::pswz<Br>(rl, ch))
+                       : "memory");
+          *reinterpret_cast<uint4*>(gO + (size_t)rl * NH * HS + ch * 8) = v;
+        }
+      }
+    }
+    if constexpr (K::PINGPONG) {
+      if (c == 0) hopper::named_bar_sync(kBarTurn0, 256);  // warpgroup 1's last turn_end
+    }
+  }
+}
+
+namespace {
+
+// Which forward variant runs: the defaults of flash3_tiles.h, or the ones named by
+// FLASHGPT_FLASH3_FWD ("pingpong" | "overlap") and FLASHGPT_FLASH3_SCHED ("dynamic" | "static"):
+// measurement switches for the tuning notes above, read once.
+bool env_choice(const char* var, const char* yes, const char* no, bool dflt) {
+  const char* e = std::getenv(var);
+  if (e && std::strcmp(e, yes) == 0) return true;
+  if (e && std::strcmp(e, no) == 0) return false;
+  return dflt;
+}
+bool use_pingpong() {
+  static const bool v = env_choice("FLASHGPT_FLASH3_FWD", "pingpong", "overlap", kFwdPingPongDefault);
+  return v;
+}
+bool use_dynamic() {
+  static const bool v = env_choice("FLASHGPT_FLASH3_SCHED", "dynamic", "static", kFwdDynamicDefault);
+  return v;
+}
+
+template <class K>
+void launch_fwd(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
+                const AttnShape& s, cudaStream_t stream) {
+  static bool attr_set = false;  // one-time, per instantiation
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(flash3_fwd_kernel<K>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
+    attr_set = true;
+  }
+  const uint64_t H3 = (uint64_t)s.NH + 2 * s.NKV;
+  const uint64_t dims[4] = {(uint64_t)s.HS, H3, (uint64_t)s.T, (uint64_t)s.B};
+  const uint64_t strides[3] = {(uint64_t)s.HS * 2, H3 * s.HS * 2, (uint64_t)s.T * H3 * s.HS * 2};
+  const uint32_t box[4] = {64, 1, (uint32_t)K::Br, 1};  // Br == Bc: one map for Q, K and V
+  const CUtensorMap tm = hopper::make_tensor_map_bf16_4d(qkv, dims, strides, box);
+  const int n_work = ceil_div(s.T, K::Br) * s.B * s.NH;
+  const int grid = std::min(n_work, cuda_num_sms());
+  const float scale = 1.f / sqrtf((float)s.HS);
+  if (K::DYNAMIC) CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
+  flash3_fwd_kernel<K><<<grid, K::NTHREADS, K::SMEM, stream>>>(
+      tm, out, lse, tile_counter, s.B, s.T, s.NH, s.NKV, scale * kLog2e, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int HS>
+void launch_fwd_hs(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
+                   const AttnShape& s, cudaStream_t stream) {
+  const bool pp = use_pingpong(), dyn = use_dynamic();
+  if (pp && dyn)
+    launch_fwd<Fwd3Tile<HS, true, true>>(out, lse, tile_counter, qkv, s, stream);
+  else if (pp)
+    launch_fwd<Fwd3Tile<HS, true, false>>(out, lse, tile_counter, qkv, s, stream);
+  else if (dyn)
+    launch_fwd<Fwd3Tile<HS, false, true>>(out, lse, tile_counter, qkv, s, stream);
+  else
+    launch_fwd<Fwd3Tile<HS, false, false>>(out, lse, tile_counter, qkv, s, stream);
+}
+
+}  // namespace
+
+void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
+                  const AttnShape& s, cudaStream_t stream) {
+  int* tile_counter = reinterpret_cast<int*>(static_cast<char*>(scratch) + scratch_fwd_counter_offset(s));
+  CHECK(aligned16(qkv) && aligned16(out), "flash3 attention: qkv and out must be 16-byte aligned");
+  switch (s.HS) {
+    case 64:
+      launch_fwd_hs<64>(out, lse, tile_counter, qkv, s, stream);
+      break;
+    case 128:
+      launch_fwd_hs<128>(out, lse, tile_counter, qkv, s, stream);
+      break;
+    default:
+      FAIL("flash3 attention forward: head size %d is not supported (64 or 128)", s.HS);
+  }
+}
+
+}  // namespace flash3
+
+// ---------------------------------------------------------------------------------------------
+// The backend class: sizes and limits from flash3_tiles.h, kernels above and in flash3_bwd.cu.
+namespace {
+
+class Flash3Attention final : public AttentionBackend {
+ public:
+  const char* name() const override { return "flash3"; }
+  bool deterministic_dq() const override { return flash3::backward_deterministic(); }
+
+  std::string unsupported_reason(const AttnShape& s) const override {
+#if defined(ENABLE_FP32)
+    return "flash3 attention runs bf16 tensor cores only; the FP32 build has --attn flash (its "
+           "fp32 fallback) or naive";
+#else
+    return flash3::unsupported_reason(s);
+#endif
+  }
+  size_t saved_bytes(const AttnShape& s) const override { return flash3::saved_bytes(s); }
+  size_t scratch_bytes(const AttnShape& s) const override { return flash3::scratch_bytes(s); }
+
+  void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
+    check(a.shape);
+#if !defined(ENABLE_FP32)
+    flash3::forward_bf16(a.out, static_cast<float*>(a.saved), a.scratch, a.qkv, a.shape, stream);
+#endif
+  }
+  void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
+    check(a.shape);
+#if !defined(ENABLE_FP32)
+    flash3::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out,
+                          static_cast<const float*>(a.saved), a.shape, stream);
+#endif
+  }
+
+ private:
+  void check(const AttnShape& s) const {
+    const std::string why = unsupported_reason(s);
+    CHECK(why.empty(), "attention 'flash3': %s", why.c_str());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBackend> make_flash3_attention() {
+  return std::make_unique<Flash3Attention>();
+}
