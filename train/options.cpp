@@ -219,6 +219,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   return true;
 }
 
+constexpr int kMaxSampleTokens = 100000000;
+
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   cxxopts::Options o("sample", "flashgpt sample: generate text from a checkpoint");
   // clang-format off
@@ -230,7 +232,9 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
     ("temperature", "softmax temperature (0 = greedy)", cxxopts::value<float>()->default_value("1.0"))
     ("top-k", "sample among the k most likely tokens (0 = all)", cxxopts::value<int>()->default_value("0"))
     ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("1337"))
-    ("device", "auto|cpu|cuda", cxxopts::value<std::string>()->default_value("auto"))
+    ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value("auto"))
+    ("attn", "attention for the prompt: auto (the first of flash, naive, flash1 that supports the model) | flash | naive | flash1", cxxopts::value<std::string>()->default_value("auto"))
+    ("context", "tokens the model sees at once (0 = the model's maximum; RoPE models may go beyond it); a longer prompt or output slides the window", cxxopts::value<int>()->default_value("0"))
     ("no-kv-cache", "recompute the whole context for every new token (no KV cache)")
     ("h,help", "this help");
   // clang-format on
@@ -249,8 +253,15 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   opt.top_k = get<int>(r, "top-k");
   opt.seed = get<uint64_t>(r, "seed");
   opt.device = get<std::string>(r, "device");
+  opt.attn = get<std::string>(r, "attn");
+  opt.context = get<int>(r, "context");
   opt.kv_cache = r.count("no-kv-cache") == 0;
-  CHECK(opt.tokens >= 1, "--tokens must be at least 1 (got %d)", opt.tokens);
+  CHECK(opt.tokens >= 1 && opt.tokens <= kMaxSampleTokens,
+        "--tokens must be in [1, %d] (got %d): every generated id is kept in memory", kMaxSampleTokens,
+        opt.tokens);
+  CHECK(opt.context >= 0, "--context must be >= 0 (got %d); 0 = the model's maximum", opt.context);
+  CHECK(opt.attn == "auto" || opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
+        "--attn '%s' is unknown; use auto, flash, naive or flash1", opt.attn.c_str());
   CHECK(opt.temperature >= 0, "--temperature must be >= 0 (got %g)", opt.temperature);
   CHECK(opt.top_k >= 0, "--top-k must be >= 0 (got %d)", opt.top_k);
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",

@@ -56,7 +56,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt);
 
 struct SampleOptions {
   std::string checkpoint, tokenizer_path, prompt, device = "auto";
+  std::string attn = "auto";  // auto: the first backend that supports the model (model.h)
   int tokens = 256, top_k = 0;
+  int context = 0;  // --context: the window in tokens; 0 = the model's max_seq_len
   float temperature = 1.0f;
   uint64_t seed = 1337;
   bool kv_cache = true;  // --no-kv-cache: recompute the whole context for every token

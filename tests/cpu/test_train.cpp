@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -114,6 +115,60 @@ TEST(Train, SampleFromCheckpointIsDeterministic) {
   for (int t : g1) EXPECT_LT(t, 300);
   s.kv_cache = false;  // the full-recompute path of the command too
   EXPECT_EQ(run_sample(s), 0);
+}
+
+namespace {
+// run_sample into a temporary file; returns what it wrote.
+std::string sample_text(const SampleOptions& s) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::tmpfile(), std::fclose);
+  EXPECT_EQ(run_sample(s, f.get()), 0);
+  std::string text;
+  std::rewind(f.get());
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
+  return text;
+}
+}  // namespace
+
+// The quick start's failure (issue 13): a sample longer than the window, a prompt longer than
+// the window, a 1-token prompt, on learned positions and RoPE, with and without the KV cache.
+TEST(Train, SamplePastTheWindowFromCheckpoint) {
+  for (const char* pos : {"learned", "rope"}) {
+    TempDir out;
+    TrainOptions o = tiny_options("flash", 2);  // --seq-len 32: a 32-token window
+    o.pos = pos;
+    o.out_dir = out.path;
+    run_train(o);
+    std::string long_prompt;
+    for (int i = 0; i < 12; i++) long_prompt += "the cat sees the ball. ";  // > 32 tokens
+    for (bool kv : {true, false}) {
+      for (const std::string& prompt : {std::string(), std::string("the"), long_prompt}) {
+        if (!kv && prompt != long_prompt) continue;  // (recompute: one case keeps the test fast)
+        SCOPED_TRACE(std::string(pos) + (kv ? " kv" : " no-kv") + " prompt '" + prompt + "'");
+        SampleOptions s;
+        s.checkpoint = model_checkpoint_path(out.path, 2);
+        s.prompt = prompt;
+        s.tokens = 3 * 32;
+        s.device = "cpu";
+        s.kv_cache = kv;
+        std::string text = sample_text(s);
+        ASSERT_GT(text.size(), prompt.size() + 1);
+        EXPECT_EQ(text.compare(0, prompt.size(), prompt), 0);
+        EXPECT_EQ(text.back(), '\n');
+      }
+    }
+    SampleOptions s;  // an explicit backend and a smaller window
+    s.checkpoint = model_checkpoint_path(out.path, 2);
+    s.tokens = 40;
+    s.device = "cpu";
+    s.attn = "naive";
+    s.context = 8;
+    EXPECT_GT(sample_text(s).size(), 1u);
+    s.context = 33;  // past the learned positions: refused; RoPE looks further
+    if (std::string(pos) == "learned") expect_error([&] { sample_text(s); }, "--context 33");
+    else EXPECT_GT(sample_text(s).size(), 1u);
+  }
 }
 
 TEST(Train, RopeModelTrainsResumesAndSamples) {
