@@ -6,8 +6,10 @@
 //   flashgpt profile [options]                     memory and speed vs context length, measured
 //                                                  and predicted (--plan-only: no GPU needed)
 // Every error is one line "flashgpt: error: ..." and a non-zero exit.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "data/prepare.h"
@@ -31,6 +33,14 @@ static void usage() {
       "                   predicted (--plan-only: the predicted table, no GPU needed)\n");
 }
 
+// Output that could not be written (a full disk, a closed pipe) is an error, not a success.
+static int finish_stdout(int rc) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    FAIL("writing to standard output failed (%s); is the disk full or the pipe closed?",
+         std::strerror(errno));
+  return rc;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
     usage();
@@ -42,18 +52,18 @@ int main(int argc, char** argv) {
       PrepareOptions opt;
       if (!parse_prepare_options(argc - 1, argv + 1, opt)) return 0;
       prepare_corpus(opt);
-      return 0;
+      return finish_stdout(0);
     }
     if (cmd == "train") {
       TrainOptions opt;
       if (!parse_train_options(argc - 1, argv + 1, opt)) return 0;
-      run_train(opt);
-      return 0;
+      TrainResult r = run_train(opt);
+      return finish_stdout(r.interrupted ? 128 + r.interrupted : 0);
     }
     if (cmd == "sample") {
       SampleOptions opt;
       if (!parse_sample_options(argc - 1, argv + 1, opt)) return 0;
-      return run_sample(opt);
+      return finish_stdout(run_sample(opt));
     }
     if (cmd == "bench-attention") {
 #ifdef FLASHGPT_WITH_CUDA
@@ -65,6 +75,11 @@ int main(int argc, char** argv) {
     if (cmd == "profile") return profile_main(argc - 1, argv + 1);
     FAIL("unknown command '%s'; use prepare, train, sample, bench-attention or profile",
          cmd.c_str());
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "flashgpt: error: %s ran out of host memory (an allocation failed); "
+                 "lower --batch, --seq-len or the model size\n", cmd.c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "flashgpt: error: %s\n", e.what());

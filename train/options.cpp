@@ -4,6 +4,8 @@
 #include "model/model.h"
 
 #include <cxxopts.hpp>
+#include <climits>
+#include <cmath>
 #include <iostream>
 
 #include "data/prepare.h"
@@ -136,7 +138,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   opt.classifier_chunk = get<int>(r, "classifier-chunk");
   CHECK(opt.pos == "learned" || opt.pos == "rope", "--pos '%s' is unknown; use learned or rope",
         opt.pos.c_str());
-  CHECK(opt.rope_theta > 1.0f, "--rope-theta must be greater than 1 (got %g)", opt.rope_theta);
+  CHECK(std::isfinite(opt.rope_theta) && opt.rope_theta > 1.0f,
+        "--rope-theta must be a finite number greater than 1 (got %g)", opt.rope_theta);
   validate_recompute(opt.recompute);
   CHECK(opt.classifier_chunk >= 0, "--classifier-chunk must be >= 0 (got %d)",
         opt.classifier_chunk);
@@ -185,6 +188,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   CHECK(opt.total_batch >= 0, "--total-batch must be >= 0 (got %lld)", (long long)opt.total_batch);
   // One step over all ranks takes world x batch x seq-len tokens per micro-step.
   const int world = opt.dist.world_size;
+  CHECK((int64_t)opt.batch * opt.seq_len <= INT_MAX, "--batch %d x --seq-len %d = %lld tokens per "
+        "micro-step is more than %d; lower --batch (and use --total-batch for a bigger step)",
+        opt.batch, opt.seq_len, (long long)opt.batch * opt.seq_len, INT_MAX);
   int64_t micro = (int64_t)opt.batch * opt.seq_len * world;
   if (opt.total_batch == 0) opt.total_batch = micro;
   if (world == 1)
@@ -214,8 +220,21 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   CHECK(opt.checkpoint_every == 0 || !opt.out_dir.empty(),
         "--checkpoint-every needs --out DIR to write into");
   CHECK(opt.bench_steps >= 1, "--bench-steps must be at least 1");
-  for (int v : {opt.layers, opt.heads, opt.kv_heads, opt.channels, opt.max_seq_len, opt.vocab_size})
-    CHECK(v >= 0, "--layers/--heads/--kv-heads/--channels/--max-seq-len/--vocab-size must be >= 0");
+  // 0 means "the preset's" only when the flag is absent: given, each must be a real size.
+  for (const char* f : {"layers", "heads", "kv-heads", "channels", "max-seq-len"})
+    CHECK(!r.count(f) || get<int>(r, f) >= 1, "--%s must be at least 1 (got %d); leave it out to "
+          "use the preset's", f, get<int>(r, f));
+  CHECK(!r.count("vocab-size") || opt.vocab_size >= 2, "--vocab-size must be at least 2 (got %d)",
+        opt.vocab_size);
+  CHECK(opt.total_batch / micro <= INT_MAX, "--total-batch %lld is %lld micro-steps of --batch x "
+        "--seq-len%s, more than the %d one optimizer step can count; lower --total-batch",
+        (long long)opt.total_batch, (long long)(opt.total_batch / micro),
+        world > 1 ? " x world size" : "", INT_MAX);
+  // Decoupled weight decay multiplies each matrix by (1 - lr x wd) per step: at lr x wd >= 1
+  // the weights flip sign and grow instead of decaying.
+  CHECK((double)opt.lr * opt.weight_decay < 1.0, "--weight-decay %g with --lr %g scales the weights "
+        "by 1 - lr x wd = %g per step, which does not decay them; use a value below %g (typical: "
+        "0.1)", opt.weight_decay, opt.lr, 1.0 - (double)opt.lr * opt.weight_decay, 1.0 / opt.lr);
   return true;
 }
 
@@ -282,6 +301,7 @@ bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
     ("h,help", "this help");
   // clang-format on
   o.parse_positional({"input"});  // so `--input a.txt b.txt c.txt` takes all three
+  o.show_positional_help();        // and --help still lists --input
   auto r = parse_or_explain(o, "prepare", argc, argv);
   if (r.count("help")) {
     std::cout << o.help() << std::endl;
