@@ -2,6 +2,8 @@
 //   flashgpt prepare --input FILE... --out DIR     text -> BPE tokenizer + token shards
 //   flashgpt train --data DIR [options]            train a GPT-2 (CPU or CUDA)
 //   flashgpt sample --checkpoint FILE [options]    generate text
+//   flashgpt eval --checkpoint FILE --data DIR     loss, perplexity, bits per byte on shards
+//   flashgpt export --checkpoint FILE --out DIR    Hugging Face GPT-2 (model.safetensors + config.json)
 //   flashgpt bench-attention [options]             time the attention backends (CUDA builds)
 //   flashgpt profile [options]                     memory and speed vs context length, measured
 //                                                  and predicted (--plan-only: no GPU needed)
@@ -14,6 +16,7 @@
 
 #include "data/prepare.h"
 #include "kernels/common.h"
+#include "train/eval.h"
 #include "train/options.h"
 #include "train/profile.h"
 #include "train/sample.h"
@@ -28,6 +31,8 @@ static void usage() {
       "  prepare          text files -> tokenizer.bin + train/val token shards\n"
       "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive|flash1)\n"
       "  sample           generate text from a checkpoint\n"
+      "  eval             loss, perplexity and bits per byte of a checkpoint on token shards\n"
+      "  export           write a checkpoint as a Hugging Face GPT-2 model (--format hf)\n"
       "  bench-attention  time attention backends on the GPU (CUDA builds)\n"
       "  profile          memory, step time and attention time vs context length, measured and\n"
       "                   predicted (--plan-only: the predicted table, no GPU needed)\n");
@@ -65,6 +70,12 @@ int main(int argc, char** argv) {
       if (!parse_sample_options(argc - 1, argv + 1, opt)) return 0;
       return finish_stdout(run_sample(opt));
     }
+    if (cmd == "eval") {
+      EvalOptions opt;
+      if (!parse_eval_options(argc - 1, argv + 1, opt)) return 0;
+      run_eval(opt);
+      return finish_stdout(0);
+    }
     if (cmd == "bench-attention") {
 #ifdef FLASHGPT_WITH_CUDA
       return bench_attention_main(argc - 1, argv + 1);
@@ -73,7 +84,7 @@ int main(int argc, char** argv) {
 #endif
     }
     if (cmd == "profile") return profile_main(argc - 1, argv + 1);
-    FAIL("unknown command '%s'; use prepare, train, sample, bench-attention or profile",
+    FAIL("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention or profile",
          cmd.c_str());
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);

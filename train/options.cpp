@@ -288,6 +288,52 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   return true;
 }
 
+bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
+  cxxopts::Options o("eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
+  // clang-format off
+  o.add_options()
+    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("data", "directory made by `flashgpt prepare`: its val_*.bin", cxxopts::value<std::string>())
+    ("val-pattern", "glob of shards to evaluate on (overrides --data's)", cxxopts::value<std::string>())
+    ("tokenizer", "for bits per byte (default: tokenizer.bin beside the checkpoint, else --data's)", cxxopts::value<std::string>())
+    ("batch", "sequences per forward pass", cxxopts::value<int>()->default_value("8"))
+    ("seq-len", "tokens per sequence (0 = the model's maximum)", cxxopts::value<int>()->default_value("0"))
+    ("steps", "batches to evaluate (0 = the whole split)", cxxopts::value<int64_t>()->default_value("0"))
+    ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value("auto"))
+    ("attn", "auto (the first of flash, naive, flash1 that supports the model) | flash | naive | flash1", cxxopts::value<std::string>()->default_value("auto"))
+    ("json", "also write the result as JSON to this file", cxxopts::value<std::string>())
+    ("h,help", "this help");
+  // clang-format on
+  auto r = parse_or_explain(o, "eval", argc, argv);
+  CHECK(r.unmatched().empty(), "eval: unexpected argument '%s'; see `flashgpt eval --help`",
+        r.unmatched()[0].c_str());
+  if (r.count("help")) {
+    std::cout << o.help() << std::endl;
+    return false;
+  }
+  CHECK(r.count("checkpoint"), "eval: --checkpoint FILE is required (a model_*.bin from train --out)");
+  CHECK(r.count("data") || r.count("val-pattern"),
+        "eval: no data; give --data DIR (made by `flashgpt prepare`) or --val-pattern GLOB");
+  opt.checkpoint = get<std::string>(r, "checkpoint");
+  if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
+  if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
+  if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
+  if (r.count("json")) opt.json_path = get<std::string>(r, "json");
+  opt.batch = get<int>(r, "batch");
+  opt.seq_len = get<int>(r, "seq-len");
+  opt.steps = get<int64_t>(r, "steps");
+  opt.device = get<std::string>(r, "device");
+  opt.attn = get<std::string>(r, "attn");
+  CHECK(opt.batch >= 1, "--batch must be at least 1 (got %d)", opt.batch);
+  CHECK(opt.seq_len >= 0, "--seq-len must be >= 0 (got %d); 0 = the model's maximum", opt.seq_len);
+  CHECK(opt.steps >= 0, "--steps must be >= 0 (got %lld); 0 = the whole split", (long long)opt.steps);
+  CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
+        "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
+  CHECK(opt.attn == "auto" || opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
+        "--attn '%s' is unknown; use auto, flash, naive or flash1", opt.attn.c_str());
+  return true;
+}
+
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
   cxxopts::Options o("prepare", "flashgpt prepare: text files -> BPE tokenizer + token shards");
   // clang-format off

@@ -1,4 +1,4 @@
-// options — command-line options of `flashgpt train` and `flashgpt sample`, parsed with
+// options — command-line options of `flashgpt train`, `sample`, `eval`, `export` and `prepare`, parsed with
 // cxxopts and validated up front, so that a bad value is one clear error line before any work.
 #pragma once
 #include <cstdint>
@@ -64,6 +64,15 @@ struct SampleOptions {
   bool kv_cache = true;  // --no-kv-cache: recompute the whole context for every token
 };
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt);
+
+struct EvalOptions {  // `flashgpt eval` (train/eval.h)
+  std::string checkpoint, data_dir, val_pattern, tokenizer_path, json_path;
+  std::string device = "auto", attn = "auto";
+  int batch = 8;
+  int seq_len = 0;    // 0: the model's max_seq_len
+  int64_t steps = 0;  // batches; 0: the whole split
+};
+bool parse_eval_options(int argc, char** argv, EvalOptions& opt);
 
 struct PrepareOptions;
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt);

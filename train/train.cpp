@@ -25,6 +25,7 @@
 #include "model/layout.h"
 #include "model/rng.h"
 #include "train/dist.h"
+#include "train/eval.h"
 #include "train/run_files.h"
 #include "train/sample.h"
 
@@ -354,12 +355,9 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   auto mean_over_ranks = [&](double x) { return comm ? (double)comm->all_reduce_mean((float)x) : x; };
   auto evaluate = [&]() -> float {
     val_loader->reset();
-    double sum = 0;
-    for (int i = 0; i < opt.eval_steps; i++) {
-      val_loader->next_batch(inputs.data(), targets.data());
-      sum += model->forward(inputs.data(), targets.data(), B, T);
-    }
-    return (float)mean_over_ranks(sum / opt.eval_steps);
+    EvalSums sums;  // the same loss as `flashgpt eval` (train/eval.h)
+    eval_batches(*model, *val_loader, opt.eval_steps, B, T, nullptr, sums);
+    return (float)mean_over_ranks(sums.mean_loss());
   };
   auto print_sample = [&](int step) {
     int eot = tok ? tok->eot_token() : cfg.vocab_size - 1;
