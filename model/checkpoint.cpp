@@ -221,6 +221,13 @@ std::string state_checkpoint_path(const std::string& dir, int64_t step, int rank
   return flashgpt::strformat("%s/state_%08lld.bin", dir.c_str(), (long long)step);
 }
 
+std::string tokenizer_beside(const std::string& model_path) {
+  if (is_directory(model_path)) return model_path + "/tokenizer.bin";
+  const size_t slash = model_path.find_last_of('/');
+  return (slash == std::string::npos ? std::string(".") : model_path.substr(0, slash)) +
+         "/tokenizer.bin";
+}
+
 std::vector<std::string> checkpoint_files(const std::string& dir) {
   std::vector<std::string> names;
   DIR* d = opendir(dir.c_str());

@@ -54,5 +54,8 @@ std::string model_checkpoint_path(const std::string& dir, int64_t step);
 std::string state_checkpoint_path(const std::string& dir, int64_t step, int rank = 0);
 // The largest step for which both files exist in dir, or -1.
 int64_t latest_checkpoint_step(const std::string& dir);
+// Where `sample` and `eval` look for the tokenizer of a model: DIR/tokenizer.bin for a model
+// directory (Hugging Face export), else tokenizer.bin in the file's directory.
+std::string tokenizer_beside(const std::string& model_path);
 // Names of the model_*.bin and state_*.bin files in dir (sorted; empty when none or no dir).
 std::vector<std::string> checkpoint_files(const std::string& dir);

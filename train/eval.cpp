@@ -10,6 +10,7 @@
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
+#include "model/hf_gpt2.h"
 #include "model/json.h"
 #include "train/options.h"
 #include "train/sample.h"
@@ -31,7 +32,7 @@ void eval_batches(Model& model, DataLoader& loader, int64_t n, int B, int T,
 EvalResult run_eval(const EvalOptions& opt, FILE* out) {
   GPTConfig cfg;
   std::vector<float> params;
-  load_model_file(opt.checkpoint, cfg, params);
+  load_any_model(opt.checkpoint, cfg, params);
   std::string pattern = opt.val_pattern;
   if (pattern.empty()) {
     CHECK(is_directory(opt.data_dir), "--data '%s' is not a directory; run `flashgpt prepare` "
@@ -40,9 +41,7 @@ EvalResult run_eval(const EvalOptions& opt, FILE* out) {
   }
   // The tokenizer, for bits per byte: named, beside the checkpoint, or the data's.
   std::string tok_path = opt.tokenizer_path;
-  const size_t slash = opt.checkpoint.find_last_of('/');
-  const std::string beside = (slash == std::string::npos ? std::string(".")
-                                                         : opt.checkpoint.substr(0, slash)) + "/tokenizer.bin";
+  const std::string beside = tokenizer_beside(opt.checkpoint);
   if (tok_path.empty() && file_exists(beside)) tok_path = beside;
   if (tok_path.empty() && !opt.data_dir.empty() && file_exists(opt.data_dir + "/tokenizer.bin"))
     tok_path = opt.data_dir + "/tokenizer.bin";

@@ -17,6 +17,7 @@
 #include "data/prepare.h"
 #include "kernels/common.h"
 #include "train/eval.h"
+#include "train/export.h"
 #include "train/options.h"
 #include "train/profile.h"
 #include "train/sample.h"
@@ -74,6 +75,12 @@ int main(int argc, char** argv) {
       EvalOptions opt;
       if (!parse_eval_options(argc - 1, argv + 1, opt)) return 0;
       run_eval(opt);
+      return finish_stdout(0);
+    }
+    if (cmd == "export") {
+      ExportOptions opt;
+      if (!parse_export_options(argc - 1, argv + 1, opt)) return 0;
+      run_export(opt);
       return finish_stdout(0);
     }
     if (cmd == "bench-attention") {

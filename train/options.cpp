@@ -68,7 +68,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("kv-heads", "key/value heads (grouped-query attention); default = --heads", cxxopts::value<int>()->default_value("0"))
     ("channels", "override the preset's channels", cxxopts::value<int>()->default_value("0"))
     ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
-    ("init", "start from this model file (llm.c version 3/5 or flashgpt)", cxxopts::value<std::string>())
+    ("init", "start from this model: a flashgpt or llm.c (version 3/5) file, or a Hugging Face GPT-2 directory / .safetensors file", cxxopts::value<std::string>())
     ("attn", "attention: flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order)", cxxopts::value<std::string>()->default_value(d.attn))
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(d.pos))
@@ -244,7 +244,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   cxxopts::Options o("sample", "flashgpt sample: generate text from a checkpoint");
   // clang-format off
   o.add_options()
-    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", cxxopts::value<std::string>())
     ("tokenizer", "tokenizer file (default: tokenizer.bin beside the checkpoint)", cxxopts::value<std::string>())
     ("prompt", "text to continue", cxxopts::value<std::string>()->default_value(""))
     ("tokens", "tokens to generate", cxxopts::value<int>()->default_value("256"))
@@ -292,7 +292,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
   cxxopts::Options o("eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
   // clang-format off
   o.add_options()
-    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", cxxopts::value<std::string>())
     ("data", "directory made by `flashgpt prepare`: its val_*.bin", cxxopts::value<std::string>())
     ("val-pattern", "glob of shards to evaluate on (overrides --data's)", cxxopts::value<std::string>())
     ("tokenizer", "for bits per byte (default: tokenizer.bin beside the checkpoint, else --data's)", cxxopts::value<std::string>())
@@ -331,6 +331,31 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
         "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
   CHECK(opt.attn == "auto" || opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
         "--attn '%s' is unknown; use auto, flash, naive or flash1", opt.attn.c_str());
+  return true;
+}
+
+bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
+  cxxopts::Options o("export", "flashgpt export: write a checkpoint in another model format");
+  // clang-format off
+  o.add_options()
+    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("out", "output directory (created if missing)", cxxopts::value<std::string>())
+    ("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", cxxopts::value<std::string>()->default_value("hf"))
+    ("h,help", "this help");
+  // clang-format on
+  auto r = parse_or_explain(o, "export", argc, argv);
+  CHECK(r.unmatched().empty(), "export: unexpected argument '%s'; see `flashgpt export --help`",
+        r.unmatched()[0].c_str());
+  if (r.count("help")) {
+    std::cout << o.help() << std::endl;
+    return false;
+  }
+  CHECK(r.count("checkpoint"), "export: --checkpoint FILE is required (a model_*.bin from train --out)");
+  CHECK(r.count("out"), "export: --out DIR is required");
+  opt.checkpoint = get<std::string>(r, "checkpoint");
+  opt.out_dir = get<std::string>(r, "out");
+  opt.format = get<std::string>(r, "format");
+  CHECK(opt.format == "hf", "--format '%s' is unknown; use hf (Hugging Face GPT-2)", opt.format.c_str());
   return true;
 }
 

@@ -74,5 +74,10 @@ struct EvalOptions {  // `flashgpt eval` (train/eval.h)
 };
 bool parse_eval_options(int argc, char** argv, EvalOptions& opt);
 
+struct ExportOptions {  // `flashgpt export` (train/export.h)
+  std::string checkpoint, out_dir, format = "hf";
+};
+bool parse_export_options(int argc, char** argv, ExportOptions& opt);
+
 struct PrepareOptions;
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt);

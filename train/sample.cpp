@@ -6,11 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <sys/stat.h>
 
+#include "data/files.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
+#include "model/hf_gpt2.h"
 
 int sample_from_logits(const float* logits, int V, float temperature, int top_k, Rng& rng) {
   if (temperature == 0.0f) return (int)(std::max_element(logits, logits + V) - logits);
@@ -105,20 +106,13 @@ std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions&
   return cuda ? make_cuda_model(opt) : make_cpu_model(opt);
 }
 
-static bool file_exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
-
 int run_sample(const SampleOptions& opt, FILE* out) {
   GPTConfig cfg;
   std::vector<float> params;
-  load_model_file(opt.checkpoint, cfg, params);
+  load_any_model(opt.checkpoint, cfg, params);
   std::string tok_path = opt.tokenizer_path;
   if (tok_path.empty()) {
-    size_t slash = opt.checkpoint.find_last_of('/');
-    tok_path = (slash == std::string::npos ? std::string(".") : opt.checkpoint.substr(0, slash)) +
-               "/tokenizer.bin";
+    tok_path = tokenizer_beside(opt.checkpoint);
     CHECK(file_exists(tok_path), "sample: no tokenizer.bin beside '%s'; give --tokenizer FILE",
           opt.checkpoint.c_str());
   }

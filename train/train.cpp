@@ -22,6 +22,7 @@
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
+#include "model/hf_gpt2.h"
 #include "model/layout.h"
 #include "model/rng.h"
 #include "train/dist.h"
@@ -223,7 +224,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   GPTConfig cfg;
   std::vector<float> ckpt_params;
   if (!ckpt_path.empty()) {
-    load_model_file(ckpt_path, cfg, ckpt_params);
+    load_any_model(ckpt_path, cfg, ckpt_params);  // --init: ours, llm.c's or Hugging Face's
     if (vocab == 0) vocab = cfg.vocab_size;
     CHECK(vocab == cfg.vocab_size, "checkpoint '%s' has a vocabulary of %d but the tokenizer / "
           "--vocab-size says %d; use the matching tokenizer", ckpt_path.c_str(), cfg.vocab_size, vocab);
