@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <new>
 #include <string>
 
 #include "data/prepare.h"
@@ -93,14 +92,9 @@ int main(int argc, char** argv) {
     if (cmd == "profile") return profile_main(argc - 1, argv + 1);
     FAIL("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention or profile",
          cmd.c_str());
-  } catch (const std::bad_alloc&) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "flashgpt: error: %s ran out of host memory (an allocation failed); "
-                 "lower --batch, --seq-len or the model size\n", cmd.c_str());
-    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "flashgpt: error: %s\n", e.what());
+    std::fprintf(stderr, "flashgpt: error: %s\n", describe_failure(cmd, e).c_str());
     return 1;
   }
 }

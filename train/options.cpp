@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <iostream>
+#include <new>
 
 #include "data/prepare.h"
 #include "kernels/common.h"
@@ -387,4 +388,11 @@ bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
   opt.shard_tokens = get<size_t>(r, "shard-tokens");
   opt.seed = get<uint64_t>(r, "seed");
   return true;
+}
+
+std::string describe_failure(const std::string& command, const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return flashgpt::strformat("%s ran out of host memory (an allocation failed); lower --batch, "
+                               "--seq-len or the model size", command.c_str());
+  return e.what();
 }

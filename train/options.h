@@ -2,6 +2,7 @@
 // cxxopts and validated up front, so that a bad value is one clear error line before any work.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -81,3 +82,7 @@ bool parse_export_options(int argc, char** argv, ExportOptions& opt);
 
 struct PrepareOptions;
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt);
+
+// The error line `main` prints for an exception out of a command (without "flashgpt: error: "):
+// our errors as they are; a failed allocation says so and which flags lower the memory.
+std::string describe_failure(const std::string& command, const std::exception& e);
