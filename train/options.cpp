@@ -50,6 +50,16 @@ T get(const cxxopts::ParseResult& r, const char* name) {
   }
 }
 
+// Every subcommand's parse ends the same way: a stray argument is an error; --help prints the
+// options and the command stops (returns true).
+bool help_requested(cxxopts::Options& o, const cxxopts::ParseResult& r, const char* cmd) {
+  CHECK(r.unmatched().empty(), "%s: unexpected argument '%s'; see `flashgpt %s --help`", cmd,
+        r.unmatched()[0].c_str(), cmd);
+  if (!r.count("help")) return false;
+  std::cout << o.help() << std::endl;
+  return true;
+}
+
 }  // namespace
 
 bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
@@ -111,12 +121,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", cxxopts::value<double>()->default_value("300"));
   // clang-format on
   auto r = parse_or_explain(o, "train", argc, argv);
-  CHECK(r.unmatched().empty(), "train: unexpected argument '%s'; see `flashgpt train --help`",
-        r.unmatched()[0].c_str());
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "train")) return false;
   if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
   if (r.count("train-pattern")) opt.train_pattern = get<std::string>(r, "train-pattern");
   if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
@@ -259,11 +264,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
     ("h,help", "this help");
   // clang-format on
   auto r = parse_or_explain(o, "sample", argc, argv);
-  CHECK(r.unmatched().empty(), "sample: unexpected argument '%s'", r.unmatched()[0].c_str());
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "sample")) return false;
   CHECK(r.count("checkpoint"), "sample: --checkpoint FILE is required (a model_*.bin from train --out)");
   opt.checkpoint = get<std::string>(r, "checkpoint");
   if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
@@ -306,12 +307,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
     ("h,help", "this help");
   // clang-format on
   auto r = parse_or_explain(o, "eval", argc, argv);
-  CHECK(r.unmatched().empty(), "eval: unexpected argument '%s'; see `flashgpt eval --help`",
-        r.unmatched()[0].c_str());
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "eval")) return false;
   CHECK(r.count("checkpoint"), "eval: --checkpoint FILE is required (a model_*.bin from train --out)");
   CHECK(r.count("data") || r.count("val-pattern"),
         "eval: no data; give --data DIR (made by `flashgpt prepare`) or --val-pattern GLOB");
@@ -345,12 +341,7 @@ bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
     ("h,help", "this help");
   // clang-format on
   auto r = parse_or_explain(o, "export", argc, argv);
-  CHECK(r.unmatched().empty(), "export: unexpected argument '%s'; see `flashgpt export --help`",
-        r.unmatched()[0].c_str());
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "export")) return false;
   CHECK(r.count("checkpoint"), "export: --checkpoint FILE is required (a model_*.bin from train --out)");
   CHECK(r.count("out"), "export: --out DIR is required");
   opt.checkpoint = get<std::string>(r, "checkpoint");
@@ -375,10 +366,7 @@ bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
   o.parse_positional({"input"});  // so `--input a.txt b.txt c.txt` takes all three
   o.show_positional_help();        // and --help still lists --input
   auto r = parse_or_explain(o, "prepare", argc, argv);
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "prepare")) return false;
   CHECK(r.count("input"), "prepare: --input FILE [FILE...] is required");
   CHECK(r.count("out"), "prepare: --out DIR is required");
   opt.inputs = get<std::vector<std::string>>(r, "input");

@@ -60,7 +60,8 @@ std::string human_time(double s) {
 
 // SIGINT and SIGTERM while training: the handler only records the signal; the loop finishes
 // its step, writes a checkpoint (with --out) and returns. SA_RESETHAND: a second Ctrl-C
-// stops the process at once. The previous handlers come back when the run ends.
+// stops the process at once. A signal ignored when the run starts (a background job's SIGINT,
+// nohup) stays ignored. The previous handlers come back when the run ends.
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
 
@@ -72,8 +73,10 @@ class StopSignals {
     sa.sa_handler = record_stop_signal;
     sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, nullptr, &old_int_);
+    sigaction(SIGTERM, nullptr, &old_term_);
+    if (old_int_.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, nullptr);
+    if (old_term_.sa_handler != SIG_IGN) sigaction(SIGTERM, &sa, nullptr);
   }
   ~StopSignals() {
     sigaction(SIGINT, &old_int_, nullptr);

@@ -402,6 +402,12 @@ TEST(BadInputExit, PrepareErrorStartsOnItsOwnLine) {
 // faults
 
 TEST(BadInputFaults, SignalWritesACheckpointAndResumeIsExact) {
+  // As in a foreground terminal: default actions (a background job starts with SIGINT ignored,
+  // and train leaves an ignored signal ignored).
+  struct sigaction dfl = {}, old_int, old_term;
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGINT, &dfl, &old_int);
+  sigaction(SIGTERM, &dfl, &old_term);
   TempDir dir;
   TrainOptions o = train_opts(8);
   o.out_dir = dir / "full";
@@ -428,8 +434,12 @@ TEST(BadInputFaults, SignalWritesACheckpointAndResumeIsExact) {
     EXPECT_EQ(slurp(model_checkpoint_path(s.out_dir, 8)), slurp(model_checkpoint_path(o.out_dir, 8)));
   }
   TrainOptions no_out = train_opts(8);  // without --out: it stops all the same
-  ScopedEnv hook("FLASHGPT_TEST_SIGNAL", "2:" + std::to_string(SIGTERM));
-  EXPECT_EQ(run_train(no_out).interrupted, SIGTERM);
+  {
+    ScopedEnv hook("FLASHGPT_TEST_SIGNAL", "2:" + std::to_string(SIGTERM));
+    EXPECT_EQ(run_train(no_out).interrupted, SIGTERM);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
 }
 
 // kill -9 while a checkpoint is written leaves NAME.tmp half-written (the rename never
