@@ -50,6 +50,7 @@ DataLoader::DataLoader(const std::string& pattern, const std::string& flag, int 
           "--batch %d) one step needs; lower --batch or --seq-len, or prepare bigger shards",
           flag.c_str(), f.c_str(), n, windows, T, need, world, B);
     total_tokens_ += n;
+    file_tokens_.push_back(n);
   }
   load_current();  // validates the first shard's tokens now, not at the first step
 }
@@ -61,6 +62,12 @@ int64_t DataLoader::usable_windows() const {
 }
 
 size_t DataLoader::total_tokens() const { return total_tokens_; }
+
+int64_t DataLoader::batches_per_epoch() const {
+  int64_t n = 0;
+  for (size_t t : file_tokens_) n += (int64_t)((t - 1) / T_) / ((int64_t)world_ * B_);
+  return n;
+}
 
 void DataLoader::load_current() {
   const int64_t nfiles = (int64_t)files_.size();

@@ -30,6 +30,9 @@ class DataLoader {
   void restore(const State& s);
   size_t total_tokens() const;  // over all shards
   int num_shards() const { return (int)files_.size(); }
+  // next_batch() calls in one epoch: every shard's windows in groups of world*B (the leftover
+  // windows of each shard are skipped). From reset(), this many batches see each used window once.
+  int64_t batches_per_epoch() const;
 
  private:
   std::vector<std::string> files_;
@@ -38,6 +41,7 @@ class DataLoader {
   bool shuffle_;
   uint64_t seed_;
   size_t total_tokens_ = 0;
+  std::vector<size_t> file_tokens_;   // token count of each shard
   std::vector<uint16_t> tokens_;       // current shard
   int64_t loaded_shard_ = -1;
   std::vector<int64_t> shard_order_;   // for the current epoch

@@ -8,8 +8,10 @@
 // a new shard every shard_tokens tokens (a document may straddle two shards, as in llm.c).
 // Limits: everything (text and tokens) is held in memory, which suits corpora up to a few GB.
 // Documents that are empty or only whitespace are dropped.
+// Every output is first written under a staged name (NAME.new) and all are renamed only when
+// all are complete, so a run that fails (a full disk) leaves an existing directory untouched.
 // Stale shards of an earlier run in the same directory (train_NNNNNN.bin / val_NNNNNN.bin beyond
-// the ones just written) are removed, so that a glob of the directory sees only this corpus.
+// the ones just written) are then removed, so that a glob of the directory sees only this corpus.
 #include "data/prepare.h"
 
 #include <glob.h>
@@ -81,10 +83,31 @@ void split_documents(const std::string& text, std::vector<std::string>& docs) {
   if (open) flush();
 }
 
-// Writes tokens into DIR/PREFIX_NNNNNN.bin, a new shard every `per_shard` tokens.
+// The files of one prepare run, written under staged names (NAME.new) and renamed to their
+// real names only once every one of them is complete: a run that fails half-way (a full disk)
+// leaves an existing data directory as it was, its tokenizer.bin matching its shards.
+struct Staged {
+  std::vector<std::string> names;  // real names, in the order they were staged
+  ~Staged() {                      // not committed: remove what was staged
+    for (const std::string& n : names) std::remove((n + ".new").c_str());
+  }
+  std::string stage(const std::string& name) {
+    names.push_back(name);
+    return name + ".new";
+  }
+  void commit() {
+    for (const std::string& n : names)
+      CHECK(std::rename((n + ".new").c_str(), n.c_str()) == 0, "cannot rename '%s.new' to '%s': %s",
+            n.c_str(), n.c_str(), strerror(errno));
+    names.clear();
+  }
+};
+
+// Writes tokens into DIR/PREFIX_NNNNNN.bin (staged), a new shard every `per_shard` tokens.
 struct ShardWriter {
   std::string dir, prefix;
   size_t per_shard;
+  Staged* staged;
   std::vector<uint16_t> buf;
   int shards = 0;
   size_t total = 0;
@@ -95,7 +118,7 @@ struct ShardWriter {
   }
   void flush() {
     if (buf.empty()) return;
-    write_shard(name(shards++), buf);
+    write_shard(staged->stage(name(shards++)), buf);
     buf.clear();
   }
   std::string name(int i) const {
@@ -120,6 +143,9 @@ double now_s() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
+
+PrepareResult prepare_validated(const PrepareOptions& opt, bool log, double t0,
+                                bool& progress_open);
 
 }  // namespace
 
@@ -158,6 +184,20 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
   }
   const bool log = !opt.quiet;
   const double t0 = now_s();
+  // A progress line ends in '\r'; an error must not be glued to it.
+  bool progress_open = false;
+  try {
+    return prepare_validated(opt, log, t0, progress_open);
+  } catch (...) {
+    if (progress_open) fputc('\n', stderr);
+    throw;
+  }
+}
+
+namespace {
+
+PrepareResult prepare_validated(const PrepareOptions& opt, bool log, double t0,
+                                bool& progress_open) {
 
   // ---- 2. read and split into documents
   std::vector<std::string> docs;
@@ -202,11 +242,14 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
                    text_bytes, opt.inputs.size());
   Tokenizer tok = Tokenizer::train(train_text, opt.vocab_size, [&](int done, int total) {
     if (log) fprintf(stderr, "\rprepare: training tokenizer: %d/%d merges", done, total);
+    progress_open = log;
   });
   train_text = std::string();
   if (log) fprintf(stderr, " (%.1f s)\n", now_s() - t0);
+  progress_open = false;
+  Staged staged;
   const std::string tok_path = (std::filesystem::path(opt.out_dir) / "tokenizer.bin").string();
-  tok.save(tok_path);
+  tok.save(staged.stage(tok_path));
 
   // ---- 5. encode (documents in parallel; encode() is const and keeps no shared state)
   const double t1 = now_s();
@@ -222,18 +265,22 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
       k = ++done;
       if (k % 4096 == 0 || k == ndocs) {
 #pragma omp critical
-        fprintf(stderr, "\rprepare: encoding: %lld/%lld documents", k, ndocs);
+        {
+          fprintf(stderr, "\rprepare: encoding: %lld/%lld documents", k, ndocs);
+          progress_open = true;
+        }
       }
     }
   }
   if (log) fprintf(stderr, " (%.1f s)\n", now_s() - t1);
+  progress_open = false;
 
   size_t doc_bytes = 0, doc_tokens = 0;  // for the compression ratio (no separators, no EOT)
   for (size_t d = 0; d < docs.size(); d++) doc_bytes += docs[d].size(), doc_tokens += enc[d].size();
 
   // ---- 6. shards, in input order: [EOT, tokens...] per document
-  ShardWriter train{opt.out_dir, "train", opt.shard_tokens, {}, 0, 0};
-  ShardWriter val{opt.out_dir, "val", opt.shard_tokens, {}, 0, 0};
+  ShardWriter train{opt.out_dir, "train", opt.shard_tokens, &staged, {}, 0, 0};
+  ShardWriter val{opt.out_dir, "val", opt.shard_tokens, &staged, {}, 0, 0};
   for (size_t d = 0; d < docs.size(); d++) {
     ShardWriter& w = is_val[d] ? val : train;
     w.add(tok.eot_token());
@@ -241,6 +288,7 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
   }
   train.flush();
   val.flush();
+  staged.commit();  // every file is complete: now they replace the old ones
   train.remove_stale();
   val.remove_stale();
 
@@ -257,3 +305,5 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
             r.val_shards, (double)doc_bytes / (double)std::max<size_t>(doc_tokens, 1), now_s() - t0);
   return r;
 }
+
+}  // namespace

@@ -4,8 +4,9 @@
 // fortune format); a file without such lines is split on blank lines (paragraphs). Each
 // document is preceded by <|endoftext|>. A seeded RNG sends each document to val with
 // probability val_fraction (at least one document goes to val when val_fraction > 0).
-// Outputs (each written to a temporary name and renamed): DIR/tokenizer.bin,
-// DIR/train_000000.bin, ... and DIR/val_000000.bin, ... (a new shard every shard_tokens).
+// Outputs: DIR/tokenizer.bin, DIR/train_000000.bin, ... and DIR/val_000000.bin, ... (a new
+// shard every shard_tokens), all written under staged names and renamed together at the end:
+// a failed run changes nothing in DIR.
 #pragma once
 #include <cstdint>
 #include <string>

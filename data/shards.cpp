@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "data/files.h"
 #include "kernels/common.h"
 
 namespace {
@@ -65,20 +66,10 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   h[0] = kShardMagic;
   h[1] = kShardVersion;
   h[2] = (int32_t)tokens.size();
-  std::string tmp = path + ".tmp";
-  FILE* f = fopen(tmp.c_str(), "wb");
-  CHECK(f, "cannot write shard %s: %s; check that the directory exists and is writable",
-        tmp.c_str(), strerror(errno));
-  bool ok = fwrite(h, sizeof(h), 1, f) == 1;
-  if (ok && !tokens.empty())
-    ok = fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f) == tokens.size();
-  ok = fflush(f) == 0 && ok;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    remove(tmp.c_str());
-    FAIL("cannot write shard %s: %s (disk full or not writable?)", path.c_str(), strerror(e));
-  }
+  write_file_atomically(path, [&](FILE* f) {
+    return fwrite(h, sizeof(h), 1, f) == 1 &&
+           (tokens.empty() || fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f) == tokens.size());
+  });
 }
 
 size_t shard_num_tokens(const std::string& path) {

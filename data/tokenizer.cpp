@@ -11,6 +11,7 @@
 #include <queue>
 #include <string_view>
 
+#include "data/files.h"
 #include "kernels/common.h"
 
 namespace {
@@ -312,18 +313,9 @@ void Tokenizer::save(const std::string& path) const {
     buf[256 + 2 * r] = merges_[r].first;
     buf[256 + 2 * r + 1] = merges_[r].second;
   }
-  std::string tmp = path + ".tmp";
-  FILE* f = fopen(tmp.c_str(), "wb");
-  CHECK(f, "cannot write tokenizer file %s: %s; check that the directory exists and is writable",
-        tmp.c_str(), strerror(errno));
-  size_t wrote = fwrite(buf.data(), sizeof(int32_t), buf.size(), f);
-  bool ok = wrote == buf.size() && fflush(f) == 0;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    remove(tmp.c_str());
-    FAIL("cannot write tokenizer file %s: %s (disk full or not writable?)", path.c_str(), strerror(e));
-  }
+  write_file_atomically(path, [&](FILE* f) {
+    return fwrite(buf.data(), sizeof(int32_t), buf.size(), f) == buf.size();
+  });
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {

@@ -4,10 +4,13 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 
+#include "data/files.h"
 #include "kernels/common.h"
 #include "model/layout.h"
 
@@ -17,28 +20,6 @@ struct File {
   FILE* f = nullptr;
   ~File() { if (f) fclose(f); }
 };
-
-// Writes via path.tmp + rename. `write` gets the FILE*; any short write is an error.
-template <typename Fn>
-void write_atomically(const std::string& path, Fn write) {
-  std::string tmp = path + ".tmp";
-  {
-    File out;
-    out.f = fopen(tmp.c_str(), "wb");
-    CHECK(out.f, "cannot write '%s': %s; check that the --out directory exists and is writable",
-          tmp.c_str(), strerror(errno));
-    bool ok = write(out.f);
-    ok = ok && fflush(out.f) == 0;
-    int rc = fclose(out.f);
-    out.f = nullptr;
-    if (!ok || rc != 0) {
-      remove(tmp.c_str());
-      FAIL("writing '%s' failed (disk full?); the previous checkpoint is untouched", path.c_str());
-    }
-  }
-  CHECK(rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '%s' to '%s': %s", tmp.c_str(),
-        path.c_str(), strerror(errno));
-}
 
 size_t file_size(FILE* f) {
   long pos = ftell(f);
@@ -72,7 +53,11 @@ GPTConfig config_from_header(const int* h, const std::string& path) {
   CHECK(h[9] == 0 || h[9] == 1, "'%s' has an unknown position-embedding kind %d in its header",
         path.c_str(), h[9]);
   c.rope = h[9];
-  c.rope_theta = h[10] > 0 ? (float)h[10] : 10000.0f;
+  // The exact base is slot 11 (float bits); files written before it only have slot 10's integer.
+  if (h[11] != 0) std::memcpy(&c.rope_theta, &h[11], sizeof(float));
+  else c.rope_theta = h[10] > 0 ? (float)h[10] : 10000.0f;
+  CHECK(!c.rope || (std::isfinite(c.rope_theta) && c.rope_theta > 1.0f),
+        "'%s' has an invalid RoPE base %g in its header", path.c_str(), c.rope_theta);
   bool sane = c.max_seq_len > 0 && c.vocab_size > 1 && c.num_layers > 0 && c.num_heads > 0 &&
               c.channels > 0 && c.padded_vocab_size >= c.vocab_size && c.channels % c.num_heads == 0 &&
               c.num_heads % c.num_kv_heads == 0;
@@ -98,8 +83,9 @@ void save_model_file(const std::string& path, const GPTConfig& c, const std::vec
   h[7] = c.padded_vocab_size;
   h[8] = c.num_kv_heads == c.num_heads ? 0 : c.num_kv_heads;
   h[9] = c.rope;                              // 1: RoPE, no wpe rows (llm.c cannot read it)
-  h[10] = c.rope ? (int)c.rope_theta : 0;     // RoPE base
-  write_atomically(path, [&](FILE* f) {
+  h[10] = c.rope ? (int)c.rope_theta : 0;     // RoPE base, rounded (older readers)
+  if (c.rope) std::memcpy(&h[11], &c.rope_theta, sizeof(float));  // RoPE base, exact
+  write_file_atomically(path, [&](FILE* f) {
     return fwrite(h, sizeof(int), 256, f) == 256 &&
            fwrite(params.data(), sizeof(float), params.size(), f) == params.size();
   });
@@ -137,6 +123,19 @@ void load_model_file(const std::string& path, GPTConfig& c, std::vector<float>& 
           path.c_str());
     for (size_t i = 0; i < layout.total; i++) params[i] = bf16_to_float(raw[i]);
   }
+  check_finite_params(params, c, path);
+}
+
+void check_finite_params(const std::vector<float>& params, const GPTConfig& c,
+                         const std::string& path) {
+  ParamLayout layout(c);
+  for (int i = 0; i < kNumParamTensors; i++) {
+    const float* t = params.data() + layout.offsets[i];
+    for (size_t k = 0; k < layout.sizes[i]; k++)
+      CHECK(std::isfinite(t[k]), "'%s' holds a non-finite weight (%g in %s, element %zu): the run "
+            "that wrote it diverged; use an earlier checkpoint", path.c_str(), t[k],
+            ParamLayout::name(i), k);
+  }
 }
 
 void save_state_file(const std::string& path, const TrainState& s) {
@@ -154,7 +153,8 @@ void save_state_file(const std::string& path, const TrainState& s) {
   h[10] = s.seed;
   h[11] = s.world_size;
   h[12] = s.zero;
-  write_atomically(path, [&](FILE* f) {
+  h[13] = s.data_order;
+  write_file_atomically(path, [&](FILE* f) {
     return fwrite(h, sizeof(int64_t), 64, f) == 64 &&
            fwrite(s.m.data(), sizeof(float), s.m.size(), f) == s.m.size() &&
            fwrite(s.v.data(), sizeof(float), s.v.size(), f) == s.v.size();
@@ -202,6 +202,7 @@ TrainState load_state_file(const std::string& path, size_t expected_params) {
   s.seed = h[10];
   s.world_size = h[11] > 0 ? h[11] : 1;
   s.zero = h[12];
+  s.data_order = h[13];
   s.m.resize(expected_params);
   s.v.resize(expected_params);
   CHECK(fread(s.m.data(), 4, expected_params, in.f) == expected_params &&
@@ -218,6 +219,28 @@ std::string state_checkpoint_path(const std::string& dir, int64_t step, int rank
   if (rank > 0)
     return flashgpt::strformat("%s/state_%08lld_rank%d.bin", dir.c_str(), (long long)step, rank);
   return flashgpt::strformat("%s/state_%08lld.bin", dir.c_str(), (long long)step);
+}
+
+std::string tokenizer_beside(const std::string& model_path) {
+  if (is_directory(model_path)) return model_path + "/tokenizer.bin";
+  const size_t slash = model_path.find_last_of('/');
+  return (slash == std::string::npos ? std::string(".") : model_path.substr(0, slash)) +
+         "/tokenizer.bin";
+}
+
+std::vector<std::string> checkpoint_files(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return names;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if ((n.rfind("model_", 0) == 0 || n.rfind("state_", 0) == 0) && n.size() > 4 &&
+        n.compare(n.size() - 4, 4, ".bin") == 0)
+      names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 int64_t latest_checkpoint_step(const std::string& dir) {

@@ -49,7 +49,8 @@ GptCpu<real>::GptCpu(const ModelOptions& opt)
         "--seq-len %d is larger than the model's maximum %d; lower --seq-len", maxT_,
         cfg_.max_seq_len);
   CHECK(maxB_ >= 1, "--batch must be at least 1 (got %d)", maxB_);
-  attn_ = make_cpu_attention<real>(opt.attn);
+  // "auto": every CPU backend supports every shape; flash keeps the least (LSE, not P).
+  attn_ = make_cpu_attention<real>(opt.attn == "auto" ? "flash" : opt.attn);
   validate_recompute(opt.recompute);
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());

@@ -918,8 +918,22 @@ bool cuda_device_available() {
   return n > 0;
 }
 
+// opt.attn "auto" (sample): the first backend in registry order that supports the shape.
 std::unique_ptr<Model> make_cuda_model(const ModelOptions& opt) {
-  return std::make_unique<GptCuda>(opt);
+  if (opt.attn != "auto") return std::make_unique<GptCuda>(opt);
+  const GPTConfig& c = opt.config;
+  const AttnShape s{opt.B, opt.T, c.num_heads, c.num_kv_heads, c.head_size()};
+  std::string reasons;
+  for (const std::string& name : attention_names()) {
+    const std::string why = make_attention(name)->unsupported_reason(s);
+    if (why.empty()) {
+      ModelOptions chosen = opt;
+      chosen.attn = name;
+      return std::make_unique<GptCuda>(chosen);
+    }
+    reasons += (reasons.empty() ? "" : "; ") + name + ": " + why;
+  }
+  FAIL("no attention backend runs this model on the GPU (%s); use --device cpu", reasons.c_str());
 }
 
 void cuda_model_get_grads(const Model& m, std::vector<float>& out) {

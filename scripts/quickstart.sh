@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="build-essential libcxxopts-dev libgtest-dev fortunes"
+# python3-matplotlib: `flashgpt profile` draws its plots with it.
+packages="build-essential libcxxopts-dev libgtest-dev fortunes python3-matplotlib"
 missing=""
 for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -40,6 +41,8 @@ else
   # CPU: the tiny preset (L=4, C=128) at T=128 trains to a readable loss in a few minutes.
   device_args=(--device cpu --model tiny --seq-len 128 --batch 8 --steps "${STEPS:-500}" --lr 2e-3)
 fi
+# A fresh run each time: train refuses an --out that holds another run's checkpoints.
+rm -f "$OUT"/model_*.bin "$OUT"/state_*.bin
 build/flashgpt train --data "$data" "${device_args[@]}" --warmup 20 --eval-every 100 \
   --sample-every 0 --out "$OUT" --log "$OUT/log.jsonl"
 last=$(ls "$OUT"/model_*.bin | sort | tail -n 1)

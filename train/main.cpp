@@ -2,16 +2,21 @@
 //   flashgpt prepare --input FILE... --out DIR     text -> BPE tokenizer + token shards
 //   flashgpt train --data DIR [options]            train a GPT-2 (CPU or CUDA)
 //   flashgpt sample --checkpoint FILE [options]    generate text
+//   flashgpt eval --checkpoint FILE --data DIR     loss, perplexity, bits per byte on shards
+//   flashgpt export --checkpoint FILE --out DIR    Hugging Face GPT-2 (model.safetensors + config.json)
 //   flashgpt bench-attention [options]             time the attention backends (CUDA builds)
 //   flashgpt profile [options]                     memory and speed vs context length, measured
 //                                                  and predicted (--plan-only: no GPU needed)
 // Every error is one line "flashgpt: error: ..." and a non-zero exit.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "data/prepare.h"
 #include "kernels/common.h"
+#include "train/eval.h"
+#include "train/export.h"
 #include "train/options.h"
 #include "train/profile.h"
 #include "train/sample.h"
@@ -26,9 +31,19 @@ static void usage() {
       "  prepare          text files -> tokenizer.bin + train/val token shards\n"
       "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive|flash1)\n"
       "  sample           generate text from a checkpoint\n"
+      "  eval             loss, perplexity and bits per byte of a checkpoint on token shards\n"
+      "  export           write a checkpoint as a Hugging Face GPT-2 model (--format hf)\n"
       "  bench-attention  time attention backends on the GPU (CUDA builds)\n"
       "  profile          memory, step time and attention time vs context length, measured and\n"
       "                   predicted (--plan-only: the predicted table, no GPU needed)\n");
+}
+
+// Output that could not be written (a full disk, a closed pipe) is an error, not a success.
+static int finish_stdout(int rc) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    FAIL("writing to standard output failed (%s); is the disk full or the pipe closed?",
+         std::strerror(errno));
+  return rc;
 }
 
 int main(int argc, char** argv) {
@@ -42,18 +57,30 @@ int main(int argc, char** argv) {
       PrepareOptions opt;
       if (!parse_prepare_options(argc - 1, argv + 1, opt)) return 0;
       prepare_corpus(opt);
-      return 0;
+      return finish_stdout(0);
     }
     if (cmd == "train") {
       TrainOptions opt;
       if (!parse_train_options(argc - 1, argv + 1, opt)) return 0;
-      run_train(opt);
-      return 0;
+      TrainResult r = run_train(opt);
+      return finish_stdout(r.interrupted ? 128 + r.interrupted : 0);
     }
     if (cmd == "sample") {
       SampleOptions opt;
       if (!parse_sample_options(argc - 1, argv + 1, opt)) return 0;
-      return run_sample(opt);
+      return finish_stdout(run_sample(opt));
+    }
+    if (cmd == "eval") {
+      EvalOptions opt;
+      if (!parse_eval_options(argc - 1, argv + 1, opt)) return 0;
+      run_eval(opt);
+      return finish_stdout(0);
+    }
+    if (cmd == "export") {
+      ExportOptions opt;
+      if (!parse_export_options(argc - 1, argv + 1, opt)) return 0;
+      run_export(opt);
+      return finish_stdout(0);
     }
     if (cmd == "bench-attention") {
 #ifdef FLASHGPT_WITH_CUDA
@@ -63,11 +90,11 @@ int main(int argc, char** argv) {
 #endif
     }
     if (cmd == "profile") return profile_main(argc - 1, argv + 1);
-    FAIL("unknown command '%s'; use prepare, train, sample, bench-attention or profile",
+    FAIL("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention or profile",
          cmd.c_str());
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "flashgpt: error: %s\n", e.what());
+    std::fprintf(stderr, "flashgpt: error: %s\n", describe_failure(cmd, e).c_str());
     return 1;
   }
 }

@@ -4,7 +4,10 @@
 #include "model/model.h"
 
 #include <cxxopts.hpp>
+#include <climits>
+#include <cmath>
 #include <iostream>
+#include <new>
 
 #include "data/prepare.h"
 #include "kernels/common.h"
@@ -47,6 +50,16 @@ T get(const cxxopts::ParseResult& r, const char* name) {
   }
 }
 
+// Every subcommand's parse ends the same way: a stray argument is an error; --help prints the
+// options and the command stops (returns true).
+bool help_requested(cxxopts::Options& o, const cxxopts::ParseResult& r, const char* cmd) {
+  CHECK(r.unmatched().empty(), "%s: unexpected argument '%s'; see `flashgpt %s --help`", cmd,
+        r.unmatched()[0].c_str(), cmd);
+  if (!r.count("help")) return false;
+  std::cout << o.help() << std::endl;
+  return true;
+}
+
 }  // namespace
 
 bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
@@ -66,7 +79,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("kv-heads", "key/value heads (grouped-query attention); default = --heads", cxxopts::value<int>()->default_value("0"))
     ("channels", "override the preset's channels", cxxopts::value<int>()->default_value("0"))
     ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
-    ("init", "start from this model file (llm.c version 3/5 or flashgpt)", cxxopts::value<std::string>())
+    ("init", "start from this model: a flashgpt or llm.c (version 3/5) file, or a Hugging Face GPT-2 directory / .safetensors file", cxxopts::value<std::string>())
     ("attn", "attention: flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order) | flash3 (FlashAttention-3 schedule, sm_90a, GPU only)", cxxopts::value<std::string>()->default_value(d.attn))
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(d.pos))
@@ -108,12 +121,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", cxxopts::value<double>()->default_value("300"));
   // clang-format on
   auto r = parse_or_explain(o, "train", argc, argv);
-  CHECK(r.unmatched().empty(), "train: unexpected argument '%s'; see `flashgpt train --help`",
-        r.unmatched()[0].c_str());
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "train")) return false;
   if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
   if (r.count("train-pattern")) opt.train_pattern = get<std::string>(r, "train-pattern");
   if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
@@ -136,7 +144,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   opt.classifier_chunk = get<int>(r, "classifier-chunk");
   CHECK(opt.pos == "learned" || opt.pos == "rope", "--pos '%s' is unknown; use learned or rope",
         opt.pos.c_str());
-  CHECK(opt.rope_theta > 1.0f, "--rope-theta must be greater than 1 (got %g)", opt.rope_theta);
+  CHECK(std::isfinite(opt.rope_theta) && opt.rope_theta > 1.0f,
+        "--rope-theta must be a finite number greater than 1 (got %g)", opt.rope_theta);
   validate_recompute(opt.recompute);
   CHECK(opt.classifier_chunk >= 0, "--classifier-chunk must be >= 0 (got %d)",
         opt.classifier_chunk);
@@ -185,6 +194,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   CHECK(opt.total_batch >= 0, "--total-batch must be >= 0 (got %lld)", (long long)opt.total_batch);
   // One step over all ranks takes world x batch x seq-len tokens per micro-step.
   const int world = opt.dist.world_size;
+  CHECK((int64_t)opt.batch * opt.seq_len <= INT_MAX, "--batch %d x --seq-len %d = %lld tokens per "
+        "micro-step is more than %d; lower --batch (and use --total-batch for a bigger step)",
+        opt.batch, opt.seq_len, (long long)opt.batch * opt.seq_len, INT_MAX);
   int64_t micro = (int64_t)opt.batch * opt.seq_len * world;
   if (opt.total_batch == 0) opt.total_batch = micro;
   if (world == 1)
@@ -214,32 +226,45 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   CHECK(opt.checkpoint_every == 0 || !opt.out_dir.empty(),
         "--checkpoint-every needs --out DIR to write into");
   CHECK(opt.bench_steps >= 1, "--bench-steps must be at least 1");
-  for (int v : {opt.layers, opt.heads, opt.kv_heads, opt.channels, opt.max_seq_len, opt.vocab_size})
-    CHECK(v >= 0, "--layers/--heads/--kv-heads/--channels/--max-seq-len/--vocab-size must be >= 0");
+  // 0 means "the preset's" only when the flag is absent: given, each must be a real size.
+  for (const char* f : {"layers", "heads", "kv-heads", "channels", "max-seq-len"})
+    CHECK(!r.count(f) || get<int>(r, f) >= 1, "--%s must be at least 1 (got %d); leave it out to "
+          "use the preset's", f, get<int>(r, f));
+  CHECK(!r.count("vocab-size") || opt.vocab_size >= 2, "--vocab-size must be at least 2 (got %d)",
+        opt.vocab_size);
+  CHECK(opt.total_batch / micro <= INT_MAX, "--total-batch %lld is %lld micro-steps of --batch x "
+        "--seq-len%s, more than the %d one optimizer step can count; lower --total-batch",
+        (long long)opt.total_batch, (long long)(opt.total_batch / micro),
+        world > 1 ? " x world size" : "", INT_MAX);
+  // Decoupled weight decay multiplies each matrix by (1 - lr x wd) per step: at lr x wd >= 1
+  // the weights flip sign and grow instead of decaying.
+  CHECK((double)opt.lr * opt.weight_decay < 1.0, "--weight-decay %g with --lr %g scales the weights "
+        "by 1 - lr x wd = %g per step, which does not decay them; use a value below %g (typical: "
+        "0.1)", opt.weight_decay, opt.lr, 1.0 - (double)opt.lr * opt.weight_decay, 1.0 / opt.lr);
   return true;
 }
+
+constexpr int kMaxSampleTokens = 100000000;
 
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   cxxopts::Options o("sample", "flashgpt sample: generate text from a checkpoint");
   // clang-format off
   o.add_options()
-    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", cxxopts::value<std::string>())
     ("tokenizer", "tokenizer file (default: tokenizer.bin beside the checkpoint)", cxxopts::value<std::string>())
     ("prompt", "text to continue", cxxopts::value<std::string>()->default_value(""))
     ("tokens", "tokens to generate", cxxopts::value<int>()->default_value("256"))
     ("temperature", "softmax temperature (0 = greedy)", cxxopts::value<float>()->default_value("1.0"))
     ("top-k", "sample among the k most likely tokens (0 = all)", cxxopts::value<int>()->default_value("0"))
     ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("1337"))
-    ("device", "auto|cpu|cuda", cxxopts::value<std::string>()->default_value("auto"))
+    ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value("auto"))
+    ("attn", "attention for the prompt: auto (the first of flash, naive, flash1 that supports the model) | flash | naive | flash1", cxxopts::value<std::string>()->default_value("auto"))
+    ("context", "tokens the model sees at once (0 = the model's maximum; RoPE models may go beyond it); a longer prompt or output slides the window", cxxopts::value<int>()->default_value("0"))
     ("no-kv-cache", "recompute the whole context for every new token (no KV cache)")
     ("h,help", "this help");
   // clang-format on
   auto r = parse_or_explain(o, "sample", argc, argv);
-  CHECK(r.unmatched().empty(), "sample: unexpected argument '%s'", r.unmatched()[0].c_str());
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "sample")) return false;
   CHECK(r.count("checkpoint"), "sample: --checkpoint FILE is required (a model_*.bin from train --out)");
   opt.checkpoint = get<std::string>(r, "checkpoint");
   if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
@@ -249,12 +274,80 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   opt.top_k = get<int>(r, "top-k");
   opt.seed = get<uint64_t>(r, "seed");
   opt.device = get<std::string>(r, "device");
+  opt.attn = get<std::string>(r, "attn");
+  opt.context = get<int>(r, "context");
   opt.kv_cache = r.count("no-kv-cache") == 0;
-  CHECK(opt.tokens >= 1, "--tokens must be at least 1 (got %d)", opt.tokens);
+  CHECK(opt.tokens >= 1 && opt.tokens <= kMaxSampleTokens,
+        "--tokens must be in [1, %d] (got %d): every generated id is kept in memory", kMaxSampleTokens,
+        opt.tokens);
+  CHECK(opt.context >= 0, "--context must be >= 0 (got %d); 0 = the model's maximum", opt.context);
+  CHECK(opt.attn == "auto" || opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
+        "--attn '%s' is unknown; use auto, flash, naive or flash1", opt.attn.c_str());
   CHECK(opt.temperature >= 0, "--temperature must be >= 0 (got %g)", opt.temperature);
   CHECK(opt.top_k >= 0, "--top-k must be >= 0 (got %d)", opt.top_k);
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
         "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
+  return true;
+}
+
+bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
+  cxxopts::Options o("eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
+  // clang-format off
+  o.add_options()
+    ("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", cxxopts::value<std::string>())
+    ("data", "directory made by `flashgpt prepare`: its val_*.bin", cxxopts::value<std::string>())
+    ("val-pattern", "glob of shards to evaluate on (overrides --data's)", cxxopts::value<std::string>())
+    ("tokenizer", "for bits per byte (default: tokenizer.bin beside the checkpoint, else --data's)", cxxopts::value<std::string>())
+    ("batch", "sequences per forward pass", cxxopts::value<int>()->default_value("8"))
+    ("seq-len", "tokens per sequence (0 = the model's maximum)", cxxopts::value<int>()->default_value("0"))
+    ("steps", "batches to evaluate (0 = the whole split)", cxxopts::value<int64_t>()->default_value("0"))
+    ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value("auto"))
+    ("attn", "auto (the first of flash, naive, flash1 that supports the model) | flash | naive | flash1", cxxopts::value<std::string>()->default_value("auto"))
+    ("json", "also write the result as JSON to this file", cxxopts::value<std::string>())
+    ("h,help", "this help");
+  // clang-format on
+  auto r = parse_or_explain(o, "eval", argc, argv);
+  if (help_requested(o, r, "eval")) return false;
+  CHECK(r.count("checkpoint"), "eval: --checkpoint FILE is required (a model_*.bin from train --out)");
+  CHECK(r.count("data") || r.count("val-pattern"),
+        "eval: no data; give --data DIR (made by `flashgpt prepare`) or --val-pattern GLOB");
+  opt.checkpoint = get<std::string>(r, "checkpoint");
+  if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
+  if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
+  if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
+  if (r.count("json")) opt.json_path = get<std::string>(r, "json");
+  opt.batch = get<int>(r, "batch");
+  opt.seq_len = get<int>(r, "seq-len");
+  opt.steps = get<int64_t>(r, "steps");
+  opt.device = get<std::string>(r, "device");
+  opt.attn = get<std::string>(r, "attn");
+  CHECK(opt.batch >= 1, "--batch must be at least 1 (got %d)", opt.batch);
+  CHECK(opt.seq_len >= 0, "--seq-len must be >= 0 (got %d); 0 = the model's maximum", opt.seq_len);
+  CHECK(opt.steps >= 0, "--steps must be >= 0 (got %lld); 0 = the whole split", (long long)opt.steps);
+  CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
+        "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
+  CHECK(opt.attn == "auto" || opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
+        "--attn '%s' is unknown; use auto, flash, naive or flash1", opt.attn.c_str());
+  return true;
+}
+
+bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
+  cxxopts::Options o("export", "flashgpt export: write a checkpoint in another model format");
+  // clang-format off
+  o.add_options()
+    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("out", "output directory (created if missing)", cxxopts::value<std::string>())
+    ("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", cxxopts::value<std::string>()->default_value("hf"))
+    ("h,help", "this help");
+  // clang-format on
+  auto r = parse_or_explain(o, "export", argc, argv);
+  if (help_requested(o, r, "export")) return false;
+  CHECK(r.count("checkpoint"), "export: --checkpoint FILE is required (a model_*.bin from train --out)");
+  CHECK(r.count("out"), "export: --out DIR is required");
+  opt.checkpoint = get<std::string>(r, "checkpoint");
+  opt.out_dir = get<std::string>(r, "out");
+  opt.format = get<std::string>(r, "format");
+  CHECK(opt.format == "hf", "--format '%s' is unknown; use hf (Hugging Face GPT-2)", opt.format.c_str());
   return true;
 }
 
@@ -271,11 +364,9 @@ bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
     ("h,help", "this help");
   // clang-format on
   o.parse_positional({"input"});  // so `--input a.txt b.txt c.txt` takes all three
+  o.show_positional_help();        // and --help still lists --input
   auto r = parse_or_explain(o, "prepare", argc, argv);
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
+  if (help_requested(o, r, "prepare")) return false;
   CHECK(r.count("input"), "prepare: --input FILE [FILE...] is required");
   CHECK(r.count("out"), "prepare: --out DIR is required");
   opt.inputs = get<std::vector<std::string>>(r, "input");
@@ -285,4 +376,11 @@ bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
   opt.shard_tokens = get<size_t>(r, "shard-tokens");
   opt.seed = get<uint64_t>(r, "seed");
   return true;
+}
+
+std::string describe_failure(const std::string& command, const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return flashgpt::strformat("%s ran out of host memory (an allocation failed); lower --batch, "
+                               "--seq-len or the model size", command.c_str());
+  return e.what();
 }

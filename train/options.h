@@ -1,7 +1,8 @@
-// options — command-line options of `flashgpt train` and `flashgpt sample`, parsed with
+// options — command-line options of `flashgpt train`, `sample`, `eval`, `export` and `prepare`, parsed with
 // cxxopts and validated up front, so that a bad value is one clear error line before any work.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -56,12 +57,32 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt);
 
 struct SampleOptions {
   std::string checkpoint, tokenizer_path, prompt, device = "auto";
+  std::string attn = "auto";  // auto: the first backend that supports the model (model.h)
   int tokens = 256, top_k = 0;
+  int context = 0;  // --context: the window in tokens; 0 = the model's max_seq_len
   float temperature = 1.0f;
   uint64_t seed = 1337;
   bool kv_cache = true;  // --no-kv-cache: recompute the whole context for every token
 };
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt);
 
+struct EvalOptions {  // `flashgpt eval` (train/eval.h)
+  std::string checkpoint, data_dir, val_pattern, tokenizer_path, json_path;
+  std::string device = "auto", attn = "auto";
+  int batch = 8;
+  int seq_len = 0;    // 0: the model's max_seq_len
+  int64_t steps = 0;  // batches; 0: the whole split
+};
+bool parse_eval_options(int argc, char** argv, EvalOptions& opt);
+
+struct ExportOptions {  // `flashgpt export` (train/export.h)
+  std::string checkpoint, out_dir, format = "hf";
+};
+bool parse_export_options(int argc, char** argv, ExportOptions& opt);
+
 struct PrepareOptions;
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt);
+
+// The error line `main` prints for an exception out of a command (without "flashgpt: error: "):
+// our errors as they are; a failed allocation says so and which flags lower the memory.
+std::string describe_failure(const std::string& command, const std::exception& e);

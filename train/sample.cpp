@@ -1,15 +1,17 @@
-// sample.cpp — sampling and the `flashgpt sample` command.
+// sample.cpp — sampling and the `flashgpt sample` command (the window rule is in sample.h).
 #include "train/sample.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <cstdio>
+#include <cstring>
 #include <numeric>
-#include <sys/stat.h>
 
+#include "data/files.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
+#include "model/hf_gpt2.h"
 
 int sample_from_logits(const float* logits, int V, float temperature, int top_k, Rng& rng) {
   if (temperature == 0.0f) return (int)(std::max_element(logits, logits + V) - logits);
@@ -32,16 +34,38 @@ int sample_from_logits(const float* logits, int V, float temperature, int top_k,
   return idx[k - 1];
 }
 
+int kv_restart_tokens(int window) { return std::max(1, window / 2); }
+
+SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool kv_cache) {
+  CHECK(prompt >= 1 && n_new >= 1 && window >= 1,
+        "internal: sample sizes for prompt %lld, %lld new tokens, window %d", (long long)prompt,
+        (long long)n_new, window);
+  SampleSizes s;
+  // The last token drawn is never fed back: the longest context is prompt + n_new - 1.
+  const int64_t longest = prompt + n_new - 1;
+  if (!kv_cache) {
+    s.T = (int)std::min<int64_t>(window, longest);
+    return s;
+  }
+  const int64_t first = std::min<int64_t>(prompt, window);  // the first prefill
+  // Decoding fills positions first .. longest - 1; past `window` the cache restarts.
+  const bool restarts = longest > window;
+  s.T = (int)std::max<int64_t>(first, restarts ? kv_restart_tokens(window) : 0);
+  s.kv_cache = (int)std::min<int64_t>(window, longest);
+  return s;
+}
+
 std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_new,
-                          float temperature, int top_k, uint64_t seed, int max_context,
+                          float temperature, int top_k, uint64_t seed, int window,
                           const std::function<void(int)>& on_token) {
   CHECK(!prompt.empty(), "generate: empty prompt");
+  CHECK(window >= 1, "generate: the window must hold at least 1 token (got %d)", window);
   const GPTConfig& c = model.config();
   Rng rng(seed);
   std::vector<int> toks = prompt;
   std::vector<float> logits(c.padded_vocab_size);
   for (int i = 0; i < n_new; i++) {
-    int T = std::min((int)toks.size(), max_context);
+    int T = (int)std::min<size_t>(toks.size(), (size_t)window);
     model.forward(toks.data() + toks.size() - T, nullptr, 1, T);
     model.logits_at(T - 1, logits.data());
     int next = sample_from_logits(logits.data(), c.vocab_size, temperature, top_k, rng);
@@ -52,25 +76,25 @@ std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_ne
 }
 
 std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n_new,
-                             float temperature, int top_k, uint64_t seed, int cache_len,
+                             float temperature, int top_k, uint64_t seed, int window,
                              const std::function<void(int)>& on_token) {
   CHECK(!prompt.empty(), "generate: empty prompt");
-  CHECK(cache_len >= 2, "generate: the KV cache needs at least 2 positions");
+  CHECK(window >= 1, "generate: the window must hold at least 1 token (got %d)", window);
   const GPTConfig& c = model.config();
   Rng rng(seed);
   std::vector<int> toks = prompt;
   std::vector<float> logits(c.padded_vocab_size);
-  const int n0 = std::min((int)toks.size(), cache_len);
+  const int n0 = (int)std::min<size_t>(toks.size(), (size_t)window);
   model.prefill(toks.data() + toks.size() - n0, n0, logits.data());
   for (int i = 0; i < n_new; i++) {
     int next = sample_from_logits(logits.data(), c.vocab_size, temperature, top_k, rng);
     toks.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == n_new) break;
-    if (model.cached_positions() < cache_len) {
+    if (model.cached_positions() < window) {
       model.decode(next, logits.data());
-    } else {  // full: keep the last half of the window
-      const int keep = cache_len / 2;
+    } else {  // the window is full: restart from its last half
+      const int keep = kv_restart_tokens(window);
       model.prefill(toks.data() + toks.size() - keep, keep, logits.data());
     }
   }
@@ -82,20 +106,13 @@ std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions&
   return cuda ? make_cuda_model(opt) : make_cpu_model(opt);
 }
 
-static bool file_exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
-
-int run_sample(const SampleOptions& opt) {
+int run_sample(const SampleOptions& opt, FILE* out) {
   GPTConfig cfg;
   std::vector<float> params;
-  load_model_file(opt.checkpoint, cfg, params);
+  load_any_model(opt.checkpoint, cfg, params);
   std::string tok_path = opt.tokenizer_path;
   if (tok_path.empty()) {
-    size_t slash = opt.checkpoint.find_last_of('/');
-    tok_path = (slash == std::string::npos ? std::string(".") : opt.checkpoint.substr(0, slash)) +
-               "/tokenizer.bin";
+    tok_path = tokenizer_beside(opt.checkpoint);
     CHECK(file_exists(tok_path), "sample: no tokenizer.bin beside '%s'; give --tokenizer FILE",
           opt.checkpoint.c_str());
   }
@@ -110,31 +127,41 @@ int run_sample(const SampleOptions& opt) {
     std::vector<int> p = tok.encode(opt.prompt);
     prompt.insert(prompt.end(), p.begin(), p.end());
   }
-  CHECK(cfg.rope || (int)prompt.size() < cfg.max_seq_len,
-        "sample: the prompt is %zu tokens but the model's context is %d; shorten --prompt",
-        prompt.size(), cfg.max_seq_len);
-  // The context: the model's learned positions, or for RoPE models whatever prompt + output need.
-  const int need = (int)prompt.size() + opt.tokens;
-  const int context = cfg.rope ? need : std::min(need, cfg.max_seq_len);
+  const int window = opt.context > 0 ? opt.context : cfg.max_seq_len;
+  CHECK(cfg.rope || window <= cfg.max_seq_len,
+        "sample: --context %d is longer than the model's %d learned positions; lower --context "
+        "(only --pos rope models can look further than they were trained)", window,
+        cfg.max_seq_len);
+  if (prompt.size() > (size_t)window)
+    std::fprintf(stderr, "sample: the prompt is %zu tokens, longer than the model's window of %d; "
+                 "it sees the last %d\n", prompt.size(), window, window);
+  const SampleSizes sizes = sample_model_sizes((int64_t)prompt.size(), opt.tokens, window,
+                                               opt.kv_cache);
   ModelOptions mo;
   mo.config = cfg;
   mo.B = 1;
-  mo.T = opt.kv_cache ? std::min((int)prompt.size(), context) : context;
-  mo.kv_cache = opt.kv_cache ? context : 0;
-  if (cfg.rope) mo.config.max_seq_len = std::max(cfg.max_seq_len, context);
-  mo.attn = "flash";
+  mo.T = sizes.T;
+  mo.kv_cache = sizes.kv_cache;
+  // RoPE has no position table: a window past the trained length only needs more table rows.
+  if (cfg.rope) mo.config.max_seq_len = std::max(cfg.max_seq_len, window);
+  mo.attn = opt.attn;
   std::unique_ptr<Model> model = make_model(opt.device, mo);
   model->set_params(params);
-  std::fputs(opt.prompt.c_str(), stdout);
+  std::fputs(opt.prompt.c_str(), out);
   auto print = [&](int t) {
     std::string bytes = tok.decode_token(t);  // may hold NUL or half a UTF-8 char
-    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-    std::fflush(stdout);
+    std::fwrite(bytes.data(), 1, bytes.size(), out);
+    std::fflush(out);
+    CHECK(!std::ferror(out), "sample: writing the text failed (%s); is the disk full or the pipe "
+          "closed?", std::strerror(errno));
   };
   if (opt.kv_cache)
-    generate_kv(*model, prompt, opt.tokens, opt.temperature, opt.top_k, opt.seed, context, print);
+    generate_kv(*model, prompt, opt.tokens, opt.temperature, opt.top_k, opt.seed, window, print);
   else
-    generate(*model, prompt, opt.tokens, opt.temperature, opt.top_k, opt.seed, context, print);
-  std::fputs("\n", stdout);
+    generate(*model, prompt, opt.tokens, opt.temperature, opt.top_k, opt.seed, window, print);
+  std::fputs("\n", out);
+  CHECK(std::fflush(out) == 0 && !std::ferror(out),
+        "sample: writing the text failed (%s); is the disk full or the pipe closed?",
+        std::strerror(errno));
   return 0;
 }

@@ -1,10 +1,21 @@
 // sample — autoregressive generation from a model, and the `flashgpt sample` command.
-// generate(): each new token re-runs the forward pass over the last max_context tokens (full
-// recompute). generate_kv(): the model's KV cache (Model::prefill / decode): the prompt runs
-// once, then each new token is one position through every layer. Same tokens for the same
-// seed, up to rounding (tests/gpu/test_model.cu checks it).
+//
+// The window W: the most tokens the model sees at once. For learned positions it is at most
+// the model's max_seq_len (its position table); for RoPE models any length (default: the
+// length it was trained at; `sample --context` changes it).
+//   generate()     full recompute: each new token re-runs the forward pass over the last W
+//                  tokens of prompt + output (a window that slides by one token).
+//   generate_kv()  the model's KV cache (Model::prefill / decode): the prompt's last min(P, W)
+//                  tokens run once, then each new token is one position through every layer.
+//                  When the cache holds W positions, the last kv_restart_tokens(W) = max(1,
+//                  W/2) tokens are prefilled again at positions 0.. and decoding goes on (a
+//                  window that jumps by W/2, so each restart costs one prefill of W/2 tokens).
+// Inside the window (prompt + output <= W + 1 tokens) both see exactly the same context, so
+// they give the same tokens up to rounding (tests/cpu/test_model.cpp: identical on the CPU;
+// tests/gpu/test_train_gpu.cu). Past it they differ by design (slide by 1 vs jump by W/2).
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,15 +27,33 @@
 
 // temperature 0 = greedy (argmax); top_k 0 = all V tokens. Only the V real tokens are drawn.
 int sample_from_logits(const float* logits, int V, float temperature, int top_k, Rng& rng);
+
+// Tokens prefilled again when a full KV cache of `window` positions restarts.
+int kv_restart_tokens(int window);
+
+// The model a sampler needs (ModelOptions.T, .kv_cache) for a prompt of `prompt` tokens,
+// n_new new tokens and a window of `window` tokens; kv_cache 0 for generate(). Only what the
+// run reaches is reserved: a short sample from a 128K-context model does not plan 128K rows.
+struct SampleSizes {
+  int T = 0;         // longest forward: generate()'s context, or generate_kv()'s prefill
+  int kv_cache = 0;  // positions of KV cache (generate_kv() only)
+};
+SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool kv_cache);
+
+// model: made with ModelOptions sized by sample_model_sizes(prompt.size(), n_new, window,
+// false) or larger. Returns the n_new new tokens; on_token sees each as it is drawn.
 std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_new,
-                          float temperature, int top_k, uint64_t seed, int max_context,
+                          float temperature, int top_k, uint64_t seed, int window,
                           const std::function<void(int)>& on_token = nullptr);
-// model must have been made with ModelOptions.kv_cache >= the positions needed and T >= the
-// prompt. When the cache is full, the last half of the window is prefilled again (positions
-// restart at 0, as full recompute's sliding window does) and decoding goes on.
+// model: sized by sample_model_sizes(prompt.size(), n_new, window, true) or larger.
 std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n_new,
-                             float temperature, int top_k, uint64_t seed, int cache_len,
+                             float temperature, int top_k, uint64_t seed, int window,
                              const std::function<void(int)>& on_token = nullptr);
-// "auto" picks cuda when a device is present. Prints nothing.
+
+// "auto" picks cuda when a device is present. Prints nothing. opt.attn "auto": each model
+// picks its first backend that supports the shape (model/model.h).
 std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions& opt);
-int run_sample(const SampleOptions& opt);
+
+// `flashgpt sample`: the prompt and the generated text go to `out`; a failed write to it is an
+// error (a full disk or a closed pipe must not look like success). Notes go to stderr.
+int run_sample(const SampleOptions& opt, FILE* out = stdout);

@@ -2,10 +2,13 @@
 #include "train/train.h"
 
 #include <glob.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,23 +17,22 @@
 #include <memory>
 
 #include "data/dataloader.h"
+#include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
+#include "model/hf_gpt2.h"
 #include "model/layout.h"
 #include "model/rng.h"
 #include "train/dist.h"
+#include "train/eval.h"
+#include "train/run_files.h"
 #include "train/sample.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool file_exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
 
 bool any_file_matches(const std::string& pattern) {
   glob_t g;
@@ -55,6 +57,36 @@ std::string human_time(double s) {
   int m = (int)(s / 60);
   return m >= 60 ? flashgpt::strformat("%dh%02dm", m / 60, m % 60) : flashgpt::strformat("%dm%02ds", m, (int)s % 60);
 }
+
+// SIGINT and SIGTERM while training: the handler only records the signal; the loop finishes
+// its step, writes a checkpoint (with --out) and returns. SA_RESETHAND: a second Ctrl-C
+// stops the process at once. A signal ignored when the run starts (a background job's SIGINT,
+// nohup) stays ignored. The previous handlers come back when the run ends.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void record_stop_signal(int sig) { g_stop_signal = sig; }
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa = {};
+    sa.sa_handler = record_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, nullptr, &old_int_);
+    sigaction(SIGTERM, nullptr, &old_term_);
+    if (old_int_.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, nullptr);
+    if (old_term_.sa_handler != SIG_IGN) sigaction(SIGTERM, &sa, nullptr);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  int received() const { return g_stop_signal; }
+
+ private:
+  struct sigaction old_int_, old_term_;
+};
 
 // Creates dir if needed and proves it writable before any long work starts.
 void ensure_writable_dir(const std::string& dir, const char* flag) {
@@ -144,23 +176,50 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   // ---- data and tokenizer (all validated before the model is built) ----
   std::string train_pattern = opt.train_pattern, val_pattern = opt.val_pattern;
   std::string tok_path = opt.tokenizer_path;
+  bool val_optional = false;  // --data's val_*.bin may be absent; an explicit --val-pattern not
   if (!opt.data_dir.empty()) {
     CHECK(file_exists(opt.data_dir), "--data '%s' does not exist; run `flashgpt prepare` first",
           opt.data_dir.c_str());
     if (train_pattern.empty()) train_pattern = opt.data_dir + "/train_*.bin";
-    if (val_pattern.empty()) val_pattern = opt.data_dir + "/val_*.bin";
-    if (tok_path.empty() && file_exists(opt.data_dir + "/tokenizer.bin"))
-      tok_path = opt.data_dir + "/tokenizer.bin";
+    if (val_pattern.empty()) {
+      val_pattern = opt.data_dir + "/val_*.bin";
+      val_optional = true;
+    }
+    const std::string data_tok = opt.data_dir + "/tokenizer.bin";
+    if (file_exists(data_tok)) {
+      if (tok_path.empty()) tok_path = data_tok;
+      CHECK(same_contents(tok_path, data_tok), "--tokenizer '%s' is not the tokenizer --data '%s' "
+            "was prepared with (%s); drop --tokenizer", tok_path.c_str(), opt.data_dir.c_str(),
+            data_tok.c_str());
+    }
   }
   std::unique_ptr<Tokenizer> tok;
   if (!tok_path.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(tok_path));
+  if (tok && opt.vocab_size > 0)
+    CHECK(opt.vocab_size == tok->vocab_size(), "--vocab-size %d disagrees with the tokenizer '%s' "
+          "(%d tokens); drop --vocab-size", opt.vocab_size, tok_path.c_str(), tok->vocab_size());
+
+  // ---- the --out directory: one run at a time, never two runs' checkpoints mixed ----
+  std::unique_ptr<OutDirLock> out_lock;
+  if (!opt.out_dir.empty() && !opt.bench) {
+    if (lead) out_lock = std::make_unique<OutDirLock>(opt.out_dir);
+    if (!opt.resume) check_fresh_out(opt.out_dir);
+    check_out_tokenizer(opt.out_dir, tok_path, opt.resume);
+  }
+  if (!opt.log_path.empty() && lead) check_log_path(opt.log_path);
 
   // ---- model shape: checkpoint (resume / --init) or flags ----
   int64_t resume_step = -1;
   if (opt.resume) {
+    CHECK(opt.init_path.empty(), "--resume continues from the checkpoints in --out '%s'; --init "
+          "'%s' would be ignored: drop --init (or --resume)", opt.out_dir.c_str(),
+          opt.init_path.c_str());
     resume_step = latest_checkpoint_step(opt.out_dir);
     CHECK(resume_step >= 0, "--resume: no checkpoint (model_*.bin + state_*.bin) in --out '%s'",
           opt.out_dir.c_str());
+    CHECK(opt.steps > resume_step, "--resume: the checkpoint in --out '%s' is at step %lld, and "
+          "--steps %d asks for no more; raise --steps", opt.out_dir.c_str(),
+          (long long)resume_step, opt.steps);
   }
   std::string ckpt_path = resume_step >= 0 ? model_checkpoint_path(opt.out_dir, resume_step)
                                            : opt.init_path;
@@ -168,7 +227,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   GPTConfig cfg;
   std::vector<float> ckpt_params;
   if (!ckpt_path.empty()) {
-    load_model_file(ckpt_path, cfg, ckpt_params);
+    load_any_model(ckpt_path, cfg, ckpt_params);  // --init: ours, llm.c's or Hugging Face's
     if (vocab == 0) vocab = cfg.vocab_size;
     CHECK(vocab == cfg.vocab_size, "checkpoint '%s' has a vocabulary of %d but the tokenizer / "
           "--vocab-size says %d; use the matching tokenizer", ckpt_path.c_str(), cfg.vocab_size, vocab);
@@ -196,13 +255,15 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     // Each rank reads its own B of every world*B windows.
     train_loader = std::make_unique<DataLoader>(train_pattern, "--train-pattern", B, T,
                                                 cfg.vocab_size, opt.shuffle, opt.seed, rank, world);
-    if (!val_pattern.empty() && any_file_matches(val_pattern))
+    if (!val_pattern.empty() && (!val_optional || any_file_matches(val_pattern)))
       val_loader = std::make_unique<DataLoader>(val_pattern, "--val-pattern", B, T, cfg.vocab_size,
                                                 false, opt.seed, rank, world);
   }
-  if (!opt.out_dir.empty()) ensure_writable_dir(opt.out_dir, "--out");
+  // Every rank writes its optimizer state into --out.
+  if (!opt.out_dir.empty() && !lead) ensure_writable_dir(opt.out_dir, "--out");
   std::unique_ptr<FILE, int (*)(FILE*)> log(nullptr, fclose);
   if (!opt.log_path.empty() && lead) {
+    if (resume_step >= 0) trim_log(opt.log_path, resume_step);  // steps after it come again
     log.reset(fopen(opt.log_path.c_str(), resume_step >= 0 ? "a" : "w"));
     CHECK(log, "--log '%s' cannot be written: %s", opt.log_path.c_str(), strerror(errno));
   }
@@ -244,6 +305,14 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
           "missing; was the checkpoint written by a run of world size %d?", rank,
           state_path.c_str(), (long long)resume_step, world);
     TrainState st = load_state_file(state_path, model->adam_state_size());
+    CHECK(st.step == resume_step, "--resume: '%s' says it holds step %lld, but its name says step "
+          "%lld; the file was renamed or is corrupt: remove that checkpoint pair to resume from "
+          "the one before", state_path.c_str(), (long long)st.step, (long long)resume_step);
+    const int64_t order = opt.shuffle ? kDataShuffled : kDataInOrder;
+    CHECK(st.data_order == 0 || st.data_order == order, "--resume: the checkpoint was trained %s; "
+          "resume %s so the data order goes on as it was", st.data_order == kDataInOrder ?
+          "with --no-shuffle" : "with shuffled data", st.data_order == kDataInOrder ?
+          "with --no-shuffle" : "without --no-shuffle");
     CHECK(st.B == B && st.T == T && st.total_batch == opt.total_batch,
           "--resume: the checkpoint was written with --batch %lld --seq-len %lld --total-batch %lld; "
           "resume with the same values", (long long)st.B, (long long)st.T, (long long)st.total_batch);
@@ -254,8 +323,8 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     first_step = (int)st.step + 1;
     say(flashgpt::strformat("resumed from step %lld in %s", (long long)st.step, opt.out_dir.c_str()));
   }
-  if (lead && !opt.out_dir.empty() && tok && tok_path != opt.out_dir + "/tokenizer.bin")
-    tok->save(opt.out_dir + "/tokenizer.bin");  // so `flashgpt sample` finds it beside the model
+  // Beside the checkpoints, so `flashgpt sample` finds it (a byte copy: llm.c's file too).
+  if (lead && !opt.out_dir.empty() && !opt.bench) copy_tokenizer_to_out(opt.out_dir, tok_path);
   result.first_step = first_step;
 
   say(flashgpt::strformat("model: L=%d C=%d NH=%d NKV=%d HS=%d V=%d (padded %d) maxT=%d, %s "
@@ -290,12 +359,9 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   auto mean_over_ranks = [&](double x) { return comm ? (double)comm->all_reduce_mean((float)x) : x; };
   auto evaluate = [&]() -> float {
     val_loader->reset();
-    double sum = 0;
-    for (int i = 0; i < opt.eval_steps; i++) {
-      val_loader->next_batch(inputs.data(), targets.data());
-      sum += model->forward(inputs.data(), targets.data(), B, T);
-    }
-    return (float)mean_over_ranks(sum / opt.eval_steps);
+    EvalSums sums;  // the same loss as `flashgpt eval` (train/eval.h)
+    eval_batches(*model, *val_loader, opt.eval_steps, B, T, nullptr, sums);
+    return (float)mean_over_ranks(sums.mean_loss());
   };
   auto print_sample = [&](int step) {
     int eot = tok ? tok->eot_token() : cfg.vocab_size - 1;
@@ -312,6 +378,10 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   auto save_checkpoint = [&](int step) {
     std::vector<float> params;
     model->get_params(params);
+    for (float p : params)  // e.g. an absurd --weight-decay: never write a diverged model
+      CHECK(std::isfinite(p), "training diverged at step %d: the weights hold NaN or infinity "
+            "after the update; no checkpoint was written for it; lower --lr or --weight-decay",
+            step);
     TrainState st;
     st.step = step;
     if (train_loader) {
@@ -326,6 +396,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     st.seed = (int64_t)opt.seed;
     st.world_size = world;
     st.zero = zero;
+    st.data_order = opt.shuffle ? kDataShuffled : kDataInOrder;
     model->get_adam_state(st.m, st.v);
     // State first (every rank its own), model second (rank 0, after all states are on disk):
     // latest_checkpoint_step() needs both, so a crash between the two leaves the previous
@@ -346,10 +417,18 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   // makes rank R throw at the start of step S.
   int fail_rank = -1, fail_step = -1;
   if (const char* f = std::getenv("FLASHGPT_TEST_FAIL")) std::sscanf(f, "%d:%d", &fail_rank, &fail_step);
+  // Test hook for the signal handling (tests/cpu/test_train.cpp): FLASHGPT_TEST_SIGNAL=S:N
+  // raises signal N in this process at the start of step S.
+  int signal_step = -1, signal_number = 0;
+  if (const char* f = std::getenv("FLASHGPT_TEST_SIGNAL"))
+    std::sscanf(f, "%d:%d", &signal_step, &signal_number);
+  StopSignals stop;  // SIGINT / SIGTERM: finish the step, checkpoint, stop
+  int last_saved = -1, last_step_run = first_step - 1;
   for (int step = first_step; step <= last_step; step++) {
     auto t0 = Clock::now();
     CHECK(!(rank == fail_rank && step == fail_step),
           "injected failure at step %d (FLASHGPT_TEST_FAIL=%d:%d)", step, fail_rank, fail_step);
+    if (step == signal_step) std::raise(signal_number);
     float lr = opt.bench ? opt.lr : lr_at_step(opt, step);
     h.lr = lr;
     model->zero_grad();
@@ -399,13 +478,36 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
       if (!std::isnan(val)) std::fprintf(log.get(), "\"val_loss\": %.6f, ", val);
       std::fprintf(log.get(), "\"lr\": %.6g, \"grad_norm\": %.6f, \"ms\": %.3f, \"tokens_per_s\": %.1f, "
                    "\"peak_mem_bytes\": %zu}\n", lr, norm, ms, tok_s, model->peak_memory_bytes());
-      std::fflush(log.get());
+      CHECK(std::fflush(log.get()) == 0 && !std::ferror(log.get()), "--log '%s': writing step %d "
+            "failed (%s); is the disk full? (checkpoints so far are intact)", opt.log_path.c_str(),
+            step, strerror(errno));
     }
     if (lead && !opt.bench && opt.sample_every > 0 && (step % opt.sample_every == 0 || last))
       print_sample(step);
     if (!opt.out_dir.empty() && !opt.bench &&
-        ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || last))
+        ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || last)) {
       save_checkpoint(step);
+      last_saved = step;
+    }
+    // Every rank stops at the same step: one rank's signal is everyone's (one collective).
+    const bool stop_now = world > 1 ? mean_over_ranks(stop.received() != 0 ? 1.0 : 0.0) > 0
+                                    : stop.received() != 0;
+    if (stop_now && !last) {
+      const int signo = stop.received() != 0 ? stop.received() : SIGTERM;  // a peer's signal
+      result.interrupted = signo;
+      if (!opt.out_dir.empty() && !opt.bench && last_saved != step) {
+        save_checkpoint(step);
+        last_saved = step;
+      }
+      if (lead)
+        std::printf("stopped by %s after step %d%s\n", signo == SIGINT ? "SIGINT" : "SIGTERM", step,
+                    last_saved == step ? flashgpt::strformat("; continue with --resume --out %s",
+                                                             opt.out_dir.c_str()).c_str()
+                                       : " (no --out: nothing saved)");
+      last_step_run = step;
+      break;
+    }
+    last_step_run = step;
   }
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0;
   result.peak_mem_bytes = model->peak_memory_bytes();
@@ -428,7 +530,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     result.tokens_per_s = tps;
   } else {
     if (lead)
-      std::printf("done: %d steps, %.0f tokens/s, peak memory %s\n", last_step - first_step + 1,
+      std::printf("done: %d steps, %.0f tokens/s, peak memory %s\n", last_step_run - first_step + 1,
                   result.tokens_per_s, human_bytes(result.peak_mem_bytes).c_str());
   }
   return result;

@@ -7,6 +7,9 @@
 //     last backward); loss averaged over the ranks
 //     norm = global grad norm; scale = min(1, grad_clip / norm); AdamW(lr, scale)
 //     print a line (loss, lr, norm, ms, tok/s, ETA); log JSON; eval / sample / checkpoint
+//   SIGINT / SIGTERM: the step in progress finishes, a checkpoint is written (with --out) and
+//   run_train returns with TrainResult.interrupted set (`flashgpt train` exits 128 + signal).
+//   Files around the run (the --out lock, fresh runs, the tokenizer copy, --log): run_files.h.
 //   Multi-GPU (opt.dist.world_size > 1, train/dist.h): only rank 0 prints, logs, samples and
 //   writes the model file; every rank writes its optimizer state; an error on any rank is
 //   reported as "rank R: cause" after aborting the communicator (the others stop too).
@@ -21,6 +24,7 @@ struct TrainResult {
   double tokens_per_s = 0;        // over the run, excluding the first step
   size_t peak_mem_bytes = 0;
   int first_step = 1;
+  int interrupted = 0;  // SIGINT or SIGTERM when the run stopped early on a signal, else 0
 };
 
 // Learning rate at step (1-based): linear warm-up to lr over `warmup` steps, then cosine decay

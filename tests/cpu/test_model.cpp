@@ -3,7 +3,8 @@
 //  - naive and flash attention give the same loss and gradients (float);
 //  - init is deterministic and follows the GPT-2 recipe;
 //  - RoPE models: finite differences too, and no wpe;
-//  - the KV cache (prefill + decode) gives the logits and tokens of full recomputation.
+//  - the KV cache (prefill + decode) gives the logits and tokens of full recomputation;
+//  - sampling past the window (1-token prompt, prompt longer than the window, 3x the window).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -252,4 +253,114 @@ TEST(Model, RejectsTokensOutsideVocabulary) {
   GptCpu<float> m(mo);
   std::vector<int> in = {1, 2, 13, 0}, tg = {1, 1, 1, 1};
   EXPECT_THROW(m.forward(in.data(), tg.data(), 1, 4), flashgpt::Error);
+}
+
+// ---- sampling past the window (train/sample.h) ----
+// The window rule, written out here independently of sample.cpp: generate() draws each token
+// from the last min(len, W) tokens; generate_kv() starts from the prompt's last min(P, W)
+// tokens, grows its context by one per token, and when it already holds W tokens restarts
+// from the last W/2 (at least 1). The reference runs a plain full forward over that context.
+namespace {
+
+std::vector<int> reference_generate(Model& full, const std::vector<int>& prompt, int n_new,
+                                    float temperature, uint64_t seed, int W, bool kv_rule) {
+  const int Vp = full.config().padded_vocab_size, V = full.config().vocab_size;
+  std::vector<int> toks = prompt;
+  std::vector<float> logits(Vp);
+  Rng rng(seed);
+  size_t ctx = std::min(prompt.size(), (size_t)W);
+  for (int i = 0; i < n_new; i++) {
+    if (!kv_rule) ctx = std::min(toks.size(), (size_t)W);
+    full.forward(toks.data() + toks.size() - ctx, nullptr, 1, (int)ctx);
+    full.logits_at((int)ctx - 1, logits.data());
+    toks.push_back(sample_from_logits(logits.data(), V, temperature, 0, rng));
+    if (kv_rule) ctx = ctx < (size_t)W ? ctx + 1 : std::max(1, W / 2);
+  }
+  return std::vector<int>(toks.begin() + prompt.size(), toks.end());
+}
+
+void check_sampling_past_window(bool rope, int W) {
+  GPTConfig c = decode_config(rope, 2);
+  c.max_seq_len = W;
+  std::vector<float> params = gpt_init_params(c, 3);
+  Rng noise(13);
+  for (float& p : params) p += 0.2f * (float)noise.normal();  // peaky logits: no near ties
+  ModelOptions full_opt;
+  full_opt.config = c;
+  full_opt.B = 1;
+  full_opt.T = W;
+  full_opt.attn = "auto";
+  GptCpu<float> full(full_opt);
+  full.set_params(params);
+  const int n_new = 3 * W;
+  for (int P : {1, 5, 2 * W + 3}) {  // 1 token, inside the window, longer than the window
+    std::vector<int> prompt(P);
+    random_tokens(prompt, c.vocab_size, 100 + P);
+    for (bool kv : {true, false}) {
+      SampleSizes sz = sample_model_sizes(P, n_new, W, kv);
+      EXPECT_LE(sz.T, W);
+      EXPECT_LE(sz.kv_cache, W);
+      ModelOptions mo = full_opt;
+      mo.T = sz.T;
+      mo.kv_cache = sz.kv_cache;
+      GptCpu<float> m(mo);  // sized exactly as `flashgpt sample` sizes it
+      m.set_params(params);
+      for (float temperature : {0.0f, 1.0f}) {
+        SCOPED_TRACE(std::string(rope ? "rope" : "learned") + " W=" + std::to_string(W) +
+                     " prompt " + std::to_string(P) + (kv ? " kv-cache" : " recompute") +
+                     " temperature " + std::to_string(temperature));
+        std::vector<int> got = kv ? generate_kv(m, prompt, n_new, temperature, 0, 5, W)
+                                  : generate(m, prompt, n_new, temperature, 0, 5, W);
+        ASSERT_EQ(got.size(), (size_t)n_new);
+        EXPECT_EQ(got, reference_generate(full, prompt, n_new, temperature, 5, W, kv));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Sampling, PastTheWindowLearned) {
+  check_sampling_past_window(false, 16);
+  check_sampling_past_window(false, 1);  // a one-position model: every token restarts
+}
+TEST(Sampling, PastTheWindowRope) { check_sampling_past_window(true, 16); }
+
+// Inside the window the KV cache and full recomputation see the same context: identical
+// greedy tokens, from a 1-token prompt up to prompt + output = W + 1.
+TEST(Sampling, KvCacheAndRecomputeAgreeInsideTheWindow) {
+  for (bool rope : {false, true}) {
+    GPTConfig c = decode_config(rope, 4);
+    c.max_seq_len = 24;
+    ModelOptions mo;
+    mo.config = c;
+    mo.B = 1;
+    mo.T = 24;
+    mo.kv_cache = 24;
+    GptCpu<float> m(mo);
+    Rng rng(21);
+    for (float& p : m.params) p += 0.2f * (float)rng.normal();
+    for (int P : {1, 7}) {
+      std::vector<int> prompt(P);
+      random_tokens(prompt, c.vocab_size, 40 + P);
+      const int n_new = 24 + 1 - P;
+      EXPECT_EQ(generate(m, prompt, n_new, 0.0f, 0, 1, 24), generate_kv(m, prompt, n_new, 0.0f, 0, 1, 24))
+          << (rope ? "rope" : "learned") << " prompt " << P;
+    }
+  }
+}
+
+TEST(Sampling, ModelSizesReserveOnlyWhatTheRunReaches) {
+  SampleSizes s = sample_model_sizes(3, 10, 131072, true);  // a short sample, a long model
+  EXPECT_EQ(s.T, 3);
+  EXPECT_EQ(s.kv_cache, 12);
+  s = sample_model_sizes(3, 10, 131072, false);
+  EXPECT_EQ(s.T, 12);
+  EXPECT_EQ(s.kv_cache, 0);
+  s = sample_model_sizes(2, 200, 128, true);  // the quick start's case: restarts at 64 tokens
+  EXPECT_EQ(s.T, 64);
+  EXPECT_EQ(s.kv_cache, 128);
+  s = sample_model_sizes(500, 1, 128, true);  // a prompt longer than the window
+  EXPECT_EQ(s.T, 128);
+  EXPECT_EQ(s.kv_cache, 128);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -114,6 +115,60 @@ TEST(Train, SampleFromCheckpointIsDeterministic) {
   for (int t : g1) EXPECT_LT(t, 300);
   s.kv_cache = false;  // the full-recompute path of the command too
   EXPECT_EQ(run_sample(s), 0);
+}
+
+namespace {
+// run_sample into a temporary file; returns what it wrote.
+std::string sample_text(const SampleOptions& s) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::tmpfile(), std::fclose);
+  EXPECT_EQ(run_sample(s, f.get()), 0);
+  std::string text;
+  std::rewind(f.get());
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
+  return text;
+}
+}  // namespace
+
+// The quick start's failure (issue 13): a sample longer than the window, a prompt longer than
+// the window, a 1-token prompt, on learned positions and RoPE, with and without the KV cache.
+TEST(Train, SamplePastTheWindowFromCheckpoint) {
+  for (const char* pos : {"learned", "rope"}) {
+    TempDir out;
+    TrainOptions o = tiny_options("flash", 2);  // --seq-len 32: a 32-token window
+    o.pos = pos;
+    o.out_dir = out.path;
+    run_train(o);
+    std::string long_prompt;
+    for (int i = 0; i < 12; i++) long_prompt += "the cat sees the ball. ";  // > 32 tokens
+    for (bool kv : {true, false}) {
+      for (const std::string& prompt : {std::string(), std::string("the"), long_prompt}) {
+        if (!kv && prompt != long_prompt) continue;  // (recompute: one case keeps the test fast)
+        SCOPED_TRACE(std::string(pos) + (kv ? " kv" : " no-kv") + " prompt '" + prompt + "'");
+        SampleOptions s;
+        s.checkpoint = model_checkpoint_path(out.path, 2);
+        s.prompt = prompt;
+        s.tokens = 3 * 32;
+        s.device = "cpu";
+        s.kv_cache = kv;
+        std::string text = sample_text(s);
+        ASSERT_GT(text.size(), prompt.size() + 1);
+        EXPECT_EQ(text.compare(0, prompt.size(), prompt), 0);
+        EXPECT_EQ(text.back(), '\n');
+      }
+    }
+    SampleOptions s;  // an explicit backend and a smaller window
+    s.checkpoint = model_checkpoint_path(out.path, 2);
+    s.tokens = 40;
+    s.device = "cpu";
+    s.attn = "naive";
+    s.context = 8;
+    EXPECT_GT(sample_text(s).size(), 1u);
+    s.context = 33;  // past the learned positions: refused; RoPE looks further
+    if (std::string(pos) == "learned") expect_error([&] { sample_text(s); }, "--context 33");
+    else EXPECT_GT(sample_text(s).size(), 1u);
+  }
 }
 
 TEST(Train, RopeModelTrainsResumesAndSamples) {
@@ -236,6 +291,7 @@ TEST(BadInput, TrainRun) {
   // resume with another batch size than the checkpoint's
   bad = good;
   bad.resume = true;
+  bad.steps = 4;
   bad.batch = 2;
   bad.total_batch = 64;
   expect_error([&] { run_train(bad); }, "--batch 4");
@@ -260,4 +316,52 @@ TEST(BadInput, PrepareOptions) {
   PrepareOptions q;
   ASSERT_TRUE(parse_prepare_options(b.argc(), b.argv(), q));
   EXPECT_EQ(q.inputs.size(), 3u);
+}
+
+// llm.c's recipe (README): its shards with its tokenizer file (llm.c's format: 256 x uint32
+// header [20240328, 2, V, eot], then per token one length byte and the bytes; what llm.c's
+// train_gpt2.py write_tokenizer() writes and llmc/tokenizer.h reads) and --out. The file is
+// copied beside the checkpoints byte for byte; sample and --resume use it there.
+TEST(Train, LlmcTokenizerWithOut) {
+  TempDir dir;
+  const Tokenizer ours = Tokenizer::load(test_corpus_dir() + "/tokenizer.bin");
+  std::vector<uint32_t> header(256, 0);
+  header[0] = 20240328, header[1] = 2, header[2] = (uint32_t)ours.vocab_size();
+  header[3] = (uint32_t)ours.eot_token();
+  std::string bytes((const char*)header.data(), 1024);
+  for (int t = 0; t < ours.vocab_size(); t++) {
+    const std::string b = ours.decode_token(t);
+    ASSERT_TRUE(b.size() >= 1 && b.size() <= 255);
+    bytes += (char)(unsigned char)b.size() + b;
+  }
+  const std::string llmc = dir / "gpt2_tokenizer.bin";
+  std::ofstream(llmc, std::ios::binary) << bytes;
+  ASSERT_FALSE(Tokenizer::load(llmc).can_encode());  // decode only, as llm.c's
+
+  TrainOptions o = tiny_options("flash", 4);
+  o.data_dir = "";
+  o.train_pattern = test_corpus_dir() + "/train_*.bin";
+  o.val_pattern = test_corpus_dir() + "/val_*.bin";
+  o.tokenizer_path = llmc;
+  o.out_dir = dir / "run";
+  o.checkpoint_every = 2;
+  TrainResult a = run_train(o);
+  ASSERT_EQ(a.losses.size(), 4u);
+  std::ifstream copy(dir / "run/tokenizer.bin", std::ios::binary);
+  std::string copied((std::istreambuf_iterator<char>(copy)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(copied, bytes);  // the file as it is, not re-encoded
+  SampleOptions s;  // finds the llm.c tokenizer beside the model (no --prompt: decode only)
+  s.checkpoint = model_checkpoint_path(o.out_dir, 4);
+  s.tokens = 8;
+  s.device = "cpu";
+  EXPECT_GT(sample_text(s).size(), 1u);
+  // resume from step 2 with the same tokenizer: the same losses as the uninterrupted run
+  std::remove(model_checkpoint_path(o.out_dir, 4).c_str());
+  std::remove(state_checkpoint_path(o.out_dir, 4).c_str());
+  TrainOptions r = o;
+  r.resume = true;
+  TrainResult b = run_train(r);
+  ASSERT_EQ(b.losses.size(), 2u);
+  EXPECT_EQ(b.losses[0], a.losses[2]);
+  EXPECT_EQ(b.losses[1], a.losses[3]);
 }

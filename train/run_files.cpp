@@ -1,0 +1,119 @@
+// run_files.cpp — see run_files.h.
+#include "train/run_files.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "data/files.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
+#include "kernels/common.h"
+#include "model/checkpoint.h"
+
+OutDirLock::OutDirLock(const std::string& dir) {
+  mkdir(dir.c_str(), 0755);
+  CHECK(is_directory(dir), "--out '%s' is not a directory and cannot be made one (%s); pick "
+        "another --out", dir.c_str(), strerror(errno));
+  const std::string path = dir + "/train.lock";
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  CHECK(fd_ >= 0, "--out '%s' is not a writable directory (%s); pick another --out", dir.c_str(),
+        strerror(errno));
+  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char who[128] = {0};
+    ssize_t n = pread(fd_, who, sizeof who - 1, 0);
+    who[n > 0 ? n : 0] = 0;
+    if (char* nl = strchr(who, '\n')) *nl = 0;
+    close(fd_);
+    fd_ = -1;
+    CHECK(err != EWOULDBLOCK, "--out '%s' is in use by another flashgpt train (%s); wait for it to "
+          "finish or pick another --out", dir.c_str(), who[0] ? who : "pid unknown");
+    FAIL("--out '%s': cannot lock %s: %s", dir.c_str(), path.c_str(), strerror(err));
+  }
+  char who[128];
+  char host[64] = "?";
+  gethostname(host, sizeof host - 1);
+  const int n = snprintf(who, sizeof who, "pid %d on %s\n", (int)getpid(), host);
+  bool ok = ftruncate(fd_, 0) == 0 && pwrite(fd_, who, n, 0) == n;
+  if (!ok) {
+    const int err = errno;
+    close(fd_);
+    fd_ = -1;
+    FAIL("--out '%s' is not writable (%s); pick another --out", dir.c_str(), strerror(err));
+  }
+}
+
+OutDirLock::~OutDirLock() {
+  if (fd_ >= 0) close(fd_);  // releases the flock; the file stays (it is empty of meaning)
+}
+
+void check_fresh_out(const std::string& dir) {
+  const std::vector<std::string> old = checkpoint_files(dir);
+  CHECK(old.empty(), "--out '%s' already holds checkpoints (%s%s) of another run; continue that "
+        "run with --resume, or pick an empty --out, or delete %s/model_*.bin and state_*.bin",
+        dir.c_str(), old.back().c_str(), old.size() > 1 ? ", ..." : "", dir.c_str());
+}
+
+void check_out_tokenizer(const std::string& dir, const std::string& tok_path, bool resume) {
+  const std::string dst = dir + "/tokenizer.bin";
+  if (!resume || tok_path.empty() || !file_exists(dst)) return;
+  CHECK(same_contents(tok_path, dst), "--resume: the checkpoints in --out '%s' were trained with "
+        "%s, which differs from the tokenizer '%s' of this run; resume with --tokenizer %s (or "
+        "the data it was prepared with)", dir.c_str(), dst.c_str(), tok_path.c_str(), dst.c_str());
+}
+
+void copy_tokenizer_to_out(const std::string& dir, const std::string& tok_path) {
+  const std::string dst = dir + "/tokenizer.bin";
+  if (tok_path.empty() || same_contents(tok_path, dst)) return;
+  const std::string bytes = read_file_bytes(tok_path, "--tokenizer");
+  Tokenizer::load(tok_path);  // still a valid tokenizer file (it was loaded before the run)
+  write_file_atomically(dst, [&](FILE* f) {
+    return fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  });
+}
+
+void check_log_path(const std::string& log_path) {
+  FILE* f = fopen(log_path.c_str(), "rb");
+  if (!f) return;  // a new file (an unwritable path is reported when it is opened)
+  int32_t magic = 0;
+  const bool has = fread(&magic, sizeof magic, 1, f) == 1;
+  fclose(f);
+  if (!has) return;
+  const char* what = magic == kShardMagic ? "a token shard"
+                     : magic == kModelMagic ? "a model checkpoint"
+                     : magic == (int32_t)kStateMagic ? "an optimizer-state file"
+                     : magic == kTokenizerMagic || magic == kLlmcTokenizerMagic ? "a tokenizer file"
+                     : nullptr;
+  CHECK(!what, "--log '%s' is %s; writing the log there would destroy it; pick another --log file",
+        log_path.c_str(), what);
+}
+
+void trim_log(const std::string& log_path, int64_t last_step) {
+  if (!file_exists(log_path)) return;
+  const std::string text = read_file_bytes(log_path, "--log");
+  std::string kept;
+  size_t dropped = 0;
+  for (size_t i = 0; i < text.size();) {
+    size_t j = text.find('\n', i);
+    j = j == std::string::npos ? text.size() : j + 1;
+    long long step = 0;
+    // A line cut short by a crash (no '\n') is dropped as well.
+    const bool complete = text[j - 1] == '\n';
+    if (complete && (sscanf(text.c_str() + i, "{\"step\": %lld", &step) != 1 || step <= last_step))
+      kept.append(text, i, j - i);
+    else
+      dropped++;
+    i = j;
+  }
+  if (dropped == 0) return;
+  write_file_atomically(log_path, [&](FILE* f) {
+    return fwrite(kept.data(), 1, kept.size(), f) == kept.size();
+  });
+}
