@@ -54,13 +54,14 @@ endif
 all: $(ALL_BINS)
 train: $(BUILD)/flashgpt
 
+# Rebuilt from scratch: a source that was deleted or moved must not linger in the archive.
 $(BUILD)/libflashgpt_cpu.a: $(CPU_OBJ)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libflashgpt_cuda.a: $(CUDA_OBJ)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/attention/backends.h"
 #include "kernels/common.h"
 #include "model/layout.h"
 
@@ -12,37 +13,6 @@ size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 size_t align(size_t n) { return round_up(n, 256); }
 
 }  // namespace
-
-// kernels/attention/naive.cu (Plan), flash.cu, flash1.cu: keep in step with those files.
-size_t attention_saved_bytes(const std::string& name, const AttnShape& s, size_t es) {
-  const size_t rows = (size_t)s.B * s.NH * s.T;
-  if (name == "naive") return rows * round_up(s.T, 8) * es;  // P (B, NH, T, Tp)
-  if (name == "flash" || name == "flash1") return rows * sizeof(float);  // LSE
-  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1", name.c_str());
-}
-
-size_t attention_scratch_bytes(const std::string& name, const AttnShape& s, size_t es) {
-  const size_t rows = (size_t)s.B * s.NH * s.T;
-  if (name == "naive") {
-    constexpr int kMinChunk = 256, kMaxChunks = 8, kMaxDescs = 10;
-    int nc = 1;
-    if (s.T > kMinChunk) {
-      const int want = std::min(kMaxChunks, (s.T + kMinChunk - 1) / kMinChunk);
-      const int Tc = (int)round_up((s.T + want - 1) / want, 64);
-      nc = (s.T + Tc - 1) / Tc;
-    }
-    const size_t ptr = align((size_t)kMaxDescs * nc * s.B * s.NH * sizeof(void*));
-    const size_t dp = align(rows * round_up(s.T, 8) * es);
-    const size_t partial = s.NH / s.NKV > 1 ? align(rows * s.HS * sizeof(float)) : 0;
-    return ptr + dp + 2 * partial;
-  }
-  if (name == "flash") return rows * s.HS * sizeof(float) + rows * sizeof(float);  // dQ acc, D
-  if (name == "flash1") {  // O (HS) + m + l per row of T padded to the 64-row tile
-    const size_t Tp = round_up(s.T, 64);
-    return (size_t)s.B * s.NH * Tp * (s.HS + 2) * sizeof(float);
-  }
-  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1", name.c_str());
-}
 
 void validate_recompute(const std::string& mode) {
   CHECK(mode == "none" || mode == "gelu" || mode == "layer",
@@ -83,8 +53,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const size_t K = p.layers_kept, KG = p.fch_gelu_layers;
   p.chunk_rows = (int)std::min(N, (size_t)(o.classifier_chunk > 0 ? o.classifier_chunk
                                                                       : kDefaultClassifierChunk));
-  p.att_saved_per_layer = align(attention_saved_bytes(o.attn, shape, es));
-  p.att_scratch_bytes = attention_scratch_bytes(o.attn, shape, es);
+  const AttnBackendSpec& attn = attention_spec(o.attn);  // throws naming --attn
+  p.att_saved_per_layer = align(attn.saved_bytes(shape, es));
+  p.att_scratch_bytes = attn.scratch_bytes(shape, es);
   p.rope_rows = cfg.rope ? std::max<size_t>(o.T, o.kv_cache) : 0;
 
   size_t total = 0, mark = 0;

@@ -31,14 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention/attention_ref.h"
 #include "model/model.h"
-
-// Saved and scratch bytes of the GPU attention backend `name` (naive, flash, flash1) for
-// shape s, floatX of es bytes: the same formulas as the backends' saved_bytes() and
-// scratch_bytes() (a test checks that they agree). Unknown name: throws like --attn.
-size_t attention_saved_bytes(const std::string& name, const AttnShape& s, size_t es);
-size_t attention_scratch_bytes(const std::string& name, const AttnShape& s, size_t es);
 
 struct MemoryPlanInputs {
   ModelOptions opt;               // config, B, T, attn, recompute, classifier_chunk, kv_cache

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "data/prepare.h"
+#include "kernels/attention/backends.h"
 #include "kernels/common.h"
 
 namespace {
@@ -202,8 +203,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
         opt.lr_final_frac);
   CHECK(opt.weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", opt.weight_decay);
   CHECK(opt.grad_clip >= 0, "--grad-clip must be >= 0 (got %g)", opt.grad_clip);
-  CHECK(opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
-        "--attn '%s' is unknown; use flash, naive or flash1", opt.attn.c_str());
+  attention_spec(opt.attn);  // an unknown --attn throws, listing the backends
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
         "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
   CHECK(opt.eval_every >= 0 && opt.eval_steps >= 1, "--eval-every must be >= 0 and --eval-steps >= 1");

@@ -571,7 +571,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   // clang-format off
   o.add_options()
     ("model", "model preset: tiny|d6|d12|d24|d36|d48", cxxopts::value<std::string>()->default_value(d.model))
-    ("attn", "attention backends, comma-separated: flash, naive, flash1", cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn, ",")))
+    ("attn", "attention backends, comma-separated: " + attention_names_list(), cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn, ",")))
     ("seq-lens", "sequence lengths T, comma-separated", cxxopts::value<std::vector<int>>()->default_value(seq_default))
     ("tokens", "tokens per step: B = max(1, tokens / T)", cxxopts::value<int>()->default_value(std::to_string(d.tokens)))
     ("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", cxxopts::value<int>()->default_value("0"))
@@ -621,11 +621,9 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   opt.command_line = "flashgpt";
   for (int i = 0; i < argc; i++) opt.command_line += std::string(" ") + argv[i];
 
-  CHECK(!opt.attn.empty(), "profile: --attn is empty; give one or more of flash, naive, flash1");
-  for (const std::string& a : opt.attn)
-    CHECK(a == "flash" || a == "naive" || a == "flash1",
-          "profile: --attn '%s' is unknown; use a comma-separated list of flash, naive, flash1",
-          a.c_str());
+  CHECK(!opt.attn.empty(), "profile: --attn is empty; give one or more of %s",
+        attention_names_list().c_str());
+  for (const std::string& a : opt.attn) attention_spec(a);  // unknown: throws naming --attn
   CHECK(!opt.seq_lens.empty(), "profile: --seq-lens is empty; give one or more lengths");
   for (int T : opt.seq_lens)
     CHECK(T >= 1, "profile: --seq-lens: %d is not a valid sequence length (must be >= 1)", T);
@@ -800,9 +798,9 @@ ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
           else if (q.cost.fwd.mma_flops > 0)
             growth = (p.cost.fwd.mma_flops + p.cost.bwd.mma_flops) /
                      (q.cost.fwd.mma_flops + q.cost.bwd.mma_flops);
-          // flash1 runs one thread block per (b, h): below one block per SM, fewer sequences
+          // flash1's grid is one thread block per (b, h): below one block per SM, fewer sequences
           // (B = tokens / T) also mean proportionally fewer busy SMs, which no roofline sees.
-          if (be == "flash1" && r.ceilings.sms > 0) {
+          if (attention_spec(be).grid_per_head && r.ceilings.sms > 0) {
             const int NH = gpt_preset(opt.model, opt.vocab, 1).num_heads;
             growth *= double(std::min(q.B * NH, r.ceilings.sms)) /
                       double(std::min(p.B * NH, r.ceilings.sms));

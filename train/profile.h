@@ -32,7 +32,7 @@
 //   1. predict: ModelOptions (gpt_preset(model, vocab, T), rope per --pos, B, T, attn,
 //      recompute, time_attention), plan = plan_memory(memory_plan_inputs(mo)) (the same plan
 //      the CUDA model allocates from), and per layer the attention FLOPs and minimum HBM bytes
-//      (kernels/attention/attention_cost.h); roofline attention ms per step = L x (forward +
+//      (kernels/attention/backends.h); roofline attention ms per step = L x (forward +
 //      backward) roofline, plus L more forwards with --recompute layer, with the ceilings
 //      measured once at the start (train/ceilings.h); predicted flash-over-naive speedup =
 //      naive's roofline attention time / the backend's at the same T.
@@ -64,7 +64,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention/attention_cost.h"
+#include "kernels/attention/backends.h"
 #include "model/model.h"
 #include "train/ceilings.h"
 

@@ -1,11 +1,10 @@
-// test_profile.cpp — `flashgpt profile --plan-only` on the CPU build (no GPU anywhere), its
-// option errors, and the attention cost model (kernels/attention/attention_cost.h).
+// test_profile.cpp — `flashgpt profile --plan-only` on the CPU build (no GPU anywhere) and its
+// option errors. The attention cost model it uses: test_backends.cpp.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
-#include "kernels/attention/attention_cost.h"
 #include "model/memory_plan.h"
 #include "test_helpers.h"
 #include "train/profile.h"
@@ -161,83 +160,4 @@ TEST(Profile, BadFlagsNameTheFlag) {
   bad({"--batch", "100000", "--seq-lens", "131072"}, "--batch");
   bad({"--frobnicate"}, "frobnicate");
   bad({"stray"}, "stray");
-}
-
-TEST(Profile, CostModelScaling) {
-  auto shape = [](int T) { return AttnShape{1, T, 12, 12, 64}; };
-  for (const char* be : {"naive", "flash", "flash1"}) {
-    const AttnCost a = attention_cost(be, shape(8192), 2);
-    // The FLOPs convention is the backend's useful work, equal for every backend; the executed
-    // matrix FLOPs are at least that (masked diagonal tiles, naive's chunk rectangles).
-    EXPECT_EQ(a.fwd.flops, attention_forward_flops(shape(8192), true));
-    EXPECT_EQ(a.bwd.flops, 2.5 * a.fwd.flops);
-    EXPECT_GE(a.fwd.mma_flops, a.fwd.flops);
-    EXPECT_LE(a.fwd.mma_flops, 1.2 * a.fwd.flops) << be;
-    EXPECT_GE(a.bwd.mma_flops, 0.8 * a.bwd.flops) << be;  // naive recomputes nothing
-  }
-  // Causal halves the convention.
-  EXPECT_EQ(attention_forward_flops(shape(4096), true), 0.5 * attention_forward_flops(shape(4096), false));
-  EXPECT_EQ(attention_forward_flops(shape(4096), false), 4.0 * 12 * 4096.0 * 4096 * 64);
-  // naive's chunk rectangles: (nc+1)/(2 nc) of T^2 at nc = 8 -> 9/16, not 1/2.
-  const AttnCost n8k = attention_cost("naive", shape(8192), 2);
-  EXPECT_NEAR(n8k.fwd.mma_flops / (2 * n8k.fwd.flops), 9.0 / 16, 1e-9);
-
-  // Bytes: flash linear in T, naive and flash1 quadratic.
-  for (int T : {4096, 16384}) {
-    const double f = attention_cost("flash", shape(2 * T), 2).fwd.bytes /
-                     attention_cost("flash", shape(T), 2).fwd.bytes;
-    const double fb = attention_cost("flash", shape(2 * T), 2).bwd.bytes /
-                      attention_cost("flash", shape(T), 2).bwd.bytes;
-    const double n = attention_cost("naive", shape(2 * T), 2).fwd.bytes /
-                     attention_cost("naive", shape(T), 2).fwd.bytes;
-    const double nb = attention_cost("naive", shape(2 * T), 2).bwd.bytes /
-                      attention_cost("naive", shape(T), 2).bwd.bytes;
-    const double f1 = attention_cost("flash1", shape(2 * T), 2).fwd.bytes /
-                      attention_cost("flash1", shape(T), 2).fwd.bytes;
-    EXPECT_NEAR(f, 2.0, 1e-9) << T;
-    EXPECT_NEAR(fb, 2.0, 1e-9) << T;
-    EXPECT_NEAR(n, 4.0, 0.1) << T;
-    EXPECT_NEAR(nb, 4.0, 0.1) << T;
-    EXPECT_NEAR(f1, 4.0, 0.2) << T;
-  }
-  // Flash at fixed tokens: bytes do not depend on how they are split into sequences.
-  EXPECT_NEAR(attention_cost("flash", AttnShape{16, 1024, 12, 12, 64}, 2).fwd.bytes,
-              attention_cost("flash", AttnShape{1, 16384, 12, 12, 64}, 2).fwd.bytes, 1.0);
-  // flash's minimum forward traffic is Q, K, V, O in bf16 + the fp32 LSE.
-  const double R = 12.0 * 4096;
-  EXPECT_EQ(attention_cost("flash", shape(4096), 2).fwd.bytes, 2.0 * 64 * 4 * R + 4 * R);
-  // The naive forward moves the T x T matrix ~4 times over its chunk rectangles.
-  const double rect = 12.0 * 9 / 16 * 8192.0 * 8192;
-  EXPECT_NEAR(n8k.fwd.bytes / (2 * rect), 3.9, 0.1);
-  EXPECT_GT(attention_cost("flash1", shape(16384), 2).fwd.bytes,
-            20 * attention_cost("flash", shape(16384), 2).fwd.bytes);
-  // fp32 floatX doubles the flash I/O.
-  EXPECT_GT(attention_cost("flash", shape(4096), 4).fwd.bytes,
-            1.9 * attention_cost("flash", shape(4096), 2).fwd.bytes);
-  expect_error([&] { attention_cost("slow", shape(64), 2); }, "--attn");
-}
-
-TEST(Profile, Roofline) {
-  AttnPassCost c;
-  c.mma_flops = 1e12;
-  c.bytes = 1e9;
-  EXPECT_DOUBLE_EQ(roofline_seconds(c, 1e15, 1e12), 1e-3);  // both 1 ms
-  EXPECT_DOUBLE_EQ(roofline_seconds(c, 1e14, 1e12), 1e-2);  // compute-bound
-  EXPECT_DOUBLE_EQ(roofline_seconds(c, 1e15, 1e11), 1e-2);  // memory-bound
-  EXPECT_EQ(roofline_seconds(c, 0, 1e12), 0.0);             // unknown ceiling
-  // With H100-like ceilings flash is compute-bound and naive memory-bound at long T, so the
-  // predicted flash-over-naive speedup grows with T.
-  auto speedup = [](int T) {
-    const AttnShape s{std::max(1, 16384 / T), T, 12, 12, 64};
-    const AttnCost n = attention_cost("naive", s, 2), f = attention_cost("flash", s, 2);
-    const double peak = 700e12, bw = 2.6e12;
-    return (roofline_seconds(n.fwd, peak, bw) + roofline_seconds(n.bwd, peak, bw)) /
-           (roofline_seconds(f.fwd, peak, bw) + roofline_seconds(f.bwd, peak, bw));
-  };
-  EXPECT_GT(speedup(1024), 1.0);
-  EXPECT_GT(speedup(8192), speedup(1024));
-  // The causal tile area: a whole square tile per diagonal tile.
-  EXPECT_EQ(causal_tile_area(128, 64, 64), 3.0 * 64 * 64);
-  EXPECT_EQ(causal_tile_area(100, 64, 64), 3.0 * 64 * 64);
-  EXPECT_EQ(causal_tile_area(64, 128, 64), 1.0 * 128 * 64);
 }

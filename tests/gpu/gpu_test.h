@@ -13,6 +13,11 @@ inline bool gpu_available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+// This build's LSE-saving backend for tests of "the model with flash": flash (bf16 tensor
+// cores), or "scalar" in the FP32 build, which has no flash. So those tests run in both builds
+// and say which backend they ran.
+inline const char* lse_attention() { return sizeof(floatX) == 2 ? "flash" : "scalar"; }
+
 class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/backends.h"
 #include "kernels/cuda_common.cuh"
 #include "model/gpt_cpu.h"
 #include "model/gpt_cuda.cuh"
@@ -182,7 +183,7 @@ TEST_F(CudaModel, FlashGqaForwardBackwardMatchesCpu) {
   o.config.channels = 128;
   o.config.num_heads = 2;
   o.config.num_kv_heads = 1;
-  o.attn = "flash";
+  o.attn = lse_attention();
   check_forward_backward(o);
 }
 
@@ -366,10 +367,10 @@ TEST_F(CudaModel, ChunkedClassifierMatchesOneChunk) {
 // flash's dQ is summed in arrival order (deterministic_dq() false): equal to rounding.
 TEST_F(CudaModel, RecomputeMatchesPlain) {
   SEED_TRACE();
-  for (const char* attn : {"naive", "flash"}) {
+  for (const char* attn : {"naive", lse_attention()}) {
     ModelOptions o = small_options();
     o.config.num_layers = 3;
-    if (std::string(attn) == "flash") {
+    if (std::string(attn) != "naive") {
       o.config.channels = 128;
       o.config.num_heads = 2;
       o.config.num_kv_heads = 1;
@@ -380,7 +381,7 @@ TEST_F(CudaModel, RecomputeMatchesPlain) {
     std::vector<int> inp = random_tokens(N, o.config.vocab_size, rng),
                      tgt = random_tokens(N, o.config.vocab_size, rng);
     const StepResult plain = one_step(o, inp, tgt);
-    const bool det = std::string(attn) == "naive";
+    const bool det = attention_spec(attn).dq_bitwise;
     std::printf("attn %s:\n", attn);
     // Noise floor: two plain runs (0 for a deterministic backend).
     expect_same_step("none vs none (run to run)", o, one_step(o, inp, tgt), plain, det ? 0 : 1e-2);
@@ -405,7 +406,7 @@ TEST_F(CudaModel, RopeFlashGqaRecomputeMatchesCpu) {
   o.config.channels = 128;
   o.config.num_heads = 2;
   o.config.num_kv_heads = 1;
-  o.attn = "flash";
+  o.attn = lse_attention();
   o.recompute = "layer";
   o.classifier_chunk = 10;
   check_forward_backward(o);
@@ -424,7 +425,7 @@ void check_kv_cache(bool rope) {
   o.config.num_heads = 2;
   o.config.num_kv_heads = 1;
   o.config.max_seq_len = 64;
-  o.attn = "flash";
+  o.attn = lse_attention();
   o.B = 1;
   o.T = 64;
   o.kv_cache = 64;
@@ -489,7 +490,7 @@ TEST_F(CudaModel, KvCacheSamplingMatchesRecomputeRope) {
 // it: d12 at B=2, T=2048 plans 3 GiB or more. (At d6 B2 T2048 naive + layer, 1.2 GiB, the
 // left-out part measured 5.1% on an H100.)
 TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
-  for (const char* attn : {"flash", "naive"}) {
+  for (const char* attn : {lse_attention(), "naive"}) {
     for (const char* rc : {"none", "layer"}) {
       ModelOptions o;
       o.config = gpt_preset("d12", 50257, 2048);

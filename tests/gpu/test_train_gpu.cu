@@ -57,11 +57,11 @@ void resume_and_compare(const std::string& attn, bool bitwise) {
 class TrainGpu : public GpuTest {};
 
 TEST_F(TrainGpu, ResumeIsBitExact) { resume_and_compare("naive", true); }
-TEST_F(TrainGpu, FlashResumeMatches) { resume_and_compare("flash", false); }
+TEST_F(TrainGpu, FlashResumeMatches) { resume_and_compare(lse_attention(), false); }
 
 TEST_F(TrainGpu, FlashAndNaiveCurvesAgree) {
   TrainResult naive = run_train(gpu_options("naive", 40));
-  TrainResult flash = run_train(gpu_options("flash", 40));
+  TrainResult flash = run_train(gpu_options(lse_attention(), 40));
   ASSERT_EQ(naive.losses.size(), flash.losses.size());
   double worst = 0;
   for (size_t i = 0; i < naive.losses.size(); i++)

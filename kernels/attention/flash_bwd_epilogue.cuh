@@ -1,0 +1,75 @@
+// flash_bwd_epilogue.cuh — what both backward mainloops (flash_bwd_mma.cuh on mma.sync,
+// flash_bwd_wgmma.cuh on wgmma) do the same way once their products are done: hand a step's dQ
+// tile to the copy engine, and write the block's dK_j, dV_j. The schedule: flash_bwd.cu.
+#pragma once
+#include "kernels/attention/flash_common.cuh"
+
+namespace flash {
+
+// After every thread has staged its part of the step's fp32 dQ_i tile (Br x HS) at sdQ in
+// dQacc's layout (8-float segment s of row r at s ^ (r % 8)): one bulk reduce-add of the tile's
+// valid rows into dQacc, done by the copy engine in L2 (thread 0 issues it; the next step's
+// bulk_wait_read_all() frees the staging tile).
+template <int HS, int Br>
+__device__ __forceinline__ void bwd_add_dq_tile(float* __restrict__ dq_accum, uint32_t sdQ, int b,
+                                                int hq, int q0, int T, int NH, int tid) {
+  fence_proxy_async_smem();  // each thread's staging stores, before the copy engine reads
+  __syncthreads();
+  if (tid == 0) {
+    bulk_reduce_add_f32(dq_accum + (((size_t)b * NH + hq) * T + q0) * HS, sdQ,
+                        (uint32_t)(min(Br, T - q0) * HS * 4));
+    bulk_commit();
+  }
+}
+
+// The end of the block: dK_j (times scale) and dV_j -> bf16 into dqkv. Warp w holds keys
+// k0 + 16 w .. +15 as m16n8 accumulator fragments: dk(nt, e), dv(nt, e) for n-tile nt (head dims
+// 8 nt ..) and element e (row g + 8 (e / 2), dims 8 nt + 2 t4 + e % 2). They are staged in the
+// warp's own rows of the K_j, V_j tiles in shared memory (swizzled rows of HS bf16; K_j and V_j
+// are no longer read once every warp has passed the barrier below), then stored with 16-byte
+// writes; rows past T are not written.
+template <int HS, class FragK, class FragV>
+__device__ __forceinline__ void bwd_store_dk_dv(FragK dk, FragV dv, float scale, uint32_t sK,
+                                                uint32_t sV, __nv_bfloat16* __restrict__ dqkv,
+                                                int b, int k0, int kvh, int T, int NH, int NKV,
+                                                int tid) {
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+  if (tid == 0) bulk_wait_all();  // the last dQ reduce-add has finished
+  __syncthreads();                // all warps done reading K_j, V_j before they are overwritten
+#pragma unroll
+  for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + g + r * 8;
+      const uint32_t o = row * (HS * 2) + ((nt ^ (row & 7)) << 4) + t4 * 4;
+      const uint32_t vk = pack_bf16(dk(nt, 2 * r) * scale, dk(nt, 2 * r + 1) * scale);
+      const uint32_t vv = pack_bf16(dv(nt, 2 * r), dv(nt, 2 * r + 1));
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sK + o), "r"(vk) : "memory");
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sV + o), "r"(vv) : "memory");
+    }
+  __syncwarp();
+  constexpr int CHUNKS = HS / 8;
+  __nv_bfloat16* gdK = dqkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
+  __nv_bfloat16* gdV = dqkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
+#pragma unroll
+  for (int k = 0; k < 16 * CHUNKS / 32; ++k) {
+    const int idx = lane + k * 32;
+    const int row = warp * 16 + idx / CHUNKS, c = idx % CHUNKS;
+    if (k0 + row < T) {
+      uint4 vk, vv;
+      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(vk.x), "=r"(vk.y), "=r"(vk.z), "=r"(vk.w)
+                   : "r"(sK + swz<HS>(row, c))
+                   : "memory");
+      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(vv.x), "=r"(vv.y), "=r"(vv.z), "=r"(vv.w)
+                   : "r"(sV + swz<HS>(row, c))
+                   : "memory");
+      *reinterpret_cast<uint4*>(gdK + (size_t)row * ld + c * 8) = vk;
+      *reinterpret_cast<uint4*>(gdV + (size_t)row * ld + c * 8) = vv;
+    }
+  }
+}
+
+}  // namespace flash

@@ -1,0 +1,315 @@
+// flash_bwd_wgmma.cuh — the backward's mainloop on Hopper warpgroup MMAs (wgmma, sm_90a):
+// flash_bwd_wg_kernel, the same schedule as flash_bwd_kernel (flash_bwd_mma.cuh) with each
+// product one warpgroup MMA. Used at HS 128. The schedule, scratch, determinism and limits:
+// flash_bwd.cu; the steps both mainloops share: flash_bwd_epilogue.cuh. Included by
+// flash_bwd.cu only.
+//
+// Not done (needs device time): running HS 64 on this kernel too and deleting the mma.sync
+// mainloop. The notes below measured it 8-35% faster at HS 64 (Br 128), but its one full
+// GPU-test run hit the dQ order race of the bitwise repeat check; measure again on the current
+// tree (scripts/bench_attention.py --hs 64, and test_gpu's AttentionGpu* repeated) before
+// switching.
+#pragma once
+#include "kernels/attention/flash_bwd_epilogue.cuh"
+#include "kernels/attention/flash_common.cuh"
+#include "kernels/attention/flash_tiles.h"
+
+namespace flash {
+
+// ---- 2'. the main kernel on warpgroup MMAs (wgmma, sm_90a) ----
+// Same schedule, barriers and scratch as flash_bwd_kernel; 2 warpgroups of 4 warps. Warpgroup
+// wg owns keys 64 wg .. +63 of the K/V tile (warp w still owns keys 16 w .. +15: the wgmma
+// accumulator rows of its warp), so dK_j and dV_j stay in registers as before. Each product is
+// one wgmma per 16-deep k-step, which reads its B operand from shared memory once per
+// warpgroup (mma.sync: once per warp):
+//   S^T  = K_wg Q_i^T    A = K_wg (K-major, smem)   B = Q_i  (K-major)   64 x Br, k = HS
+//   dP^T = V_wg dO_i^T   A = V_wg                   B = dO_i             64 x Br, k = HS
+//   dV  += P^T dO_i      A = P^T (registers)        B = dO_i (MN-major)  64 x HS, k = Br
+//   dK  += dS^T Q_i      A = dS^T (registers)       B = Q_i  (MN-major)  64 x HS, k = Br
+//   dQ_i = dS K_j        A = dS (dS^T in smem, MN-major)  B = K_j (MN-major), k = Bc; the Br x HS
+//                        tile split over the two warpgroups by columns (Br 64) or rows (Br 128)
+// K, V, Q, dO and dS^T live in shared memory as 64-column panels with the 128-byte swizzle
+// (load_panels_async), which every descriptor above reads. Causal skipping is per warpgroup:
+// a step whose queries all precede the warpgroup's 64 keys skips its four products (dS^T = 0).
+// dS^T = P^T o (dP^T - D) uses the bf16 P^T that dV's product reads (as a bf16 framework would;
+// the GPU tests' error ratios stay at 0.3-0.5 of their tolerance).
+// Measured on an H200 (causal, 16384 tokens, 16 heads, T 1024 / 2048 / 4096 / 8192 / 16384;
+// backward TFLOP/s as above, medians of 10, all in one run):
+//   HS 128, Br 64 (S^T, dP^T m64n64; dQ_i split by columns): 248 / 307 / 402 / 443 / 429, against
+//           199 / 237 / 262 / 276 / 283 for flash_bwd_kernel at its best HS 128 tiles. 255
+//           registers, 16 B spilled (4 values reloaded once per step). Br 128 would need 64 more
+//           accumulator registers per thread. Nsight Compute (B 4, T 4096): 1.59 ms against
+//           2.51 ms, L1/shared pipe 54% (flash_bwd_kernel: 79%), tensor pipe 46%; it is now
+//           latency-bound: the phases of a step (S/dP, exp, dV/dK, barrier, dQ, barrier) run
+//           mostly one after another; overlapping steps (warp specialization, as FlashAttention-3)
+//           is the next step.
+//   HS 64, Br 128 (12 heads; S^T, dP^T m64n128; dQ_i split by rows): 216 / 285 / 343 / 374 / 397
+//           against 185 / 232 / 265 / 283 / 294 for flash_bwd_kernel (BwdTile64). Not the
+//           default yet: its full GPU-test run hit one failure of test_attention's bitwise
+//           repeat check (dQ differs by the order of the L2 reduce-adds, see Determinism above;
+//           the order race is the same in flash_bwd_kernel, whose run passed).
+template <int HS_, int Br_>
+struct BwdTileWG {
+  static constexpr bool WGMMA = true;
+  static constexpr int HS = HS_, Br = Br_, Bc = 128, NWARPS = 8, NTHREADS = 256;
+  static constexpr int KH = HS / 16;              // k-steps over the head dim (S^T, dP^T)
+  static constexpr int QK = Br / 16;              // k-steps over the queries (dV, dK)
+  static constexpr int NS = Br / 2;               // fp32 per thread of S^T, dP^T (64 x Br)
+  static constexpr int NA = HS / 2;               // fp32 per thread of dK, dV (64 x HS)
+  static constexpr bool DQ_SPLIT_N = (Br == 64);  // dQ_i columns (else rows) split over the WGs
+  static constexpr int DQ_N = DQ_SPLIT_N ? HS / 2 : HS;  // n of each warpgroup's dQ product
+  static constexpr int KV_BYTES = Bc * HS * 2, QT_BYTES = Br * HS * 2, DS_BYTES = Bc * Br * 2;
+  static constexpr int KV_PANEL = Bc * 128, QT_PANEL = Br * 128, DS_PANEL = Bc * 128;
+  // smem (1024-aligned): K_j, V_j | Q_i x2 | dO_i x2 | dS^T x2 | LSE_i x2 | D_i x2 | dQ_i staging
+  static constexpr int OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES, OFF_DO = OFF_Q + 2 * QT_BYTES,
+                       OFF_DS = OFF_DO + 2 * QT_BYTES, OFF_L = OFF_DS + 2 * DS_BYTES,
+                       OFF_D = OFF_L + 2 * Br * 4, OFF_DQ = OFF_D + 2 * Br * 4;
+  static constexpr int SMEM = OFF_DQ + Br * HS * 4 + 1024;  // + slack to align the base
+  static_assert(HS == 64 || HS == 128, "head size 64 or 128");
+  static_assert(Br == 64 || Br == 128, "S^T is one wgmma of n = Br");
+  static_assert(DQ_N == 64, "dQ_i: one m64n64 product per warpgroup");
+  static_assert(QT_BYTES % 1024 == 0 && DS_BYTES % 1024 == 0, "panels on 1024-byte boundaries");
+  static_assert((Bc * HS / 8) % NTHREADS == 0 && (Br * HS / 8) % NTHREADS == 0, "tile loads");
+  static_assert(SMEM <= 227 * 1024, "shared memory per block");
+};
+
+template <class K>
+__global__ void __launch_bounds__(K::NTHREADS, 1)
+    flash_bwd_wg_kernel(__nv_bfloat16* __restrict__ dqkv, float* __restrict__ dq_accum,
+                        const __nv_bfloat16* __restrict__ dout,
+                        const __nv_bfloat16* __restrict__ qkv, const float* __restrict__ lse,
+                        const float* __restrict__ Dvec, int T, int NH, int NKV, float scale_log2,
+                        float scale) {
+  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, KH = K::KH, QK = K::QK, NS = K::NS,
+                NA = K::NA, NTHREADS = K::NTHREADS;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
+  const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
+  const int j = blockIdx.y;
+  const int G = NH / NKV;
+  const int k0 = j * Bc;
+  const size_t ld = (size_t)(NH + 2 * NKV) * HS, ldo = (size_t)NH * HS;
+
+  const uint32_t s_raw = smem_u32(smem_raw);
+  const uint32_t s0 = (s_raw + 1023u) & ~1023u;  // the 128-byte swizzle needs 1024-byte panels
+  const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
+                 sdS = s0 + K::OFF_DS, sL = s0 + K::OFF_L, sD = s0 + K::OFF_D, sdQ = s0 + K::OFF_DQ;
+
+  {
+    const __nv_bfloat16* gK = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
+    const __nv_bfloat16* gV = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
+    load_panels_async<Bc, HS, NTHREADS>(sK, gK, ld, T - k0, tid);
+    load_panels_async<Bc, HS, NTHREADS>(sV, gV, ld, T - k0, tid);
+  }
+  const int i_begin = k0 / Br;
+  const int n_i = (T + Br - 1) / Br - i_begin;
+  const int total = G * n_i;
+  auto prefetch = [&](int it, int buf) {
+    const int hq = kvh * G + it / n_i;
+    const int q0 = (i_begin + it % n_i) * Br;
+    load_panels_async<Br, HS, NTHREADS>(
+        sQ + buf * K::QT_BYTES, qkv + ((size_t)b * T + q0) * ld + (size_t)hq * HS, ld, T - q0, tid);
+    load_panels_async<Br, HS, NTHREADS>(sdO + buf * K::QT_BYTES,
+                                        dout + ((size_t)b * T + q0) * ldo + (size_t)hq * HS, ldo,
+                                        T - q0, tid);
+    if (tid < Br) {
+      const size_t r = ((size_t)b * NH + hq) * T + q0 + tid;
+      const bool ok = q0 + tid < T;
+      // Rows >= T read as LSE = D = 0 (see flash_bwd_kernel).
+      cp_async_4(sL + buf * Br * 4 + tid * 4, lse + (ok ? r : 0), ok);
+      cp_async_4(sD + buf * Br * 4 + tid * 4, Dvec + (ok ? r : 0), ok);
+    }
+  };
+  prefetch(0, 0);
+  cp_async_commit();  // group: K_j, V_j and step 0
+
+  // Descriptors (SBO = 1024: 8 rows of 128 bytes; LBO = the panel stride of MN-major operands),
+  // built where they are used from 32-bit addresses (fewer live registers than 64-bit ones).
+  const uint32_t aK = sK + wg * 64 * 128, aV = sV + wg * 64 * 128;  // A of S^T, dP^T (K-major)
+  // dQ: A = dS from dS^T (MN-major: rows = keys = k), B = K_j (MN-major); this warpgroup's
+  // query panel (row split) or head-dim panel (column split).
+  const uint32_t adS = sdS + (K::DQ_SPLIT_N ? 0 : wg * K::DS_PANEL);
+  const uint32_t aKt = sK + (K::DQ_SPLIT_N ? wg * K::KV_PANEL : 0);
+
+  float dk[NA], dv[NA];
+#pragma unroll
+  for (int n = 0; n < NA; ++n) dk[n] = dv[n] = 0.f;
+
+  const int key_wg = k0 + wg * 64;            // this warpgroup's first key
+  const int key_row = key_wg + wq * 16 + g;   // key of accumulator elements e = 0, 1 (+8: 2, 3)
+
+  // Pipeline and barriers: as flash_bwd_kernel (two barriers per (h, i) step).
+  if (total > 1) {
+    prefetch(1, 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  fence_proxy_async_smem();  // cp.async writes, before wgmma (async proxy) reads
+  __syncthreads();
+
+  for (int it = 0; it < total; ++it) {
+    const int buf = it & 1;
+    const uint32_t sdSb = sdS + buf * K::DS_BYTES;
+    const int hq = kvh * G + it / n_i;
+    const int q0 = (i_begin + it % n_i) * Br;
+    const uint32_t qoff = buf * K::QT_BYTES;
+    const uint32_t Lb = sL + buf * Br * 4, Db = sD + buf * Br * 4;
+    // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
+    const bool active = key_wg <= q0 + Br - 1;
+    const bool needs_mask = key_wg + 63 > q0;
+
+    uint32_t ap[QK][4], as[QK][4];
+    if (active) {
+      float st[NS], dpt[NS];
+#pragma unroll
+      for (int n = 0; n < NS; ++n) st[n] = dpt[n] = 0.f;
+      // S^T = K_wg Q_i^T, then dP^T = V_wg dO_i^T (two groups: P is computed while dP runs)
+      reg_fence(st);
+      reg_fence(dpt);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KH; ++kk) {
+        const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
+        const uint32_t ob = qoff + (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
+        wgmma_ss<0, 0>(st, gmma_desc(aK + oa, 16, 1024), gmma_desc(sQ + ob, 16, 1024));
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < KH; ++kk) {
+        const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
+        const uint32_t ob = qoff + (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
+        wgmma_ss<0, 0>(dpt, gmma_desc(aV + oa, 16, 1024), gmma_desc(sdO + ob, 16, 1024));
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+      reg_fence(st);
+      // P^T = exp2(S^T scale log2e - LSE log2e) (0 where key > query), packed to bf16 as the A
+      // fragments of dV += P^T dO_i, which is issued at once and runs while dS^T is computed
+#pragma unroll
+      for (int qt = 0; qt < Br / 8; ++qt) {
+        const int ql = qt * 8 + 2 * t4;  // tile-local query of elements e = 0, 2
+        const float2 L = ld_shared_f2(Lb + ql * 4);
+        const float l0 = L.x * kLog2e, l1 = L.y * kLog2e;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float p = fast_exp2(fmaf(st[4 * qt + e], scale_log2, -((e & 1) ? l1 : l0)));
+          if (needs_mask && key_row + (e >> 1) * 8 > q0 + ql + (e & 1)) p = 0.f;
+          st[4 * qt + e] = p;
+        }
+      }
+#pragma unroll
+      for (int kq = 0; kq < QK; ++kq) {
+        const int a = 8 * kq, c = 8 * kq + 4;  // n-tiles 2 kq and 2 kq + 1
+        ap[kq][0] = pack_bf16(st[a + 0], st[a + 1]);
+        ap[kq][1] = pack_bf16(st[a + 2], st[a + 3]);
+        ap[kq][2] = pack_bf16(st[c + 0], st[c + 1]);
+        ap[kq][3] = pack_bf16(st[c + 2], st[c + 3]);
+      }
+      reg_fence(ap);
+      wgmma_fence();
+#pragma unroll
+      for (int kq = 0; kq < QK; ++kq)
+        wgmma_rs<1>(dv, ap[kq], gmma_desc(sdO + qoff + kq * 2048, K::QT_PANEL, 1024));
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T (dV may still run)
+      reg_fence(dpt);
+      // dS^T = P^T o (dP^T - D), with the bf16 P^T of dV (as a bf16 framework would)
+#pragma unroll
+      for (int kq = 0; kq < QK; ++kq)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // n-tile 2 kq + h: queries 16 kq + 8 h + 2 t, +1
+          const float2 Dq = ld_shared_f2(Db + (16 * kq + 8 * h + 2 * t4) * 4);
+          const int n = 8 * kq + 4 * h;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {  // rows g, g + 8
+            const float2 pp = unpack_bf16(ap[kq][2 * h + r]);
+            as[kq][2 * h + r] = pack_bf16(pp.x * (dpt[n + 2 * r] - Dq.x),
+                                          pp.y * (dpt[n + 2 * r + 1] - Dq.y));
+          }
+        }
+    } else {
+#pragma unroll
+      for (int kq = 0; kq < QK; ++kq)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) as[kq][e] = 0u;
+    }
+    // dS^T (bf16) -> smem: rows = this warp's keys, 8-query chunk qt = 2 kq + (e / 2) of panel
+    // qt / 8 (as[kq][e]: row g + 8 (e % 2), queries 16 kq + 8 (e / 2) + 2 t)
+#pragma unroll
+    for (int kq = 0; kq < QK; ++kq)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = warp * 16 + g + (e & 1) * 8;
+        const int qt = 2 * kq + (e >> 1);
+        const uint32_t addr = sdSb + (qt >> 3) * K::DS_PANEL + row * 128 +
+                              ((((qt & 7) ^ (row & 7))) << 4) + t4 * 4;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(as[kq][e]) : "memory");
+      }
+    if (active) {
+      // dK += dS^T Q_i
+      reg_fence(as);
+      wgmma_fence();
+#pragma unroll
+      for (int kq = 0; kq < QK; ++kq)
+        wgmma_rs<1>(dk, as[kq], gmma_desc(sQ + qoff + kq * 2048, K::QT_PANEL, 1024));
+      wgmma_commit();
+      wgmma_wait<0>();
+    }
+    cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
+    fence_proxy_async_smem();  // those tiles and this step's dS^T, before wgmma reads
+    if (tid == 0) bulk_wait_read_all();  // the last dQ reduction has read its staging tile
+    __syncthreads();
+    if (it + 2 < total) {
+      prefetch(it + 2, buf);
+      cp_async_commit();
+    }
+
+    // ---- dQacc_i += dS_ij K_j : (Br x Bc) (Bc x HS), this warpgroup's 64 x 64 part ----
+    {
+      float dq[32];
+#pragma unroll
+      for (int n = 0; n < 32; ++n) dq[n] = 0.f;
+      reg_fence(dq);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < Bc / 16; ++ks)
+        wgmma_ss<1, 1>(dq, gmma_desc(adS + buf * K::DS_BYTES + ks * 2048, K::DS_PANEL, 1024),
+                       gmma_desc(aKt + ks * 2048, K::KV_PANEL, 1024));
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(dq);
+      // Stage in smem (dQacc's layout: 8-float segment s of row r at s ^ (r % 8)), then one
+      // bulk reduce-add into dQacc.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = (K::DQ_SPLIT_N ? 0 : wg * 64) + wq * 16 + g + r * 8;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const int seg = (K::DQ_SPLIT_N ? wg * 8 : 0) + n;
+          const uint32_t addr = sdQ + (row * HS + ((seg ^ (row & 7)) << 3) + 2 * t4) * 4;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * r]),
+                       "f"(dq[4 * n + 2 * r + 1])
+                       : "memory");
+        }
+      }
+      bwd_add_dq_tile<HS, Br>(dq_accum, sdQ, b, hq, q0, T, NH, tid);
+    }
+  }
+  bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
+                      [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, dqkv, b, k0,
+                      kvh, T, NH, NKV, tid);
+}
+
+// The sizes live in flash_tiles.h (Br; Bc = 128 is this kernel's two warpgroups of 64 keys).
+constexpr FlashTiles kBwdTiles128 = flash_tiles(128);
+static_assert(kBwdTiles128.bwd_Bc == 128 && kBwdTiles128.bwd_skip_keys == 64 &&
+                  kBwdTiles128.bwd_skip_rows == kBwdTiles128.bwd_Br,
+              "two warpgroups of 64 keys, skipping per warpgroup and Q tile");
+using BwdTile128 = BwdTileWG<128, kBwdTiles128.bwd_Br>;
+
+}  // namespace flash
