@@ -16,7 +16,7 @@
 #include "kernels/residual.h"
 #include "kernels/rope.h"
 #include "kernels/attention/decode.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 
 std::vector<float> gpt_init_params(const GPTConfig& c, uint64_t seed) {
   ParamLayout layout(c);
