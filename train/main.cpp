@@ -3,6 +3,7 @@
 //   flashgpt train --data DIR [options]            train a GPT-2 (CPU or CUDA)
 //   flashgpt sample --checkpoint FILE [options]    generate text
 //   flashgpt bench-attention [options]             time the attention backends (CUDA builds)
+//   flashgpt bench-kernels [options]               time the model's other kernels (CUDA builds)
 //   flashgpt profile [options]                     memory and speed vs context length, measured
 //                                                  and predicted (--plan-only: no GPU needed)
 // Every error is one line "flashgpt: error: ..." and a non-zero exit.
@@ -10,15 +11,14 @@
 #include <cstring>
 #include <string>
 
+#include "bench/bench_attention.h"
+#include "bench/bench_kernels.h"
+#include "bench/profile.h"
 #include "data/prepare.h"
 #include "kernels/common.h"
 #include "train/options.h"
-#include "train/profile.h"
 #include "train/sample.h"
 #include "train/train.h"
-#ifdef FLASHGPT_WITH_CUDA
-#include "train/bench_attention.h"
-#endif
 
 static void usage() {
   std::printf(
@@ -27,6 +27,7 @@ static void usage() {
       "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive|flash1)\n"
       "  sample           generate text from a checkpoint\n"
       "  bench-attention  time attention backends on the GPU (CUDA builds)\n"
+      "  bench-kernels    time the other kernels, decode and a d12 step on the GPU (CUDA builds)\n"
       "  profile          memory, step time and attention time vs context length, measured and\n"
       "                   predicted (--plan-only: the predicted table, no GPU needed)\n");
 }
@@ -55,15 +56,11 @@ int main(int argc, char** argv) {
       if (!parse_sample_options(argc - 1, argv + 1, opt)) return 0;
       return run_sample(opt);
     }
-    if (cmd == "bench-attention") {
-#ifdef FLASHGPT_WITH_CUDA
-      return bench_attention_main(argc - 1, argv + 1);
-#else
-      FAIL("bench-attention needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
-#endif
-    }
+    if (cmd == "bench-attention") return bench_attention_main(argc - 1, argv + 1);
+    if (cmd == "bench-kernels") return bench_kernels_main(argc - 1, argv + 1);
     if (cmd == "profile") return profile_main(argc - 1, argv + 1);
-    FAIL("unknown command '%s'; use prepare, train, sample, bench-attention or profile",
+    FAIL("unknown command '%s'; use prepare, train, sample, bench-attention, bench-kernels or "
+         "profile",
          cmd.c_str());
   } catch (const std::exception& e) {
     std::fflush(stdout);

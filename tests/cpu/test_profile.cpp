@@ -7,7 +7,8 @@
 
 #include "model/memory_plan.h"
 #include "test_helpers.h"
-#include "train/profile.h"
+#include "bench/profile.h"
+#include "bench/profile_report.h"
 
 namespace {
 
@@ -156,8 +157,69 @@ TEST(Profile, BadFlagsNameTheFlag) {
   bad({"--pos", "alibi"}, "--pos");
   bad({"--model", "d99"}, "--model");
   bad({"--gpu-memory", "-5"}, "--gpu-memory");
+  bad({"--gpu-memory", "1e308"}, "--gpu-memory");  // not a capacity of 0 after wrapping around
   bad({"--max-step-seconds", "0"}, "--max-step-seconds");
   bad({"--batch", "100000", "--seq-lens", "131072"}, "--batch");
   bad({"--frobnicate"}, "frobnicate");
   bad({"stray"}, "stray");
+}
+
+// Capacities up to the limit are taken as given, in bytes.
+TEST(Profile, GpuMemoryLargeButValid) {
+  TempDir dir;
+  ProfileOptions opt = parse({"--plan-only", "--plot=false", "--out", dir.path, "--gpu-memory",
+                              "1000000", "--seq-lens", "1024", "--attn", "flash"});
+  ProfileReport r;
+  run_plan(opt, r);
+  EXPECT_EQ(r.capacity_bytes, size_t(1000000) << 30);
+  EXPECT_TRUE(point(r, "flash", 1024).fits);
+}
+
+// At a T where naive's T x T state passes 2^64 bytes, that point says so (naming --seq-len)
+// instead of wrapping around to a total smaller than its parts, and the plan goes on. flash at
+// the same T has a plan (hundreds of TiB) whose lines add up to its total, and is unsupported
+// (its kernels stop at 4M).
+TEST(Profile, PlanOnlyHugeSeqLen) {
+  TempDir dir;
+  ProfileOptions opt = parse({"--plan-only", "--gpu-memory", "80", "--plot=false", "--out",
+                              dir.path, "--seq-lens", "1024,2000000000", "--attn", "naive,flash"});
+  ProfileReport r;
+  const std::string text = run_plan(opt, r);
+  ASSERT_EQ(r.points.size(), 4u);
+  const ProfilePoint& n = point(r, "naive", 2000000000);
+  EXPECT_FALSE(n.fits);
+  EXPECT_NE(n.status.find("2^64 bytes"), std::string::npos) << n.status;
+  EXPECT_NE(n.status.find("--seq-len"), std::string::npos) << n.status;
+  EXPECT_NE(text.find("naive at T=2000000000: error: "), std::string::npos) << text;
+  for (const ProfilePoint& p : r.points) {
+    size_t sum = 0;
+    for (const MemoryLine& l : p.pred_lines) {
+      EXPECT_LE(l.bytes, p.pred_bytes) << p.backend << " " << p.T << " " << l.what;
+      sum += l.bytes;
+    }
+    EXPECT_EQ(sum, p.pred_bytes) << p.backend << " " << p.T;
+  }
+  const ProfilePoint& f = point(r, "flash", 2000000000);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.status.find("unsupported: sequence length"), std::string::npos) << f.status;
+  EXPECT_GT(f.pred_bytes, size_t(500000) << 30);  // activations alone are about 530 TiB
+  EXPECT_TRUE(point(r, "naive", 1024).fits);
+  EXPECT_TRUE(point(r, "flash", 1024).fits);
+  EXPECT_NE(text.find("summary: 4 points planned, 2 fit"), std::string::npos) << text;
+}
+
+// --plan-only draws the plan's plot (scripts/plot_profile.py, matplotlib): memory_vs_T.png in
+// --out, a real PNG. (The other two plots need measurements.)
+TEST(Profile, PlanOnlyWritesThePlot) {
+  if (plot_python().empty())
+    GTEST_SKIP() << "no python3 with matplotlib (apt-get install python3-matplotlib), so the "
+                    "plot cannot be drawn";
+  TempDir dir;
+  ProfileOptions opt = parse({"--plan-only", "--gpu-memory", "80", "--out", dir / "out",
+                              "--seq-lens", "1024,4096,16384,65536", "--attn", "flash,naive"});
+  ProfileReport r;
+  run_plan(opt, r);  // the plot script prints its own "plots: ..." line to stdout
+  const std::string png = read_all(dir / "out/memory_vs_T.png");
+  ASSERT_GT(png.size(), 10000u) << "no plot in " << dir / "out";
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
