@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 #include "train/options.h"
 
 // temperature 0 = greedy (argmax); top_k 0 = all V tokens. Only the V real tokens are drawn.
@@ -25,6 +25,4 @@ std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_ne
 std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n_new,
                              float temperature, int top_k, uint64_t seed, int cache_len,
                              const std::function<void(int)>& on_token = nullptr);
-// "auto" picks cuda when a device is present. Prints nothing.
-std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions& opt);
 int run_sample(const SampleOptions& opt);

@@ -18,8 +18,9 @@
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
+#include "model/dist_comm.h"
 #include "model/layout.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 #include "train/dist.h"
 #include "train/sample.h"
 
