@@ -1,6 +1,9 @@
 // attention_ref.cpp — CPU causal attention: naive (stores P), FlashAttention-2 (stores LSE) and
 // FlashAttention-1's loop order (flash1, stores LSE; see its section below).
 // The oracles for the GPU attention kernels and the attention of the CPU model.
+// One file of over 600 lines: the three oracles share the layout helpers, the tile loops of the
+// two flash orders mirror each other line by line (easiest to check side by side), and the
+// CpuAttention registry at the end wraps all three.
 //
 // Layout, notation and the maths: attention_ref.h. Per (b, query head h), kv head h / (NH/NKV),
 // scale = 1/sqrt(HS), query t sees keys 0..t.

@@ -70,6 +70,9 @@
 // tiles: zero-filled loads, masked keys, predicated stores); 16-byte aligned buffers
 // (cudaMalloc'd ones are); B * NH < 2^31.
 //
+// One file of over 600 lines: forward and backward of one schedule belong together (one op per
+// file, DESIGN.md), and they share the tile traits and lane offsets above them.
+//
 // Test:  make build/test_gpu && ./build/test_gpu --gtest_filter='AttentionGpu*flash1*'
 //        (tests/gpu/test_attention.cu: vs the CPU oracle with the self-calibrating bf16 rule,
 //        poisoned outputs, repeat determinism); CPU twin: build/test_cpu
