@@ -53,7 +53,8 @@
 //
 // Files: this one holds the schedule, the D and dQ-convert kernels and the launch; one mainloop
 // per instruction family (flash_bwd_mma.cuh: mma.sync, HS 64; flash_bwd_wgmma.cuh: wgmma,
-// HS 128) and what they share (flash_bwd_epilogue.cuh: the dQ tile hand-off, the dK/dV store).
+// HS 128) and what they share (flash_bwd_shared.cuh: the tile loads, the dQ tile hand-off, the
+// dK/dV store).
 // Tiles: flash_tiles.h.
 //
 // Test:  make build/test_gpu && ./build/test_gpu --gtest_filter='Flash*'

@@ -1,10 +1,11 @@
 // flash_bwd_mma.cuh — the backward's mainloop on mma.sync (m16n8k16 bf16, fp32 accumulate):
 // flash_bwd_kernel, one thread block per (K/V tile j, kv head, batch), 8 warps of 16 keys each.
 // Used at HS 64. The schedule, scratch, determinism and limits: flash_bwd.cu; the steps a
-// mainloop shares with the wgmma one (dQ tile hand-off, dK/dV store): flash_bwd_epilogue.cuh.
+// mainloop shares with the wgmma one (tile loads, dQ tile hand-off, dK/dV store):
+// flash_bwd_shared.cuh.
 // Included by flash_bwd.cu only.
 #pragma once
-#include "kernels/attention/flash_bwd_epilogue.cuh"
+#include "kernels/attention/flash_bwd_shared.cuh"
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/flash_tiles.h"
 
@@ -90,31 +91,15 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const float* fL = reinterpret_cast<const float*>(smem + K::OFF_L);
   const float* fD = reinterpret_cast<const float*>(smem + K::OFF_D);
 
-  {
-    const __nv_bfloat16* gK = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
-    const __nv_bfloat16* gV = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
-    load_tile_async<Bc, HS, NTHREADS>(sK, gK, ld, T - k0, tid);
-    load_tile_async<Bc, HS, NTHREADS>(sV, gV, ld, T - k0, tid);
-  }
+  bwd_load_kv<Bc, HS, NTHREADS, false>(sK, sV, qkv, b, k0, kvh, T, NH, NKV, ld, tid);
   const int i_begin = k0 / Br;
   const int n_i = (T + Br - 1) / Br - i_begin;
   const int total = G * n_i;
-  auto prefetch = [&](int it, int buf) {
-    const int hq = kvh * G + it / n_i;
-    const int q0 = (i_begin + it % n_i) * Br;
-    load_tile_async<Br, HS, NTHREADS>(
-        sQ + buf * K::QT_BYTES, qkv + ((size_t)b * T + q0) * ld + (size_t)hq * HS, ld, T - q0, tid);
-    load_tile_async<Br, HS, NTHREADS>(sdO + buf * K::QT_BYTES,
-                                      dout + ((size_t)b * T + q0) * ldo + (size_t)hq * HS, ldo,
-                                      T - q0, tid);
-    if (tid < Br) {
-      const size_t r = ((size_t)b * NH + hq) * T + q0 + tid;
-      const bool ok = q0 + tid < T;
-      // Rows >= T read as LSE = D = 0: with their Q and dO zero-filled, P = 1 there but
-      // dP = 0 and dS = 0, and dO = 0 makes their dV term 0; their dQ rows are not stored.
-      cp_async_4(sL + buf * Br * 4 + tid * 4, lse + (ok ? r : 0), ok);
-      cp_async_4(sD + buf * Br * 4 + tid * 4, Dvec + (ok ? r : 0), ok);
-    }
+  auto prefetch = [&](int it, int buf) {  // step it: query head hq, Q tile i_begin + it % n_i
+    bwd_load_step<Br, HS, NTHREADS, false>(sQ + buf * K::QT_BYTES, sdO + buf * K::QT_BYTES,
+                                        sL + buf * Br * 4, sD + buf * Br * 4, qkv, dout, lse,
+                                        Dvec, b, kvh * G + it / n_i, (i_begin + it % n_i) * Br, T,
+                                        NH, ld, ldo, tid);
   };
   prefetch(0, 0);
   cp_async_commit();  // group: K_j, V_j and step 0

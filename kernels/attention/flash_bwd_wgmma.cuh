@@ -1,7 +1,7 @@
 // flash_bwd_wgmma.cuh — the backward's mainloop on Hopper warpgroup MMAs (wgmma, sm_90a):
 // flash_bwd_wg_kernel, the same schedule as flash_bwd_kernel (flash_bwd_mma.cuh) with each
 // product one warpgroup MMA. Used at HS 128. The schedule, scratch, determinism and limits:
-// flash_bwd.cu; the steps both mainloops share: flash_bwd_epilogue.cuh. Included by
+// flash_bwd.cu; the steps both mainloops share: flash_bwd_shared.cuh. Included by
 // flash_bwd.cu only.
 //
 // Not done (needs device time): running HS 64 on this kernel too and deleting the mma.sync
@@ -10,7 +10,7 @@
 // tree (scripts/bench_attention.py --hs 64, and test_gpu's AttentionGpu* repeated) before
 // switching.
 #pragma once
-#include "kernels/attention/flash_bwd_epilogue.cuh"
+#include "kernels/attention/flash_bwd_shared.cuh"
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/flash_tiles.h"
 
@@ -98,30 +98,15 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
                  sdS = s0 + K::OFF_DS, sL = s0 + K::OFF_L, sD = s0 + K::OFF_D, sdQ = s0 + K::OFF_DQ;
 
-  {
-    const __nv_bfloat16* gK = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
-    const __nv_bfloat16* gV = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
-    load_panels_async<Bc, HS, NTHREADS>(sK, gK, ld, T - k0, tid);
-    load_panels_async<Bc, HS, NTHREADS>(sV, gV, ld, T - k0, tid);
-  }
+  bwd_load_kv<Bc, HS, NTHREADS, true>(sK, sV, qkv, b, k0, kvh, T, NH, NKV, ld, tid);
   const int i_begin = k0 / Br;
   const int n_i = (T + Br - 1) / Br - i_begin;
   const int total = G * n_i;
-  auto prefetch = [&](int it, int buf) {
-    const int hq = kvh * G + it / n_i;
-    const int q0 = (i_begin + it % n_i) * Br;
-    load_panels_async<Br, HS, NTHREADS>(
-        sQ + buf * K::QT_BYTES, qkv + ((size_t)b * T + q0) * ld + (size_t)hq * HS, ld, T - q0, tid);
-    load_panels_async<Br, HS, NTHREADS>(sdO + buf * K::QT_BYTES,
-                                        dout + ((size_t)b * T + q0) * ldo + (size_t)hq * HS, ldo,
-                                        T - q0, tid);
-    if (tid < Br) {
-      const size_t r = ((size_t)b * NH + hq) * T + q0 + tid;
-      const bool ok = q0 + tid < T;
-      // Rows >= T read as LSE = D = 0 (see flash_bwd_kernel).
-      cp_async_4(sL + buf * Br * 4 + tid * 4, lse + (ok ? r : 0), ok);
-      cp_async_4(sD + buf * Br * 4 + tid * 4, Dvec + (ok ? r : 0), ok);
-    }
+  auto prefetch = [&](int it, int buf) {  // step it: query head hq, Q tile i_begin + it % n_i
+    bwd_load_step<Br, HS, NTHREADS, true>(sQ + buf * K::QT_BYTES, sdO + buf * K::QT_BYTES,
+                                        sL + buf * Br * 4, sD + buf * Br * 4, qkv, dout, lse,
+                                        Dvec, b, kvh * G + it / n_i, (i_begin + it % n_i) * Br, T,
+                                        NH, ld, ldo, tid);
   };
   prefetch(0, 0);
   cp_async_commit();  // group: K_j, V_j and step 0

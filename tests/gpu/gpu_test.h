@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <vector>
 
 #include "kernels/cuda_common.cuh"
@@ -56,6 +57,10 @@ struct DeviceBuffer {
   }
 };
 
+// n values N(0, sd) rounded to floatX (what the GPU sees), as float (f) and as floatX (x).
+inline void random_floatX(size_t n, float sd, std::mt19937_64& rng, std::vector<float>& f,
+                          std::vector<floatX>& x);
+
 // floatX values as float, and back (rounding to floatX; the identity in the FP32 build).
 inline std::vector<float> to_float(const std::vector<floatX>& x) {
   std::vector<float> f(x.size());
@@ -66,4 +71,13 @@ inline std::vector<floatX> to_floatX(const std::vector<float>& f) {
   std::vector<floatX> x(f.size());
   for (size_t i = 0; i < f.size(); i++) x[i] = floatX(f[i]);
   return x;
+}
+
+inline void random_floatX(size_t n, float sd, std::mt19937_64& rng, std::vector<float>& f,
+                          std::vector<floatX>& x) {
+  std::normal_distribution<float> d(0.0f, sd);
+  f.resize(n);
+  for (float& v : f) v = d(rng);
+  x = to_floatX(f);
+  f = to_float(x);
 }

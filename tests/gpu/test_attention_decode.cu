@@ -27,14 +27,10 @@ namespace {
 
 using VecF = std::vector<float>;
 
-// N(0, sd) values already rounded to floatX (what the GPU sees), as float and as floatX.
+// N(0, sd) values rounded to floatX, from one generator for the file (FLASHGPT_SEED repeats).
 void random_x(size_t n, float sd, VecF& f, std::vector<floatX>& x) {
   static std::mt19937_64 rng(base_seed() ^ 0x6465636full);
-  std::normal_distribution<float> d(0.0f, sd);
-  f.resize(n);
-  for (float& v : f) v = d(rng);
-  x = to_floatX(f);
-  f = to_float(x);
+  random_floatX(n, sd, rng, f, x);
 }
 
 

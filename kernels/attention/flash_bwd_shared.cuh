@@ -1,10 +1,58 @@
-// flash_bwd_epilogue.cuh — what both backward mainloops (flash_bwd_mma.cuh on mma.sync,
-// flash_bwd_wgmma.cuh on wgmma) do the same way once their products are done: hand a step's dQ
-// tile to the copy engine, and write the block's dK_j, dV_j. The schedule: flash_bwd.cu.
+// flash_bwd_shared.cuh — what both backward mainloops (flash_bwd_mma.cuh on mma.sync,
+// flash_bwd_wgmma.cuh on wgmma) do the same way around their products: load the block's K/V
+// tile and each step's Q/dO tiles and LSE/D rows, hand a step's dQ tile to the copy engine
+// (the epilogue of a step), and write the block's dK_j, dV_j (the epilogue of the block). The
+// schedule: flash_bwd.cu.
 #pragma once
 #include "kernels/attention/flash_common.cuh"
 
 namespace flash {
+
+// ROWS x HS bf16 rows from global memory into shared memory (cp.async; rows past `valid`
+// zero-filled) in the layout the mainloop reads: swizzled rows of HS (mma.sync, PANELS false)
+// or 64-column panels with the 128-byte swizzle (wgmma descriptors, PANELS true).
+template <int ROWS, int HS, int NTHREADS, bool PANELS>
+__device__ __forceinline__ void bwd_load_rows(uint32_t s_tile, const __nv_bfloat16* g, size_t ld,
+                                              int valid, int tid) {
+  if constexpr (PANELS)
+    load_panels_async<ROWS, HS, NTHREADS>(s_tile, g, ld, valid, tid);
+  else
+    load_tile_async<ROWS, HS, NTHREADS>(s_tile, g, ld, valid, tid);
+}
+
+// The block's K_j, V_j (Bc keys from k0 of kv head kvh) into sK, sV.
+template <int Bc, int HS, int NTHREADS, bool PANELS>
+__device__ __forceinline__ void bwd_load_kv(uint32_t sK, uint32_t sV,
+                                            const __nv_bfloat16* __restrict__ qkv, int b, int k0,
+                                            int kvh, int T, int NH, int NKV, size_t ld, int tid) {
+  const __nv_bfloat16* gK = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
+  const __nv_bfloat16* gV = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
+  bwd_load_rows<Bc, HS, NTHREADS, PANELS>(sK, gK, ld, T - k0, tid);
+  bwd_load_rows<Bc, HS, NTHREADS, PANELS>(sV, gV, ld, T - k0, tid);
+}
+
+// One step's inputs (query head hq, Q tile from q0) into one buffer of each: Q_i, dO_i, and
+// LSE_i, D_i. Rows >= T read as LSE = D = 0: with their Q and dO zero-filled, P = 1 there but
+// dP = 0 and dS = 0, and dO = 0 makes their dV term 0; their dQ rows are not stored.
+template <int Br, int HS, int NTHREADS, bool PANELS>
+__device__ __forceinline__ void bwd_load_step(uint32_t sQ, uint32_t sdO, uint32_t sL, uint32_t sD,
+                                              const __nv_bfloat16* __restrict__ qkv,
+                                              const __nv_bfloat16* __restrict__ dout,
+                                              const float* __restrict__ lse,
+                                              const float* __restrict__ Dvec, int b, int hq,
+                                              int q0, int T, int NH, size_t ld, size_t ldo,
+                                              int tid) {
+  bwd_load_rows<Br, HS, NTHREADS, PANELS>(sQ, qkv + ((size_t)b * T + q0) * ld + (size_t)hq * HS,
+                                          ld, T - q0, tid);
+  bwd_load_rows<Br, HS, NTHREADS, PANELS>(sdO, dout + ((size_t)b * T + q0) * ldo + (size_t)hq * HS,
+                                          ldo, T - q0, tid);
+  if (tid < Br) {
+    const size_t r = ((size_t)b * NH + hq) * T + q0 + tid;
+    const bool ok = q0 + tid < T;
+    cp_async_4(sL + tid * 4, lse + (ok ? r : 0), ok);
+    cp_async_4(sD + tid * 4, Dvec + (ok ? r : 0), ok);
+  }
+}
 
 // After every thread has staged its part of the step's fp32 dQ_i tile (Br x HS) at sdQ in
 // dQacc's layout (8-float segment s of row r at s ^ (r % 8)): one bulk reduce-add of the tile's
