@@ -581,12 +581,14 @@ TEST_F(Kernels, CudaEventTimer) {
   }
   const double ms = timer.take_ms();
   std::printf("  3 intervals of 2 ms: %.3f ms; median_ms of one: ", ms);
-  EXPECT_GE(ms, 6.0);
-  EXPECT_LT(ms, 7.5);  // the 3 ms outside the intervals would push it past 9
+  // 2% below for the global timer's and the events' clocks disagreeing; the 3 ms outside the
+  // intervals would push the sum past 9.
+  EXPECT_GE(ms, 0.98 * 6.0);
+  EXPECT_LT(ms, 7.5);
   EXPECT_EQ(timer.take_ms(), 0.0);  // taken: starts again from zero
   const double one = median_ms([&] { spin_kernel<<<1, 1, 0, st>>>(2000000ull); }, 1, 5, 0, st);
   std::printf("%.3f ms\n", one);
-  EXPECT_GE(one, 2.0);
+  EXPECT_GE(one, 0.98 * 2.0);
   EXPECT_LT(one, 2.5);
   CUDA_CHECK(cudaStreamDestroy(st));
 }

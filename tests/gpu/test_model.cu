@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/attention_ref.h"
 #include "kernels/attention/backends.h"
 #include "kernels/cuda_common.cuh"
 #include "model/gpt_cpu.h"
@@ -100,7 +101,12 @@ class CudaModel : public GpuTest {};
 
 // Loss, logits and every parameter gradient of the CUDA model against the CPU model.
 void check_forward_backward(const ModelOptions& o) {
-  auto cpu = make_cpu_model(o);
+  // The CPU oracle runs the same exact attention; a GPU-only backend (scalar, the FP32 build's
+  // lse_attention()) has no CPU twin, so the oracle there is the CPU flash loop.
+  ModelOptions oc = o;
+  const std::vector<std::string> cpu_names = cpu_attention_names();
+  if (std::find(cpu_names.begin(), cpu_names.end(), oc.attn) == cpu_names.end()) oc.attn = "flash";
+  auto cpu = make_cpu_model(oc);
   auto gpu = make_cuda_model(o);
   ASSERT_EQ(cpu->num_parameters(), gpu->num_parameters());
   std::printf("device: %s, %s build, %zu parameters\n", gpu->device_name(), PRECISION_NAME,
