@@ -28,13 +28,15 @@ NVCCFLAGS += -std=c++17 -I. -MMD -MP -DGTEST_DONT_DEFINE_FAIL=1 --expt-relaxed-c
   -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DENABLE_$(PRECISION)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lgomp -lpthread
 
-CPU_SRC  := $(wildcard kernels/*.cpp kernels/attention/*.cpp model/*.cpp data/*.cpp train/*.cpp)
-CPU_SRC  := $(filter-out train/main.cpp model/cuda_unavailable.cpp,$(CPU_SRC))
-# CPU-only programs link this instead of the CUDA model (also the CUDA build, until
-# model/gpt_cuda.cu exists).
-STUB_OBJ := $(BUILD)/model/cuda_unavailable.o
-CUDA_STUB := $(if $(wildcard model/gpt_cuda.cu),,$(STUB_OBJ))
-CUDA_SRC := $(wildcard kernels/*.cu kernels/attention/*.cu model/*.cu train/*.cu)
+# Sources by folder: host code (.cpp, g++) goes into libflashgpt_cpu.a, CUDA code (.cu, nvcc)
+# into libflashgpt_cuda.a; bench/ holds the benchmark code of both kinds.
+SRC_DIRS := kernels kernels/attention model data train bench
+STUB_SRC := model/cuda_unavailable.cpp bench/cuda_unavailable.cpp
+CPU_SRC  := $(filter-out train/main.cpp $(STUB_SRC),$(wildcard $(SRC_DIRS:%=%/*.cpp)))
+# CPU-only programs (the CPU test binary; flashgpt without nvcc) link these instead of the
+# CUDA code: the same functions, saying that they need the CUDA build.
+STUB_OBJ := $(STUB_SRC:%.cpp=$(BUILD)/%.o)
+CUDA_SRC := $(wildcard $(SRC_DIRS:%=%/*.cu))
 CPU_OBJ  := $(CPU_SRC:%.cpp=$(BUILD)/%.o)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
 TEST_CPU_OBJ := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/cpu/*.cpp) tests/main.cpp)
@@ -43,7 +45,6 @@ TEST_GPU_OBJ := $(patsubst %,$(BUILD)/cuda/%.o,$(basename $(TEST_GPU_SRC)))
 
 ifneq ($(NVCC),)
   WITH_CUDA := 1
-  MAIN_DEFS := -DFLASHGPT_WITH_CUDA
   ALL_BINS := $(BUILD)/flashgpt $(BUILD)/test_cpu $(BUILD)/test_gpu
 else
   WITH_CUDA := 0
@@ -54,21 +55,18 @@ endif
 all: $(ALL_BINS)
 train: $(BUILD)/flashgpt
 
+# Rebuilt from scratch: a source that was deleted or moved must not linger in the archive.
 $(BUILD)/libflashgpt_cpu.a: $(CPU_OBJ)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libflashgpt_cuda.a: $(CUDA_OBJ)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
-
-$(BUILD)/train/main.o: train/main.cpp
-	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) $(MAIN_DEFS) -c $< -o $@
 
 $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(@D)
@@ -79,7 +77,7 @@ $(BUILD)/cuda/%.o: %.cpp
 	$(NVCC) $(NVCCFLAGS) -x cu -c $< -o $@
 
 ifeq ($(WITH_CUDA),1)
-$(BUILD)/flashgpt: $(BUILD)/train/main.o $(CUDA_STUB) $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
+$(BUILD)/flashgpt: $(BUILD)/train/main.o $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
 	$(NVCC) -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -o $@ $^ $(CUDA_LIBS)
 else
 $(BUILD)/flashgpt: $(BUILD)/train/main.o $(STUB_OBJ) $(BUILD)/libflashgpt_cpu.a
@@ -90,7 +88,7 @@ endif
 $(BUILD)/test_cpu: $(TEST_CPU_OBJ) $(STUB_OBJ) $(BUILD)/libflashgpt_cpu.a
 	$(CXX) -o $@ $^ $(GTEST_LIBS) $(LDFLAGS_CPU)
 
-$(BUILD)/test_gpu: $(TEST_GPU_OBJ) $(BUILD)/tests/main.o $(CUDA_STUB) $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
+$(BUILD)/test_gpu: $(TEST_GPU_OBJ) $(BUILD)/tests/main.o $(BUILD)/libflashgpt_cuda.a $(BUILD)/libflashgpt_cpu.a
 	$(NVCC) -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -o $@ $^ $(GTEST_LIBS) $(CUDA_LIBS)
 
 # GPU tests first, CPU tests last: the closing "N passed, N failed, N skipped" line is the
@@ -114,4 +112,4 @@ bench: $(BUILD)/flashgpt
 clean:
 	rm -rf $(BUILD)
 
--include $(CPU_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(TEST_CPU_OBJ:.o=.d) $(TEST_GPU_OBJ:.o=.d) $(BUILD)/train/main.d
+-include $(CPU_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(TEST_CPU_OBJ:.o=.d) $(TEST_GPU_OBJ:.o=.d) $(STUB_OBJ:.o=.d) $(BUILD)/train/main.d

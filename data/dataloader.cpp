@@ -13,7 +13,7 @@
 
 #include "data/shards.h"
 #include "kernels/common.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 
 namespace {
 

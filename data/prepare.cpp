@@ -31,7 +31,7 @@
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 
 namespace {
 
@@ -221,7 +221,7 @@ PrepareResult prepare_validated(const PrepareOptions& opt, bool log, double t0,
         "--input: the files hold only 1 document, too few for a train/val split; give more text "
         "or --val-fraction 0");
 
-  // ---- 3. train/val split: a seeded RNG per document (model/rng.h, as in the dataloader)
+  // ---- 3. train/val split: a seeded RNG per document (kernels/rng.h, as in the dataloader)
   std::vector<char> is_val(docs.size(), 0);
   {
     Rng rng(opt.seed);

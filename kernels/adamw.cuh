@@ -12,6 +12,7 @@
 // Also here: copy_float_to_floatX, the master -> floatX conversion the model uses at start-up
 // and after set_params.
 // Test: build/test_gpu --gtest_filter='Kernels.AdamW*'
+// Bench: build/flashgpt bench-kernels --only kernels   (adamw at 124M parameters)
 #pragma once
 #include <cstddef>
 

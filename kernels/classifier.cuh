@@ -16,6 +16,7 @@
 // Limits: targets must be in [0, V) (the model checks them on the host; this kernel cannot
 // throw). 128-bit path when Vp % 8 == 0 (bf16; % 4 fp32) and pointers aligned, else scalar.
 // Test: build/test_gpu --gtest_filter='Kernels.Classifier*'
+// Bench: build/flashgpt bench-kernels --only kernels   (N = 32768, Vp = 50304)
 #pragma once
 #include "kernels/cuda_common.cuh"
 

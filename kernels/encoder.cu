@@ -91,13 +91,9 @@ struct SortScratch {
   void* cub_tmp;
   size_t cub_bytes;
 };
-size_t cub_sort_bytes(int N) {
-  size_t bytes = 0;
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int*)nullptr, (int*)nullptr,
-                                             (const int*)nullptr, (int*)nullptr, N));
-  return bytes;
-}
-SortScratch carve(void* scratch, int N) {
+// The layout encoder_backward_scratch_bytes (encoder.h) sizes.
+SortScratch carve(void* scratch, int B, int T) {
+  const int N = B * T;
   char* p = (char*)scratch;
   SortScratch s;
   size_t nb = align256((size_t)N * sizeof(int));
@@ -105,7 +101,7 @@ SortScratch carve(void* scratch, int N) {
   s.pos_in = (int*)(p + nb);
   s.pos_sorted = (int*)(p + 2 * nb);
   s.cub_tmp = p + 3 * nb;
-  s.cub_bytes = cub_sort_bytes(N);
+  s.cub_bytes = encoder_sort_temp_bytes(B, T);
   return s;
 }
 
@@ -125,9 +121,11 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
   CUDA_CHECK_LAUNCH();
 }
 
-size_t encoder_backward_scratch_bytes(int B, int T) {
-  const int N = B * T;
-  return 3 * align256((size_t)N * sizeof(int)) + align256(cub_sort_bytes(N));
+size_t encoder_sort_temp_bytes(int B, int T) {
+  size_t bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int*)nullptr, (int*)nullptr,
+                                             (const int*)nullptr, (int*)nullptr, B * T));
+  return bytes;
 }
 
 void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp, int B, int T,
@@ -148,7 +146,7 @@ void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* i
     CUDA_CHECK_LAUNCH();
   }
   // dwte: stable sort of (token, position), then one block per run of equal tokens.
-  SortScratch s = carve(scratch, N);
+  SortScratch s = carve(scratch, B, T);
   iota_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(s.pos_in, N);
   CUDA_CHECK_LAUNCH();
   size_t bytes = s.cub_bytes;

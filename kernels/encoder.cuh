@@ -14,8 +14,10 @@
 // Limits: token ids must be in [0, Vp) (the model checks on the host: ids < V); the 128-bit
 // path needs C % 8 == 0 (bf16; % 4 for fp32) and 16-byte aligned pointers, else a scalar path.
 // Test: build/test_gpu --gtest_filter='Kernels.Encoder*'
+// Bench: build/flashgpt bench-kernels --only kernels   (d12 shapes)
 #pragma once
 #include "kernels/cuda_common.cuh"
+#include "kernels/encoder.h"
 
 void encoder_forward(floatX* out,        // (B, T, C)
                      const int* inp,     // (B, T) device, ids < Vp
@@ -23,12 +25,13 @@ void encoder_forward(floatX* out,        // (B, T, C)
                      const floatX* wpe,  // (maxT, C) or nullptr
                      int B, int T, int C, cudaStream_t stream);
 
-// Scratch for encoder_backward: the sort's keys/values and CUB's temporary storage.
-size_t encoder_backward_scratch_bytes(int B, int T);
+// CUB's radix-sort temporary for B*T tokens (asks CUB; host code). Scratch for encoder_backward:
+// encoder_backward_scratch_bytes(B, T, encoder_sort_temp_bytes(B, T)) (encoder.h).
+size_t encoder_sort_temp_bytes(int B, int T);
 void encoder_backward(float* dwte,         // (Vp, C)   accumulates
                       float* dwpe,         // (maxT, C) accumulates, or nullptr
                       const floatX* dout,  // (B, T, C)
                       const int* inp,      // (B, T) device
                       int B, int T, int C,
-                      void* scratch,       // encoder_backward_scratch_bytes(B, T)
+                      void* scratch,       // encoder_backward_scratch_bytes(B, T, ..) above
                       cudaStream_t stream);

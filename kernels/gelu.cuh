@@ -6,6 +6,7 @@
 // The model normally gets GELU from the fc matmul's cuBLASLt epilogue (matmul_forward_gelu);
 // these kernels are its fallback and the backward.
 // Test: build/test_gpu --gtest_filter='Kernels.Gelu*'
+// Bench: build/flashgpt bench-kernels --only kernels   (N x 4C at d12)
 #pragma once
 #include <cstddef>
 

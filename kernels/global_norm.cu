@@ -3,8 +3,7 @@
 
 namespace {
 
-// 2 blocks of 512 threads per SM on a 132-SM H100 (fixed, so results do not depend on the GPU).
-constexpr int kGlobalNormBlocks = 264;
+// kGlobalNormBlocks: global_norm.h.
 constexpr int kThreads = 512;
 
 __device__ double block_sum_double(double v) {
@@ -59,8 +58,6 @@ __global__ void __launch_bounds__(kThreads) norm_final_kernel(double* out, const
 }
 
 }  // namespace
-
-size_t global_norm_scratch_bytes() { return kGlobalNormBlocks * sizeof(double); }
 
 void global_norm_squared(double* out, const float* g, size_t n, double* scratch,
                          cudaStream_t stream) {

@@ -6,12 +6,14 @@
 // kernel adds the partials in order. Fixed grid, no atomics: the same bits on every run.
 // Measured at 124M fp32 on an H200: 122 us (4.1 TB/s); one scalar load per step took 359 us.
 // Test: build/test_gpu --gtest_filter='Kernels.GlobalNorm*'
+// Bench: build/flashgpt bench-kernels --only kernels   (124M fp32)
 #pragma once
 #include <cstddef>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/global_norm.h"
 
-size_t global_norm_scratch_bytes();  // the per-block partials (double)
+// global_norm_scratch_bytes(): the per-block partials (double), global_norm.h.
 void global_norm_squared(double* out,      // (1) device, overwritten
                          const float* g,   // (n)
                          size_t n,

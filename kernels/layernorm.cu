@@ -3,10 +3,7 @@
 
 namespace {
 
-// Fixed number of backward blocks (not derived from the device), so the fp32 summation order
-// of dweight/dbias, and the result, are the same on every GPU. 1024 blocks of 4 warps give
-// ~8 resident blocks (32 warps) per H100 SM at C = 768 (24.6 KB shared each).
-constexpr int kLayerNormBwdBlocks = 1024;
+// kLayerNormBwdBlocks (layernorm.h, which says why the count is fixed) blocks of 4 warps.
 constexpr int kLayerNormBwdWarps = 4;
 
 // Loads W consecutive elements of a row (W = 8 bf16 / 4 fp32 on the vector path, 1 scalar).
@@ -247,10 +244,6 @@ void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
     layernorm_forward_kernel<1><<<ceil_div(N, rows_per_block), block, 0, stream>>>(
         out, mean, rstd, inp, weight, bias, N, C);
   CUDA_CHECK_LAUNCH();
-}
-
-size_t layernorm_backward_scratch_bytes(int C) {
-  return (size_t)kLayerNormBwdBlocks * 2 * C * sizeof(float);
 }
 
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,

@@ -20,8 +20,10 @@
 // Limits: 128-bit path when C % 8 == 0 (bf16; % 4 fp32) and pointers 16-byte aligned, else a
 // scalar path. Backward shared memory 4 warps * 2 * C (rounded up to 256) * 4 bytes: C <= ~7000 on H100.
 // Test: build/test_gpu --gtest_filter='Kernels.LayerNorm*'
+// Bench: build/flashgpt bench-kernels --only kernels   (N = 32768, C = 768)
 #pragma once
 #include "kernels/cuda_common.cuh"
+#include "kernels/layernorm.h"
 
 void layernorm_forward(floatX* out,           // (N, C)
                        float* mean,           // (N) or nullptr
@@ -31,8 +33,7 @@ void layernorm_forward(floatX* out,           // (N, C)
                        const floatX* bias,    // (C)
                        int N, int C, cudaStream_t stream);
 
-// Scratch for layernorm_backward: kLayerNormBwdBlocks partial rows of 2*C floats.
-size_t layernorm_backward_scratch_bytes(int C);
+// Scratch for layernorm_backward: layernorm_backward_scratch_bytes(C) (layernorm.h).
 void layernorm_backward(floatX* dinp,          // (N, C) accumulates
                         float* dweight,        // (C) accumulates
                         float* dbias,          // (C) accumulates

@@ -15,9 +15,6 @@ constexpr cudaDataType_t kCudaFloatX = CUDA_R_32F;
 constexpr cudaDataType_t kCudaFloatX = CUDA_R_16BF;
 #endif
 
-// 32 MiB, as llm.c uses on Hopper (cuBLASLt's larger Hopper kernels want more than 4 MiB).
-constexpr size_t kWorkspaceBytes = 32ull << 20;
-
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -150,8 +147,6 @@ __global__ void bias_partials_kernel(float* partials, const floatX* dout, int N,
 
 // Row blocks of the dbias reduction: enough for ~4 blocks per SM at GPT-2 sizes (OC = 768:
 // 3 x 256 blocks), capped by N/8 so that small N has no empty blocks.
-constexpr int kBiasRowBlocks = 256;
-int bias_row_blocks(int N) { return std::max(1, std::min(kBiasRowBlocks, ceil_div(N, 8))); }
 
 __global__ void scale_kernel(float* x, float s, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -159,8 +154,6 @@ __global__ void scale_kernel(float* x, float s, int n) {
 }
 
 }  // namespace
-
-size_t matmul_workspace_bytes() { return kWorkspaceBytes; }
 
 void matmul_init(void* workspace, size_t bytes) {
   LtState& s = lt();
@@ -207,10 +200,6 @@ void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp, const
   gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
 }
 
-size_t matmul_backward_scratch_bytes(int N, int OC) {
-  return (size_t)bias_row_blocks(N) * OC * sizeof(float);
-}
-
 void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC, float* scratch,
                      cudaStream_t stream, float dout_scale, const floatX* dinp_pre_gelu) {
@@ -233,7 +222,7 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
         "matmul_backward (dweight): cuBLASLt has no algorithm for N=%d C=%d OC=%d", N, C, OC);
   if (dbias) {
     const bool vec = OC % x128::size == 0 && aligned16(dout);
-    const int W = vec ? x128::size : 1, G = bias_row_blocks(N);
+    const int W = vec ? x128::size : 1, G = matmul_bias_row_blocks(N);
     dim3 grid(ceil_div(OC, 32 * W), G);
     if (vec)
       bias_partials_kernel<x128::size><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, OC);

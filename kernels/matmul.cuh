@@ -19,7 +19,7 @@
 // dbias: blocks of 32 lanes x 8 warps; each lane owns 8 columns (one 128-bit load per row),
 // warps stride over rows; the 8 warps combine in order into one partial row per block-row,
 // then reduce_partials sums them in order. No float atomics.
-// Measured (H200, bf16, N = 32768, C = 768; Kernels.DISABLED_BenchD12Shapes): fc forward with
+// Measured (H200, bf16, N = 32768, C = 768; by what is now bench-kernels): fc forward with
 // the GELU_AUX_BIAS epilogue 298 us vs 234 us (bias epilogue) + 123 us (gelu_forward);
 // attproj / fcproj with the residual as C 82 / 217 us vs 70 / 207 us + 43 us (residual_forward);
 // fcproj backward with DGELU 540 us vs 456 us + 159 us (gelu_backward). Products run at
@@ -27,10 +27,12 @@
 // The workspace (matmul_workspace_bytes()) is allocated by the caller and handed over once
 // with matmul_init(); the model plans it with the rest of device memory.
 // Test: build/test_gpu --gtest_filter='Kernels.Matmul*'
+// Bench: build/flashgpt bench-kernels --only kernels   (every product of a d12 step)
 #pragma once
 #include "kernels/cuda_common.cuh"
+#include "kernels/matmul.h"
 
-size_t matmul_workspace_bytes();
+// matmul_workspace_bytes(): matmul.h.
 // Before the first matmul. Cheap to call again (the model does at each entry point, so that
 // several models and the tests can share the one cuBLASLt handle); nullptr detaches.
 void matmul_init(void* workspace, size_t bytes);
@@ -55,8 +57,7 @@ void matmul_forward_residual(floatX* out,             // (N, OC)
                              const floatX* residual,  // (N, OC)
                              int N, int C, int OC, cudaStream_t stream);
 
-// Scratch for the dbias reduction (partial rows).
-size_t matmul_backward_scratch_bytes(int N, int OC);
+// Scratch for the dbias reduction: matmul_backward_scratch_bytes(N, OC) (matmul.h).
 // dout_scale multiplies dout in every product (the model folds the loss scale of the fused
 // classifier, whose dlogits are written for scale 1, into the lm-head's backward).
 // dinp_pre_gelu (N, C), when given: dinp = (dout @ weight) * gelu'(dinp_pre_gelu), i.e. the

@@ -2,6 +2,23 @@
 // CPU reference (element type `real`, double accumulation, OpenMP), instantiated for float and
 // double in matmul.cpp. CUDA version: matmul.cuh (cuBLASLt).
 #pragma once
+#include <algorithm>
+#include <cstddef>
+
+// Sizes of the CUDA version (matmul.cuh), which the model plans with the rest of its memory:
+//   workspace: cuBLASLt's, 32 MiB as llm.c uses on Hopper (cuBLASLt's larger Hopper kernels want
+//     more than 4 MiB);
+//   backward scratch: the dbias reduction's fp32 partial rows of OC, one per block-row of
+//     ceil(N / 8) blocks, at most kMatmulBiasRowBlocks.
+constexpr size_t kMatmulWorkspaceBytes = 32ull << 20;
+constexpr int kMatmulBiasRowBlocks = 256;
+inline size_t matmul_workspace_bytes() { return kMatmulWorkspaceBytes; }
+inline int matmul_bias_row_blocks(int N) {
+  return std::max(1, std::min(kMatmulBiasRowBlocks, (int)(((long long)N + 7) / 8)));
+}
+inline size_t matmul_backward_scratch_bytes(int N, int OC) {
+  return (size_t)matmul_bias_row_blocks(N) * OC * sizeof(float);
+}
 template <typename real>
 void matmul_forward_ref(real* out,           // (N, OC)
                         const real* inp,     // (N, C)

@@ -3,6 +3,7 @@
 // 128-bit loads/stores (8 bf16 per thread) when every pointer is 16-byte aligned, scalar tail;
 // fp32 add, one rounding to floatX. out may equal either input.
 // Test: build/test_gpu --gtest_filter='Kernels.Residual*'
+// Bench: build/flashgpt bench-kernels --only kernels
 #pragma once
 #include <cstddef>
 

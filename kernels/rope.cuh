@@ -13,6 +13,7 @@
 // Scalar path (one thread per pair) when HS/2 % W != 0 or a pointer is not 16-byte aligned.
 // Limits: HS even (CHECK); cos_sin has rows >= pos0 + T (the caller's duty; not checkable here).
 // Test: build/test_gpu --gtest_filter='Rope*'
+// Bench: build/flashgpt bench-kernels --only rope   (131072 positions)
 #pragma once
 #include "kernels/cuda_common.cuh"
 

@@ -2,6 +2,7 @@
 // fp32 arithmetic, one rounding to the output type; grid-stride loops, scalar (these run once
 // per micro-step over Vp*C and N*C elements: ~0.1 ms at d12, not worth vectorising).
 // Test: build/test_gpu --gtest_filter='Kernels.Scale*'
+// Bench: build/flashgpt bench-kernels --only step   (inside a d12 training step)
 #pragma once
 #include <cstddef>
 

@@ -1,9 +1,9 @@
-// cuda_unavailable.cpp — linked instead of model/gpt_cuda.cu into the CPU-only builds
-// (the CPU test binary, and flashgpt when nvcc is not installed).
+// cuda_unavailable.cpp — linked instead of the CUDA model (model/gpt_cuda.cu, nccl_comm.cu) into
+// the CPU-only builds: the CPU test binary, and flashgpt when nvcc is not installed.
 #include "kernels/common.h"
+#include "model/dist_comm.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
-#include "train/ceilings.h"
 
 bool cuda_device_available() { return false; }
 
@@ -21,8 +21,3 @@ std::unique_ptr<DistComm> make_nccl_comm(int, int, int, const std::function<void
 bool cuda_memory_info(size_t&, size_t&, std::string&) { return false; }
 
 MemoryPlanInputs memory_plan_inputs(const ModelOptions& opt) { return memory_plan_inputs_host(opt); }
-
-// train/ceilings.h: `flashgpt profile` measures nothing without a GPU.
-
-bool measure_device_ceilings(DeviceCeilings&) { return false; }
-std::string cuda_clear_error() { return ""; }

@@ -16,7 +16,7 @@
 #include "kernels/residual.h"
 #include "kernels/rope.h"
 #include "kernels/attention/decode.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 
 std::vector<float> gpt_init_params(const GPTConfig& c, uint64_t seed) {
   ParamLayout layout(c);
@@ -50,7 +50,8 @@ GptCpu<real>::GptCpu(const ModelOptions& opt)
         cfg_.max_seq_len);
   CHECK(maxB_ >= 1, "--batch must be at least 1 (got %d)", maxB_);
   // "auto": every CPU backend supports every shape; flash keeps the least (LSE, not P).
-  attn_ = make_cpu_attention<real>(opt.attn == "auto" ? "flash" : opt.attn);
+  attn_name_ = opt.attn == "auto" ? "flash" : opt.attn;
+  attn_ = make_cpu_attention<real>(attn_name_);
   validate_recompute(opt.recompute);
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());

@@ -31,6 +31,7 @@ class GptCpu : public Model {
 
   const GPTConfig& config() const override { return cfg_; }
   const char* device_name() const override { return "cpu"; }
+  const char* attention_name() const override { return attn_name_.c_str(); }
   size_t num_parameters() const override { return layout_.total; }
   float forward(const int* inputs, const int* targets, int B, int T) override;
   void backward(float loss_scale) override;
@@ -60,6 +61,7 @@ class GptCpu : public Model {
   ParamLayout layout_;
   int maxB_, maxT_;
   std::unique_ptr<CpuAttention<real>> attn_;
+  std::string attn_name_;  // ModelOptions.attn, "auto" resolved to "flash"
   std::vector<real> m_, v_;  // AdamW moments
   // Activations (one allocation, carved into the views below; sizes for maxB x maxT).
   std::vector<real> acts_;

@@ -2,9 +2,15 @@
 #include "model/memory_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 
-#include "kernels/attention/flash3_tiles.h"
+#include "kernels/attention/backends.h"
+#include "kernels/attention/decode.h"
 #include "kernels/common.h"
+#include "kernels/encoder.h"
+#include "kernels/global_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
 #include "model/layout.h"
 
 namespace {
@@ -13,40 +19,6 @@ size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 size_t align(size_t n) { return round_up(n, 256); }
 
 }  // namespace
-
-// kernels/attention/naive.cu (Plan), flash.cu, flash1.cu: keep in step with those files;
-// flash3 states its own sizes (flash3_tiles.h).
-size_t attention_saved_bytes(const std::string& name, const AttnShape& s, size_t es) {
-  const size_t rows = (size_t)s.B * s.NH * s.T;
-  if (name == "naive") return rows * round_up(s.T, 8) * es;  // P (B, NH, T, Tp)
-  if (name == "flash" || name == "flash1") return rows * sizeof(float);  // LSE
-  if (name == "flash3") return flash3::saved_bytes(s);
-  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1, flash3", name.c_str());
-}
-
-size_t attention_scratch_bytes(const std::string& name, const AttnShape& s, size_t es) {
-  const size_t rows = (size_t)s.B * s.NH * s.T;
-  if (name == "naive") {
-    constexpr int kMinChunk = 256, kMaxChunks = 8, kMaxDescs = 10;
-    int nc = 1;
-    if (s.T > kMinChunk) {
-      const int want = std::min(kMaxChunks, (s.T + kMinChunk - 1) / kMinChunk);
-      const int Tc = (int)round_up((s.T + want - 1) / want, 64);
-      nc = (s.T + Tc - 1) / Tc;
-    }
-    const size_t ptr = align((size_t)kMaxDescs * nc * s.B * s.NH * sizeof(void*));
-    const size_t dp = align(rows * round_up(s.T, 8) * es);
-    const size_t partial = s.NH / s.NKV > 1 ? align(rows * s.HS * sizeof(float)) : 0;
-    return ptr + dp + 2 * partial;
-  }
-  if (name == "flash") return rows * s.HS * sizeof(float) + rows * sizeof(float);  // dQ acc, D
-  if (name == "flash1") {  // O (HS) + m + l per row of T padded to the 64-row tile
-    const size_t Tp = round_up(s.T, 64);
-    return (size_t)s.B * s.NH * Tp * (s.HS + 2) * sizeof(float);
-  }
-  if (name == "flash3") return flash3::scratch_bytes(s);
-  FAIL("--attn '%s' is unknown; use one of: naive, flash, flash1, flash3", name.c_str());
-}
 
 void validate_recompute(const std::string& mode) {
   CHECK(mode == "none" || mode == "gelu" || mode == "layer",
@@ -74,106 +46,96 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const ModelOptions& o = in.opt;
   const GPTConfig& cfg = o.config;
   validate_recompute(o.recompute);
-  ParamLayout layout(cfg);
-  const size_t L = cfg.num_layers, C = cfg.channels, N = (size_t)o.B * o.T;
-  const size_t Vp = cfg.padded_vocab_size, QKV = cfg.qkv_channels(), es = in.es;
-  const size_t P = in.params_alloc ? in.params_alloc : layout.total;
-  const size_t S = in.opt_size ? in.opt_size : layout.total;
+  const AttnBackendSpec& attn = attention_spec(o.attn);  // throws naming --attn
   const AttnShape shape{o.B, o.T, cfg.num_heads, cfg.num_kv_heads, cfg.head_size()};
+  const size_t L = cfg.num_layers, N = (size_t)o.B * o.T;
 
   MemoryPlan p{};
   p.layers_kept = o.recompute == "layer" ? 1 : (int)L;
   p.fch_gelu_layers = o.recompute == "none" ? (int)L : 1;
-  const size_t K = p.layers_kept, KG = p.fch_gelu_layers;
   p.chunk_rows = (int)std::min(N, (size_t)(o.classifier_chunk > 0 ? o.classifier_chunk
                                                                       : kDefaultClassifierChunk));
-  p.att_saved_per_layer = align(attention_saved_bytes(o.attn, shape, es));
-  p.att_scratch_bytes = attention_scratch_bytes(o.attn, shape, es);
+  p.att_saved_per_layer = align(attn.saved_bytes(shape, in.es));
+  p.att_scratch_bytes = attn.scratch_bytes(shape, in.es);
+  p.kv_per_layer = (size_t)std::max(o.kv_cache, 0) * 2 * cfg.num_kv_heads * cfg.head_size();
   p.rope_rows = cfg.rope ? std::max<size_t>(o.T, o.kv_cache) : 0;
 
-  size_t total = 0, mark = 0;
-  auto take = [&](size_t bytes) {
-    size_t off = total;
-    total += align(bytes);
-    return off;
+  const ParamLayout layout(cfg);
+  BufferDims d{};
+  d.P = in.params_alloc ? in.params_alloc : layout.total;
+  d.S = in.opt_size ? in.opt_size : layout.total;
+  d.L = L, d.N = N, d.C = cfg.channels, d.Vp = cfg.padded_vocab_size;
+  d.QKV = cfg.qkv_channels();
+  d.C4 = std::max(4 * d.C, d.QKV);
+  d.K = p.layers_kept, d.KG = p.fch_gelu_layers, d.chunk = p.chunk_rows;
+  d.att_saved = p.att_saved_per_layer, d.att_scratch = p.att_scratch_bytes;
+  d.kscratch = in.kernel_scratch;
+  d.kv = p.kv_per_layer;
+  d.decode_scratch = o.kv_cache > 0 ? in.decode_scratch : 0;
+  d.rope = p.rope_rows * cfg.head_size();
+  d.workspace = in.workspace;
+
+  // The table (memory_plan.h), sized: element types by their bytes. Each count is evaluated in
+  // size_t and, to catch a product past 2^64, in double.
+  const BufferDimsOf<double> dd{(double)d.P,     (double)d.S,        (double)d.L,
+                                (double)d.N,     (double)d.C,        (double)d.QKV,
+                                (double)d.C4,    (double)d.Vp,       (double)d.K,
+                                (double)d.KG,    (double)d.chunk,    (double)d.att_saved,
+                                (double)d.att_scratch, (double)d.kscratch, (double)d.kv,
+                                (double)d.decode_scratch, (double)d.rope, (double)d.workspace};
+  const size_t fx = in.es, f32 = 4, f64 = 8, i32 = 4, byte = 1;
+  auto too_big = [&]() {
+    FAIL("the memory plan at --seq-len %d, --batch %d passes 2^64 bytes; lower --seq-len or "
+         "--batch", o.T, o.B);
   };
-  auto line = [&](const std::string& what) {
-    p.lines.push_back({what, total - mark});
-    mark = total;
-  };
-  p.params = take(P * es);
-  p.master = take(P * 4);
-  line("parameters");
-  p.grads = take(P * 4);
-  line("gradients");
-  p.m = take(S * 4);
-  p.v = take(S * 4);
-  line("optimizer");
-  p.encoded = take(N * C * es);
-  p.ln1 = take(K * N * C * es);
-  p.ln1_mean = take(K * N * 4);
-  p.ln1_rstd = take(K * N * 4);
-  p.qkv = take(K * N * QKV * es);
-  p.atty = take(K * N * C * es);
-  p.residual2 = take(K * N * C * es);
-  p.ln2 = take(K * N * C * es);
-  p.ln2_mean = take(K * N * 4);
-  p.ln2_rstd = take(K * N * 4);
-  p.fch = take(K * N * 4 * C * es);
-  p.fch_gelu = take(KG * N * 4 * C * es);
-  p.residual3 = take(L * N * C * es);
-  p.lnf = take(N * C * es);
-  p.lnf_mean = take(N * 4);
-  p.lnf_rstd = take(N * 4);
-  p.inputs = take(N * 4);
-  p.targets = take(N * 4);
-  line("activations");
-  p.att_saved = take(K * p.att_saved_per_layer);
-  line("attention saved");
-  p.att_scratch = take(p.att_scratch_bytes);
-  line("attention scratch");
-  p.logits = take((size_t)p.chunk_rows * Vp * es);
-  p.losses = take(N * 4);
-  p.loss_mean = take(4);
-  p.logits_row = take(Vp * es);
-  p.dwte_chunk = take(Vp * C * 4);
-  line("logits");
-  p.dresidual = take(N * C * es);
-  p.dl_btc = take(N * C * es);
-  p.dl_bt4c = take(N * std::max(4 * C, QKV) * es);
-  p.kscratch = take(in.kernel_scratch);
-  p.norm = take(8);
-  line("backward scratch");
-  if (o.kv_cache > 0) {
-    p.kv_per_layer = (size_t)o.kv_cache * 2 * cfg.num_kv_heads * cfg.head_size() * es;
-    p.kv_cache = take(L * p.kv_per_layer);
-    p.decode_scratch = take(in.decode_scratch);
-    line("KV cache");
+#define FLASHGPT_PLAN_ROW(name, cat, type, kept_, count_)               \
+  {                                                                     \
+    auto count_of = [](const auto& d) { return count_; };               \
+    if ((double)count_of(dd) * (double)type >= 1.8e19) too_big();       \
+    PlannedBuffer& b = p.buffers[kBuf_##name];                          \
+    b = {#name, cat, kept_ != 0, (size_t)count_of(d), 0, 0};            \
+    b.bytes = b.count * type;                                           \
   }
-  if (cfg.rope) {
-    p.rope_table = take(p.rope_rows * cfg.head_size() * 4);  // (rows, HS/2, 2) fp32
-    line("RoPE table");
+  FLASHGPT_MODEL_BUFFERS(FLASHGPT_PLAN_ROW)
+#undef FLASHGPT_PLAN_ROW
+
+  // Placed in table order, each 256-aligned (plus the guard, for tests); one line per category.
+  size_t total = 0;
+  for (PlannedBuffer& b : p.buffers) {
+    b.offset = total;
+    if (b.bytes == 0) continue;
+    const size_t end = b.bytes + in.guard_bytes;
+    if (end < b.bytes || total > SIZE_MAX - align(end) || align(end) < end) too_big();
+    total += align(end);
+    if (b.kept) p.kept_bytes += align(end);
+    if (p.lines.empty() || p.lines.back().what != b.category) p.lines.push_back({b.category, 0});
+    p.lines.back().bytes += align(end);
   }
-  p.workspace = take(in.workspace);
-  line("cuBLASLt workspace");
   p.total = total;
   return p;
 }
 
-// The CUDA kernels' scratch sizes without asking them (no CUDA, no GPU): the same formulas as
-// kernels/layernorm.cu, matmul.cu, encoder.cu and global_norm.cu, with CUB's radix-sort
-// temporary estimated as 8 bytes per token. Together they are a few MiB of a plan of GiBs.
-MemoryPlanInputs memory_plan_inputs_host(const ModelOptions& opt) {
+MemoryPlanInputs memory_plan_inputs_for(const ModelOptions& opt, size_t es,
+                                        size_t sort_temp_bytes) {
   const GPTConfig& c = opt.config;
   MemoryPlanInputs in;
   in.opt = opt;
-  in.es = 2;  // the default (bf16) CUDA build
-  const size_t N = (size_t)opt.B * opt.T, OC = std::max(4 * c.channels, c.qkv_channels());
-  const size_t bias_blocks = std::max<size_t>(1, std::min<size_t>(256, (N + 7) / 8));
-  const size_t sort = 3 * align(N * 4) + N * 8;
-  in.kernel_scratch = std::max({(size_t)1024 * 2 * c.channels * 4, bias_blocks * OC * 4, sort,
-                                (size_t)264 * 8});
-  in.workspace = 32ull << 20;
-  in.decode_scratch = 0;  // profiles and plans are for training: no KV cache
+  in.es = es;
+  in.guard_bytes = opt.guard_bytes;
+  const int N = opt.B * opt.T, OC = std::max(4 * c.channels, c.qkv_channels());
+  const size_t sort = sort_temp_bytes ? sort_temp_bytes
+                                      : encoder_sort_temp_bytes_estimate(opt.B, opt.T);
+  in.kernel_scratch = std::max({layernorm_backward_scratch_bytes(c.channels),
+                                matmul_backward_scratch_bytes(N, OC),
+                                encoder_backward_scratch_bytes(opt.B, opt.T, sort),
+                                global_norm_scratch_bytes()});
+  in.workspace = matmul_workspace_bytes();
+  in.decode_scratch = opt.kv_cache > 0 ? attention_decode_scratch_bytes(
+                                             opt.kv_cache, c.num_heads, c.head_size())
+                                       : 0;
   return in;
+}
+
+MemoryPlanInputs memory_plan_inputs_host(const ModelOptions& opt) {
+  return memory_plan_inputs_for(opt, 2, 0);  // the default (bf16) CUDA build
 }

@@ -1,44 +1,108 @@
-// memory_plan — every device buffer of the CUDA model (model/gpt_cuda.cu), computed on the
-// host from the model's shape alone. The CUDA model carves its single allocation from this
-// plan, so what it prints, what `flashgpt profile` predicts and what `--plan-only` prints on a
-// machine without a GPU are the same numbers.
+// memory_plan — every device buffer of the CUDA model (model/gpt_cuda.cu) in one table,
+// FLASHGPT_MODEL_BUFFERS below: one line per buffer with its name, category, element type,
+// whether the backward reads what the forward left in it, and its element count. The plan
+// sums the table on the host from the model's shape alone (plan_memory), and the CUDA model
+// carves its single allocation by the same table (one typed pointer per line), so what it
+// prints, what `flashgpt profile` predicts and what `--plan-only` prints on a machine without
+// a GPU are the same numbers, and a buffer is added in one place.
 //
-// Categories (MemoryPlan.lines, in allocation order):
-//   parameters        floatX weights + fp32 master copy                     P (es + 4)
-//   gradients         fp32                                                  4P
-//   optimizer         AdamW m, v fp32                                       8P (ZeRO-1: its shard)
-//   activations       what the backward reads, per recompute mode (N = B*T, es = floatX bytes):
-//                       none:  per layer ln1, atty, residual2, ln2, residual3 (N*C each),
-//                              qkv (N*QKV), fch, fch_gelu (N*4C each), 4 LayerNorm stats (N fp32)
-//                       gelu:  as none, but fch_gelu is one (N, 4C) buffer recomputed in
-//                              backward from the saved pre-GELU fch
-//                       layer: per layer only residual3 (the next block's input); everything
-//                              else one layer deep, the block's forward re-run in backward
-//                     plus encoded, lnf (N*C), lnf stats, token ids
-//   attention saved   the backend's saved state, L layers deep (one with --recompute layer)
-//   attention scratch the backend's scratch
-//   logits            one classifier chunk (rows x Vp floatX) + losses, the lm-head dweight
-//                     partial (Vp*C fp32) and one row for logits_at
-//   backward scratch  dresidual, dl_btc (N*C), dl_bt4c (N*max(4C, QKV)), reduction scratch
-//   KV cache          L * kv_cache * 2 * NKV * HS floatX + decode scratch (only when
-//                     ModelOptions.kv_cache > 0); per layer K (kv_cache, NKV, HS) then V
-//   RoPE table        kv/T positions x HS/2 x (cos, sin) fp32 (RoPE models only)
-//   cuBLASLt workspace
-// Each buffer is rounded up to 256 bytes. Not in the plan: the CUDA context, cuBLAS handles
-// and library code (the measured peak counts them; they are tens of MiB).
+// What each recompute mode keeps (N = B*T rows, K = layers of activations kept, KG = layers of
+// fch_gelu kept):
+//   none:  K = KG = L: per layer ln1, atty, residual2, ln2, residual3 (N*C each), qkv (N*QKV),
+//          fch, fch_gelu (N*4C each), 4 LayerNorm statistics (N fp32)
+//   gelu:  K = L, KG = 1: fch_gelu is recomputed in the backward from the saved pre-GELU fch
+//   layer: K = KG = 1: per layer only residual3 (the next block's input); everything else one
+//          layer deep, the block's forward re-run in the backward
+// Attention's saved state is K layers deep; its sizes come from the backend's spec
+// (kernels/attention/backends.h), the kernels' scratch sizes from their CUDA-free headers.
+// Each buffer is rounded up to 256 bytes. Not in the plan: the CUDA context, cuBLAS handles and
+// library code (the measured peak counts them; they are tens of MiB).
 #pragma once
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
 
-#include "kernels/attention/attention_ref.h"
 #include "model/model.h"
 
-// Saved and scratch bytes of the GPU attention backend `name` (naive, flash, flash1) for
-// shape s, floatX of es bytes: the same formulas as the backends' saved_bytes() and
-// scratch_bytes() (a test checks that they agree). Unknown name: throws like --attn.
-size_t attention_saved_bytes(const std::string& name, const AttnShape& s, size_t es);
-size_t attention_scratch_bytes(const std::string& name, const AttnShape& s, size_t es);
+// The dimensions the buffer counts are written in (size_t; the plan also evaluates the counts in
+// double to catch a product that would pass 2^64).
+template <class T>
+struct BufferDimsOf {
+  T P;        // parameter elements allocated (ZeRO-1 padding included)
+  T S;        // AdamW m (and v) elements: P, or this rank's ZeRO-1 shard
+  T L, N, C;  // layers, rows (maxB * maxT), channels
+  T QKV, C4;  // qkv channels (NH + 2*NKV) * HS; max(4C, QKV)
+  T Vp;       // padded vocabulary
+  T K, KG;    // layers of activations / of fch_gelu kept (see above)
+  T chunk;    // classifier rows at once
+  T att_saved, att_scratch;  // bytes: attention's saved state per layer, its scratch
+  T kscratch;                // bytes: the reducing kernels' shared scratch
+  T kv;                      // KV-cache elements per layer: positions * 2 * NKV * HS, or 0
+  T decode_scratch;          // bytes: attention_decode's split-K partials, or 0
+  T rope;                    // RoPE table floats: positions * HS (0: learned positions)
+  T workspace;               // bytes: cuBLASLt workspace
+};
+using BufferDims = BufferDimsOf<size_t>;
+
+// Element types: fx = floatX (bf16, or fp32 in the FP32 build), f32, f64, i32, byte.
+// X(name, category, type, kept for the backward, count in BufferDims d)   shape
+#define FLASHGPT_MODEL_BUFFERS(X)                                                                \
+  X(params, "parameters", fx, 0, d.P)                    /* (P) llm.c order (ParamLayout) */    \
+  X(master, "parameters", f32, 0, d.P)                   /* (P) fp32 master weights */          \
+  X(grads, "gradients", f32, 0, d.P)                     /* (P) */                              \
+  X(m, "optimizer", f32, 0, d.S)                         /* (S) AdamW first moment */           \
+  X(v, "optimizer", f32, 0, d.S)                         /* (S) AdamW second moment */          \
+  X(encoded, "activations", fx, 1, d.N * d.C)            /* (N, C) block 0's input */           \
+  X(ln1, "activations", fx, 1, d.K * d.N * d.C)          /* (K, N, C) */                        \
+  X(ln1_mean, "activations", f32, 1, d.K * d.N)          /* (K, N) */                           \
+  X(ln1_rstd, "activations", f32, 1, d.K * d.N)          /* (K, N) */                           \
+  X(qkv, "activations", fx, 1, d.K * d.N * d.QKV)        /* (K, N, QKV) after RoPE */           \
+  X(atty, "activations", fx, 1, d.K * d.N * d.C)         /* (K, N, C) attention output */       \
+  X(residual2, "activations", fx, 1, d.K * d.N * d.C)    /* (K, N, C) */                        \
+  X(ln2, "activations", fx, 1, d.K * d.N * d.C)          /* (K, N, C) */                        \
+  X(ln2_mean, "activations", f32, 1, d.K * d.N)          /* (K, N) */                           \
+  X(ln2_rstd, "activations", f32, 1, d.K * d.N)          /* (K, N) */                           \
+  X(fch, "activations", fx, 1, d.K * d.N * 4 * d.C)      /* (K, N, 4C) pre-GELU */              \
+  X(fch_gelu, "activations", fx, 1, d.KG * d.N * 4 * d.C) /* (KG, N, 4C) */                     \
+  X(residual3, "activations", fx, 1, d.L * d.N * d.C)    /* (L, N, C) block l's output */       \
+  X(lnf, "activations", fx, 1, d.N * d.C)                /* (N, C) */                           \
+  X(lnf_mean, "activations", f32, 1, d.N)                /* (N) */                              \
+  X(lnf_rstd, "activations", f32, 1, d.N)                /* (N) */                              \
+  X(inputs, "activations", i32, 1, d.N)                  /* (N) token ids */                    \
+  X(targets, "activations", i32, 0, d.N)                 /* (N) */                              \
+  X(att_saved, "attention saved", byte, 1, d.K * d.att_saved) /* (K, saved per layer) */        \
+  X(att_scratch, "attention scratch", byte, 0, d.att_scratch)                                   \
+  X(logits, "logits", fx, 0, d.chunk * d.Vp)             /* (chunk, Vp) dlogits in place */     \
+  X(losses, "logits", f32, 0, d.N)                       /* (N) */                              \
+  X(loss_mean, "logits", f32, 0, 1)                      /* (1) */                              \
+  X(logits_row, "logits", fx, 0, d.Vp)                   /* (Vp) logits_at() */                 \
+  X(dwte_chunk, "logits", f32, 1, d.Vp * d.C)            /* (Vp, C) lm-head dW from forward */  \
+  X(dresidual, "backward scratch", fx, 0, d.N * d.C)     /* (N, C) */                           \
+  X(dl_btc, "backward scratch", fx, 1, d.N * d.C)        /* (N, C) d(lnf) from the forward */   \
+  X(dl_bt4c, "backward scratch", fx, 0, d.N * d.C4)      /* (N, 4C), also dqkv (N, QKV) */      \
+  X(kscratch, "backward scratch", byte, 0, d.kscratch)   /* reducing kernels, one at a time */  \
+  X(norm, "backward scratch", f64, 0, 1)                 /* (1) grad norm squared */            \
+  X(kv_cache, "KV cache", fx, 0, d.L * d.kv)             /* (L, 2, positions, NKV, HS) */       \
+  X(decode_scratch, "KV cache", byte, 0, d.decode_scratch)                                      \
+  X(rope_table, "RoPE table", f32, 0, d.rope)            /* (positions, HS/2, 2) cos, sin */    \
+  X(workspace, "cuBLASLt workspace", byte, 0, d.workspace)
+
+enum BufferId {
+#define FLASHGPT_BUFFER_ID(name, cat, type, kept, count) kBuf_##name,
+  FLASHGPT_MODEL_BUFFERS(FLASHGPT_BUFFER_ID)
+#undef FLASHGPT_BUFFER_ID
+  kNumBuffers
+};
+
+struct PlannedBuffer {
+  const char* name;
+  const char* category;
+  bool kept;       // the backward reads what the forward wrote here
+  size_t count;    // elements
+  size_t bytes;    // count * element size (0: not allocated)
+  size_t offset;   // bytes into the one allocation (256-aligned)
+};
 
 struct MemoryPlanInputs {
   ModelOptions opt;               // config, B, T, attn, recompute, classifier_chunk, kv_cache
@@ -48,29 +112,33 @@ struct MemoryPlanInputs {
   size_t kernel_scratch = 0;      // shared reduction scratch (layernorm/matmul/encoder/norm)
   size_t workspace = 0;           // cuBLASLt workspace
   size_t decode_scratch = 0;      // attention_decode's split-K partials (with a KV cache)
+  // Tests: this many guard bytes after every buffer (past its 256-byte rounding), which the CUDA
+  // model fills with a pattern and checks (cuda_model_guard_violations): a buffer planned too
+  // small for what a kernel writes shows up as a damaged guard.
+  size_t guard_bytes = 0;
 };
 
-// Byte offsets of each buffer inside the one allocation, and the category lines.
 struct MemoryPlan {
-  size_t params, master, grads, m, v;
-  size_t encoded, ln1, ln1_mean, ln1_rstd, qkv, atty, residual2, ln2, ln2_mean, ln2_rstd, fch,
-      fch_gelu, residual3, lnf, lnf_mean, lnf_rstd, inputs, targets;
-  size_t att_saved, att_saved_per_layer, att_scratch, att_scratch_bytes;
-  size_t logits, losses, loss_mean, logits_row, dwte_chunk;
-  size_t dresidual, dl_btc, dl_bt4c, kscratch, norm;
-  size_t kv_cache, kv_per_layer, decode_scratch, rope_table, rope_rows;
-  size_t workspace;
-  // Layers deep each per-layer buffer is (L, or 1 when recomputed), and the classifier chunk.
+  std::array<PlannedBuffer, kNumBuffers> buffers;  // the table, sized and placed
+  // Derived sizes the model indexes with: layers kept (L, or 1 when recomputed), the classifier
+  // chunk, attention's per-layer saved bytes (256-aligned) and scratch bytes, KV-cache elements
+  // per layer, RoPE table rows.
   int layers_kept = 0, fch_gelu_layers = 0, chunk_rows = 0;
+  size_t att_saved_per_layer = 0, att_scratch_bytes = 0, kv_per_layer = 0, rope_rows = 0;
+  size_t kept_bytes = 0;  // what the backward reads from the forward (the "kept" lines)
   size_t total = 0;
-  std::vector<MemoryLine> lines;
+  std::vector<MemoryLine> lines;  // bytes per category, table order; empty categories left out
 };
 
-// Throws (naming --recompute, --attn) on a bad mode or backend.
+// Throws (naming --recompute, --attn) on a bad mode or backend, and (naming --seq-len or
+// --batch) when the plan passes 2^64 bytes.
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
-// The kernel scratch and workspace sizes of the CUDA build's kernels (asks CUB, which needs a
-// GPU); without a GPU, and in a CPU-only build, memory_plan_inputs_host().
-MemoryPlanInputs memory_plan_inputs(const ModelOptions& opt);
-// Host-only estimate of the same (touches no GPU: --plan-only): the same formulas, with CUB's
-// sort temporary estimated at 8 bytes per token (a few MiB; under 1% of any plan).
+
+// The kernels' scratch and workspace sizes for this model, from their CUDA-free headers.
+// CUB's radix-sort temporary is the one size only CUB knows: sort_temp_bytes, or its estimate
+// (kernels/encoder.h) when 0.
+MemoryPlanInputs memory_plan_inputs_for(const ModelOptions& opt, size_t es, size_t sort_temp_bytes);
+// Touches no GPU (--plan-only, CPU builds): bf16 and the estimated sort temporary.
 MemoryPlanInputs memory_plan_inputs_host(const ModelOptions& opt);
+// The CUDA build with a GPU: its floatX and CUB's own number; otherwise memory_plan_inputs_host.
+MemoryPlanInputs memory_plan_inputs(const ModelOptions& opt);

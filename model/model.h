@@ -28,6 +28,7 @@ class Model {
   virtual ~Model() = default;
   virtual const GPTConfig& config() const = 0;
   virtual const char* device_name() const = 0;  // "cpu" or the GPU's name
+  virtual const char* attention_name() const = 0;  // the backend that runs ("auto" resolved)
   virtual size_t num_parameters() const = 0;
 
   // inputs, targets: (B, T) token ids, host memory. B, T must be <= the sizes given at creation.
@@ -78,37 +79,13 @@ class Model {
   virtual int cached_positions() const = 0;  // prompt + decoded tokens held in the cache
 };
 
-// The multi-GPU process group (model/nccl_comm.cu), kept free of CUDA/NCCL types so that
-// g++-compiled code can hold it. make_nccl_comm() in a CPU-only build throws.
-class DistComm {
- public:
-  virtual ~DistComm() = default;
-  virtual int rank() const = 0;
-  virtual int world() const = 0;
-  virtual void* nccl_comm() const = 0;  // the ncclComm_t
-  // The cudaStream_t (as void*) every collective goes on, the model's own: one stream per
-  // communicator keeps the collectives in the same order on every rank.
-  virtual void set_stream(void* stream) = 0;
-  // Mean of x over the ranks (collective: every rank calls it).
-  virtual float all_reduce_mean(float x) = 0;
-  // Waits for a cudaStream_t (given as void*) to drain, watching for NCCL errors, a failed peer
-  // (peer_failed() returns its message) and the timeout; throws flashgpt::Error on any.
-  // timeout_s < 0: the communicator's own timeout.
-  virtual void wait(void* stream, double timeout_s = -1) = 0;
-  // Aborts the communicator (pending collectives end on every rank); safe to call twice.
-  virtual void abort() = 0;
-};
-// Rank 0 makes the NCCL unique id, exchange_id(id, 128) passes it (rank 0 sends, the others
-// receive), then cudaSetDevice(local_rank) and ncclCommInitRank.
-std::unique_ptr<DistComm> make_nccl_comm(int rank, int world, int local_rank,
-                                         const std::function<void(unsigned char*)>& exchange_id,
-                                         const std::function<std::string()>& peer_failed,
-                                         double timeout_s);
+class DistComm;  // the multi-GPU process group: model/dist_comm.h
 
 struct ModelOptions {
   GPTConfig config;
   int B = 4, T = 64;            // largest micro-batch the model must hold
-  std::string attn = "flash";   // attention backend name
+  std::string attn = "auto";    // attention backend name; auto: the CPU model's "flash", the
+                                // CUDA model's first supported backend (attention_auto)
   uint64_t seed = 1337;         // parameter initialisation
   DistComm* comm = nullptr;     // multi-GPU (CUDA model only); nullptr = one process
   int zero = 0;                 // 1: ZeRO-1, AdamW state sharded over the ranks
@@ -119,6 +96,11 @@ struct ModelOptions {
   int classifier_chunk = 0;        // logits rows at once; 0 = kDefaultClassifierChunk
   int kv_cache = 0;                // positions of KV cache for prefill()/decode(); 0 = none
   bool time_attention = false;     // attention_ms(): CUDA events around attention calls
+  // --deterministic: attention backends with a deterministic mode sum dQ in a fixed order, so
+  // a step is bitwise reproducible (AttnBackwardArgs::deterministic); CUDA model only, the CPU
+  // model always is.
+  bool deterministic = false;
+  size_t guard_bytes = 0;          // tests: guards after every device buffer (memory_plan.h)
 };
 constexpr int kDefaultClassifierChunk = 8192;
 // The KV-cache preconditions both models check (one error line each; model/memory_plan.cpp).
@@ -133,6 +115,8 @@ void validate_recompute(const std::string& mode);
 std::vector<float> gpt_init_params(const GPTConfig& c, uint64_t seed);
 
 std::unique_ptr<Model> make_cpu_model(const ModelOptions& opt);
+// device "cpu", "cuda", or "auto" (cuda when a device is present). Prints nothing.
+std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions& opt);
 // Throws flashgpt::Error when flashgpt was built without CUDA or no GPU is present.
 std::unique_ptr<Model> make_cuda_model(const ModelOptions& opt);
 bool cuda_device_available();  // false in CPU-only builds

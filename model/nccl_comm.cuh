@@ -1,10 +1,10 @@
-// nccl_comm.cuh — NCCL_CHECK and the NCCL side of DistComm (model/model.h); implementation in
+// nccl_comm.cuh — NCCL_CHECK and the NCCL side of DistComm (model/dist_comm.h); implementation in
 // model/nccl_comm.cu. Only nvcc-compiled files include this.
 #pragma once
 #include <nccl.h>
 
 #include "kernels/common.h"
-#include "model/model.h"
+#include "model/dist_comm.h"
 
 #define NCCL_CHECK(call)                                                                 \
   do {                                                                                   \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots of `flashgpt profile` (train/profile.h): reads profile.csv (or plan.csv from
+"""Plots of `flashgpt profile` (bench/profile.h): reads profile.csv (or plan.csv from
 --plan-only) and writes PNGs into the output directory.
 
   memory_vs_T.png             peak device memory vs T, log-log: measured (solid, one line per
@@ -69,8 +69,10 @@ def capacity_bytes(meta):
 
 
 def title_suffix(meta):
-    gpu = meta.get("gpu") or "no GPU"
+    gpu = meta.get("gpu")
     model = meta.get("model", "").split(" (")[0]
+    if not gpu or gpu == "none":
+        return f"{model}, plan only (no GPU)" if model else "plan only (no GPU)"
     return f"{model} on {gpu}" if model else gpu
 
 
@@ -84,10 +86,15 @@ def set_log2_x(ax, rows):
 
 def plot_memory(plt, meta, rows, out):
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    for be, rs in by_backend(rows).items():
+    backends = by_backend(rows)
+    for i, (be, rs) in enumerate(backends.items()):
         c = color(be)
+        rs = [r for r in rs if r.get("pred_bytes")]  # a point whose plan failed has none
+        # Earlier backends drawn wider: equal plans (flash and flash1) stay visible, one
+        # inside the other.
+        width = 1.5 + 1.5 * (len(backends) - 1 - i)
         ax.plot([r["seq_len"] for r in rs], [r["pred_bytes"] / GIB for r in rs], "--", color=c,
-                alpha=0.8, label=f"{be} predicted (memory plan)")
+                alpha=0.8, linewidth=width, label=f"{be} predicted (memory plan)")
         ran = [r for r in rs if r.get("peak_bytes")]
         if ran:
             ax.plot([r["seq_len"] for r in ran], [r["peak_bytes"] / GIB for r in ran], "o-",

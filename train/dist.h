@@ -1,5 +1,5 @@
 // dist — the process group of multi-GPU training, in plain C++ (no CUDA or NCCL headers: the
-// NCCL side is model/nccl_comm.cu behind the DistComm interface of model/model.h).
+// NCCL side is model/nccl_comm.cu behind the DistComm interface of model/dist_comm.h).
 //
 // One process per GPU. Rank, world size and local rank come from flags (--rank --world-size
 // --local-rank), else from the environment in this order: torchrun (RANK, WORLD_SIZE,

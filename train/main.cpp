@@ -5,6 +5,7 @@
 //   flashgpt eval --checkpoint FILE --data DIR     loss, perplexity, bits per byte on shards
 //   flashgpt export --checkpoint FILE --out DIR    Hugging Face GPT-2 (model.safetensors + config.json)
 //   flashgpt bench-attention [options]             time the attention backends (CUDA builds)
+//   flashgpt bench-kernels [options]               time the model's other kernels (CUDA builds)
 //   flashgpt profile [options]                     memory and speed vs context length, measured
 //                                                  and predicted (--plan-only: no GPU needed)
 // Every error is one line "flashgpt: error: ..." and a non-zero exit.
@@ -13,17 +14,16 @@
 #include <cstring>
 #include <string>
 
+#include "bench/bench_attention.h"
+#include "bench/bench_kernels.h"
+#include "bench/profile.h"
 #include "data/prepare.h"
 #include "kernels/common.h"
 #include "train/eval.h"
 #include "train/export.h"
 #include "train/options.h"
-#include "train/profile.h"
 #include "train/sample.h"
 #include "train/train.h"
-#ifdef FLASHGPT_WITH_CUDA
-#include "train/bench_attention.h"
-#endif
 
 static void usage() {
   std::printf(
@@ -34,6 +34,7 @@ static void usage() {
       "  eval             loss, perplexity and bits per byte of a checkpoint on token shards\n"
       "  export           write a checkpoint as a Hugging Face GPT-2 model (--format hf)\n"
       "  bench-attention  time attention backends on the GPU (CUDA builds)\n"
+      "  bench-kernels    time the other kernels, decode and a d12 step on the GPU (CUDA builds)\n"
       "  profile          memory, step time and attention time vs context length, measured and\n"
       "                   predicted (--plan-only: the predicted table, no GPU needed)\n");
 }
@@ -82,15 +83,11 @@ int main(int argc, char** argv) {
       run_export(opt);
       return finish_stdout(0);
     }
-    if (cmd == "bench-attention") {
-#ifdef FLASHGPT_WITH_CUDA
-      return bench_attention_main(argc - 1, argv + 1);
-#else
-      FAIL("bench-attention needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
-#endif
-    }
+    if (cmd == "bench-attention") return bench_attention_main(argc - 1, argv + 1);
+    if (cmd == "bench-kernels") return bench_kernels_main(argc - 1, argv + 1);
     if (cmd == "profile") return profile_main(argc - 1, argv + 1);
-    FAIL("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention or profile",
+    FAIL("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention, "
+         "bench-kernels or profile",
          cmd.c_str());
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "data/prepare.h"
+#include "kernels/attention/backends.h"
 #include "kernels/common.h"
 
 namespace {
@@ -80,12 +81,13 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("channels", "override the preset's channels", cxxopts::value<int>()->default_value("0"))
     ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
     ("init", "start from this model: a flashgpt or llm.c (version 3/5) file, or a Hugging Face GPT-2 directory / .safetensors file", cxxopts::value<std::string>())
-    ("attn", "attention: flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order) | flash3 (FlashAttention-3 schedule, sm_90a, GPU only)", cxxopts::value<std::string>()->default_value(d.attn))
+    ("attn", "attention: auto (GPU: the first of " + attention_names_list() + " that supports the model; CPU: flash) | flash3 (FlashAttention-3 schedule, sm_90a, GPU only) | flash (FlashAttention-2) | naive (saves P) | flash1 (FlashAttention-1 loop order) | scalar (fp32 CUDA cores, GPU only)", cxxopts::value<std::string>()->default_value(d.attn))
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(d.pos))
     ("rope-theta", "RoPE base", cxxopts::value<float>()->default_value("10000"))
     ("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer (keep only each block's input)", cxxopts::value<std::string>()->default_value(d.recompute))
-    ("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", cxxopts::value<int>()->default_value("0"));
+    ("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", cxxopts::value<int>()->default_value("0"))
+    ("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)");
   o.add_options("optimisation")
     ("seq-len", "sequence length T", cxxopts::value<int>()->default_value(std::to_string(d.seq_len)))
     ("batch", "micro-batch B (sequences per forward pass)", cxxopts::value<int>()->default_value(std::to_string(d.batch)))
@@ -141,6 +143,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   opt.pos = get<std::string>(r, "pos");
   opt.rope_theta = get<float>(r, "rope-theta");
   opt.recompute = get<std::string>(r, "recompute");
+  opt.deterministic = r.count("deterministic") > 0;
   opt.classifier_chunk = get<int>(r, "classifier-chunk");
   CHECK(opt.pos == "learned" || opt.pos == "rope", "--pos '%s' is unknown; use learned or rope",
         opt.pos.c_str());
@@ -214,8 +217,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
         opt.lr_final_frac);
   CHECK(opt.weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", opt.weight_decay);
   CHECK(opt.grad_clip >= 0, "--grad-clip must be >= 0 (got %g)", opt.grad_clip);
-  CHECK(opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1" || opt.attn == "flash3",
-        "--attn '%s' is unknown; use flash, naive, flash1 or flash3", opt.attn.c_str());
+  if (opt.attn != "auto") attention_spec(opt.attn);  // an unknown --attn throws, listing them
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
         "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
   CHECK(opt.eval_every >= 0 && opt.eval_steps >= 1, "--eval-every must be >= 0 and --eval-steps >= 1");
@@ -258,7 +260,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
     ("top-k", "sample among the k most likely tokens (0 = all)", cxxopts::value<int>()->default_value("0"))
     ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("1337"))
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value("auto"))
-    ("attn", "attention for the prompt: auto (the first of flash, naive, flash1 that supports the model) | flash | naive | flash1", cxxopts::value<std::string>()->default_value("auto"))
+    ("attn", "attention for the prompt: auto (GPU: the first of " + attention_names_list() + " that supports the model; CPU: flash) or one of them", cxxopts::value<std::string>()->default_value("auto"))
     ("context", "tokens the model sees at once (0 = the model's maximum; RoPE models may go beyond it); a longer prompt or output slides the window", cxxopts::value<int>()->default_value("0"))
     ("no-kv-cache", "recompute the whole context for every new token (no KV cache)")
     ("h,help", "this help");
@@ -281,8 +283,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
         "--tokens must be in [1, %d] (got %d): every generated id is kept in memory", kMaxSampleTokens,
         opt.tokens);
   CHECK(opt.context >= 0, "--context must be >= 0 (got %d); 0 = the model's maximum", opt.context);
-  CHECK(opt.attn == "auto" || opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
-        "--attn '%s' is unknown; use auto, flash, naive or flash1", opt.attn.c_str());
+  if (opt.attn != "auto") attention_spec(opt.attn);  // an unknown --attn throws, listing them
   CHECK(opt.temperature >= 0, "--temperature must be >= 0 (got %g)", opt.temperature);
   CHECK(opt.top_k >= 0, "--top-k must be >= 0 (got %d)", opt.top_k);
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
@@ -302,7 +303,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
     ("seq-len", "tokens per sequence (0 = the model's maximum)", cxxopts::value<int>()->default_value("0"))
     ("steps", "batches to evaluate (0 = the whole split)", cxxopts::value<int64_t>()->default_value("0"))
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value("auto"))
-    ("attn", "auto (the first of flash, naive, flash1 that supports the model) | flash | naive | flash1", cxxopts::value<std::string>()->default_value("auto"))
+    ("attn", "auto (GPU: the first of " + attention_names_list() + " that supports the model; CPU: flash) or one of them", cxxopts::value<std::string>()->default_value("auto"))
     ("json", "also write the result as JSON to this file", cxxopts::value<std::string>())
     ("h,help", "this help");
   // clang-format on
@@ -326,8 +327,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
   CHECK(opt.steps >= 0, "--steps must be >= 0 (got %lld); 0 = the whole split", (long long)opt.steps);
   CHECK(opt.device == "auto" || opt.device == "cpu" || opt.device == "cuda",
         "--device '%s' is unknown; use auto, cpu or cuda", opt.device.c_str());
-  CHECK(opt.attn == "auto" || opt.attn == "flash" || opt.attn == "naive" || opt.attn == "flash1",
-        "--attn '%s' is unknown; use auto, flash, naive or flash1", opt.attn.c_str());
+  if (opt.attn != "auto") attention_spec(opt.attn);  // an unknown --attn throws, listing them
   return true;
 }
 

@@ -20,11 +20,12 @@ struct TrainOptions {
   bool model_given = false;  // --model or an override was on the command line
   int layers = 0, heads = 0, kv_heads = 0, channels = 0, max_seq_len = 0;  // 0: preset's
   std::string init_path;       // --init FILE (llm.c or flashgpt model file)
-  std::string attn = "flash";
+  std::string attn = "auto";  // auto: the first backend that supports the model (model.h)
   std::string pos = "learned";  // --pos learned|rope
   float rope_theta = 10000.0f;
   std::string recompute = "none";  // --recompute none|gelu|layer
   int classifier_chunk = 0;        // --classifier-chunk rows (0 = 8192)
+  bool deterministic = false;      // --deterministic: bitwise-reproducible attention backward
   std::string device = "auto";
   // batch and schedule
   int seq_len = 256, batch = 8;

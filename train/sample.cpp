@@ -101,11 +101,6 @@ std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n
   return std::vector<int>(toks.begin() + prompt.size(), toks.end());
 }
 
-std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions& opt) {
-  bool cuda = device == "cuda" || (device == "auto" && cuda_device_available());
-  return cuda ? make_cuda_model(opt) : make_cpu_model(opt);
-}
-
 int run_sample(const SampleOptions& opt, FILE* out) {
   GPTConfig cfg;
   std::vector<float> params;

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 #include "train/options.h"
 
 // temperature 0 = greedy (argmax); top_k 0 = all V tokens. Only the V real tokens are drawn.
@@ -49,10 +49,6 @@ std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_ne
 std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n_new,
                              float temperature, int top_k, uint64_t seed, int window,
                              const std::function<void(int)>& on_token = nullptr);
-
-// "auto" picks cuda when a device is present. Prints nothing. opt.attn "auto": each model
-// picks its first backend that supports the shape (model/model.h).
-std::unique_ptr<Model> make_model(const std::string& device, const ModelOptions& opt);
 
 // `flashgpt sample`: the prompt and the generated text go to `out`; a failed write to it is an
 // error (a full disk or a closed pipe must not look like success). Notes go to stderr.

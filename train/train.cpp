@@ -23,8 +23,9 @@
 #include "kernels/common.h"
 #include "model/checkpoint.h"
 #include "model/hf_gpt2.h"
+#include "model/dist_comm.h"
 #include "model/layout.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 #include "train/dist.h"
 #include "train/eval.h"
 #include "train/run_files.h"
@@ -291,6 +292,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   mo.attn = opt.attn;
   mo.seed = opt.seed;
   mo.recompute = opt.recompute;
+  mo.deterministic = opt.deterministic;
   mo.classifier_chunk = opt.classifier_chunk;
   std::unique_ptr<Model> model = make_model(opt.device, mo);
   if (!ckpt_params.empty()) model->set_params(ckpt_params);
@@ -332,7 +334,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
                 cfg.num_kv_heads, cfg.head_size(), cfg.vocab_size, cfg.padded_vocab_size,
                 cfg.max_seq_len, cfg.rope ? "rotary" : "learned", model->num_parameters() / 1e6));
   say(flashgpt::strformat("device: %s | attention: %s | recompute: %s | batch %d x %d, %d "
-                "micro-steps -> %lld tokens/step", model->device_name(), opt.attn.c_str(),
+                "micro-steps -> %lld tokens/step", model->device_name(), model->attention_name(),
                 opt.recompute.c_str(), B, T, accum, (long long)opt.total_batch));
   if (world > 1)
     say(flashgpt::strformat("data parallel: %d processes (NCCL), %d x %d per rank per micro-step, %s",
@@ -524,7 +526,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     if (lead)
       std::printf("bench: %s %s attn=%s B=%d T=%d world=%d | median %.2f ms/step | %.0f tokens/s "
                   "(%.0f per GPU) | MFU %s | peak memory %s\n", model->device_name(),
-                  opt.model.c_str(), opt.attn.c_str(), B, T, world, med, tps, tps_gpu,
+                  opt.model.c_str(), model->attention_name(), B, T, world, med, tps, tps_gpu,
                   peak > 0 ? flashgpt::strformat("%.1f%%", 100 * tps_gpu * flops_tok / peak).c_str() : "n/a",
                   human_bytes(model->peak_memory_bytes()).c_str());
     result.tokens_per_s = tps;

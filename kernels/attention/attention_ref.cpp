@@ -1,6 +1,9 @@
 // attention_ref.cpp — CPU causal attention: naive (stores P), FlashAttention-2 (stores LSE) and
 // FlashAttention-1's loop order (flash1, stores LSE; see its section below).
 // The oracles for the GPU attention kernels and the attention of the CPU model.
+// One file of over 600 lines: the three oracles share the layout helpers, the tile loops of the
+// two flash orders mirror each other line by line (easiest to check side by side), and the
+// CpuAttention registry at the end wraps all three.
 //
 // Layout, notation and the maths: attention_ref.h. Per (b, query head h), kv head h / (NH/NKV),
 // scale = 1/sqrt(HS), query t sees keys 0..t.
@@ -640,6 +643,10 @@ std::unique_ptr<CpuAttention<real>> make_cpu_attention(const std::string& name) 
   if (name == "flash1") return std::make_unique<Flash1CpuAttention<real>>();
   std::string known;
   for (const std::string& n : cpu_attention_names()) known += (known.empty() ? "" : ", ") + n;
+  for (const std::string& gpu : attention_names())
+    if (name == gpu)
+      FAIL("--attn %s is a GPU backend with no CPU version; on the CPU use one of: %s",
+           name.c_str(), known.c_str());
   FAIL("--attn '%s' is unknown; use one of: %s", name.c_str(), known.c_str());
 }
 template std::unique_ptr<CpuAttention<float>> make_cpu_attention<float>(const std::string&);

@@ -24,9 +24,7 @@
 #include <string>
 #include <vector>
 
-struct AttnShape {
-  int B, T, NH, NKV, HS;  // NKV < NH: grouped-query attention; NH % NKV == 0
-};
+#include "kernels/attention/backends.h"  // AttnShape
 
 // The four references are templates on the element type `real`, instantiated for float (the
 // oracle the GPU kernels and the CPU model use) and double (finite-difference checks). All
@@ -110,7 +108,8 @@ class CpuAttention {
                         const real* saved, const AttnShape& s) const = 0;
 };
 // Known names: "naive", "flash", "flash1". Unknown name: throws flashgpt::Error listing the
-// names, "--attn 'foo' is unknown; use one of: naive, flash, flash1".
+// names, "--attn 'foo' is unknown; use one of: naive, flash, flash1"; a GPU-only backend
+// (backends.h, e.g. "scalar") says that it has no CPU version.
 template <typename real = float>
 std::unique_ptr<CpuAttention<real>> make_cpu_attention(const std::string& name);
 std::vector<std::string> cpu_attention_names();

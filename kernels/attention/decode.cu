@@ -6,9 +6,9 @@
 
 namespace {
 
-constexpr int kMaxGQ = 4;         // query heads of one kv head per block (register budget)
-constexpr int kE = 8;             // head dims per lane
-constexpr int kMaxSplits = 1024;  // also the combine kernel's shared weight array
+constexpr int kMaxGQ = kDecodeMaxGQ;    // query heads of one kv head per block (register budget)
+constexpr int kE = kDecodeLaneDims;     // head dims per lane
+constexpr int kMaxSplits = kDecodeMaxSplits;  // also the combine kernel's shared weight array
 constexpr int kCombineThreads = 1024;  // combine block: 32 dims x 32 split rows
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -25,8 +25,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 //           work, not by bytes: 54 us for 34 MB.
 template <int HS, int GQ>
 struct DecodeTraits {
-  static constexpr int Threads = GQ == 1 ? 128 : 256;
-  static constexpr int KU = GQ == 1 ? 2 : 4;
+  static constexpr int Threads = decode_threads(GQ);  // sizes: decode.h
+  static constexpr int KU = decode_keys_per_group(GQ);
   static constexpr int L = HS / kE;            // lanes per key group
   static constexpr int NG = Threads / L;       // key groups per block
   static constexpr int kStep = NG * KU;        // keys per block step
@@ -34,24 +34,8 @@ struct DecodeTraits {
   static_assert(kE % x128::size == 0, "a lane's dims are whole 128-bit chunks");
   static_assert(HS % 32 == 0, "combine: blocks of 32 dims");
   static_assert(GQ * NG * HS * 4 <= 32 * 1024, "shared merge buffer");
+  static_assert(kStep == decode_step(HS, GQ), "decode.h sizes the scratch by this step");
 };
-
-// Smallest keys-per-step over the GQ variants at this head size (sizes the scratch: more
-// splits fit); 0 when HS is not supported.
-template <int HS>
-int min_step() {
-  return std::min({DecodeTraits<HS, 1>::kStep, DecodeTraits<HS, 2>::kStep,
-                   DecodeTraits<HS, kMaxGQ>::kStep});
-}
-int decode_step(int HS) {
-  switch (HS) {
-    case 32: return min_step<32>();
-    case 64: return min_step<64>();
-    case 128: return min_step<128>();
-    case 256: return min_step<256>();
-    default: return 0;
-  }
-}
 
 constexpr int kLoads = kE / x128::size;  // 128-bit loads per lane per row (1 bf16, 2 fp32)
 
@@ -283,22 +267,12 @@ void run_decode_hs(floatX* out, const floatX* q, const floatX* k_cache, const fl
 
 }  // namespace
 
-// Capacity: any plan has S <= kMaxSplits and S <= ceil(n / step) <= ceil(max_n / step).
-size_t attention_decode_scratch_bytes(int max_n, int NH, int HS) {
-  CHECK(max_n >= 1 && NH >= 1, "attention_decode_scratch_bytes: bad max_n=%d NH=%d", max_n, NH);
-  const int step = decode_step(HS);
-  const int cap = step > 0 ? std::min(kMaxSplits, ceil_div(max_n, step)) : kMaxSplits;
-  const int hs = std::max(HS, 1);
-  return align256((size_t)NH * cap * hs * sizeof(float)) +
-         align256((size_t)NH * cap * 2 * sizeof(float));
-}
-
 void attention_decode(floatX* out, const floatX* q, const floatX* k_cache, const floatX* v_cache,
                       int n, int NH, int NKV, int HS, void* scratch, cudaStream_t stream) {
   CHECK(n >= 1 && NH >= 1 && NKV >= 1, "attention_decode: bad shape n=%d NH=%d NKV=%d", n, NH,
         NKV);
   CHECK(NH % NKV == 0, "attention_decode: NH=%d is not a multiple of NKV=%d", NH, NKV);
-  CHECK(decode_step(HS) > 0,
+  CHECK(decode_min_step(HS) > 0,
         "attention_decode: head size HS=%d is not supported (32, 64, 128 or 256)", HS);
   CHECK(aligned16(q) && aligned16(k_cache) && aligned16(v_cache) && aligned16(scratch) &&
             scratch != nullptr,

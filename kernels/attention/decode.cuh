@@ -19,20 +19,21 @@
 //   out = sum_s w_s acc_s / sum_s w_s l_s, rounded once to floatX.
 // S: two waves of pass-1 blocks (occupancy x SMs), at most 1024 splits. All in fp32; fixed
 // reduction orders, so a run is deterministic on a given GPU (S depends on the SM count).
-// Speed (H100, n = 131072, bf16; build/test_gpu --gtest_also_run_disabled_tests
-// --gtest_filter='AttentionDecodeGpu.DISABLED_Bench'): MHA NH=NKV=12 HS=64 ~147 us for 403 MB
+// Speed (H100, n = 131072, bf16, caches of zeros; measured by the GPU test that
+// `flashgpt bench-kernels --only decode` replaced): MHA NH=NKV=12 HS=64 ~147 us for 403 MB
 // of K/V (2.7 TB/s, ~80% of HBM peak); GQA NH=12 NKV=4 HS=128 ~127 us (2.1 TB/s); MQA is
 // bound by the score arithmetic (tuning notes in decode.cu).
 // Limits: n >= 1, NH % NKV == 0, HS in {32, 64, 128, 256} (CHECK with a clear message); q,
 // k_cache, v_cache and scratch 16-byte aligned (CHECK); n <= the max_n the scratch was sized for.
 // Test: build/test_gpu --gtest_filter='AttentionDecode*'
+// Bench: build/flashgpt bench-kernels --only decode   (n = 131072)
 #pragma once
 #include <cstddef>
 
+#include "kernels/attention/decode.h"
 #include "kernels/cuda_common.cuh"
 
-// Scratch bytes for attention_decode with any n <= max_n at this NH and HS.
-size_t attention_decode_scratch_bytes(int max_n, int NH, int HS);
+// Scratch: attention_decode_scratch_bytes(max_n, NH, HS) (decode.h).
 void attention_decode(floatX* out,            // (NH, HS) overwritten
                       const floatX* q,        // (NH, HS) the query of the newest position
                       const floatX* k_cache,  // (n, NKV, HS) positions 0..n-1 (newest appended)

@@ -9,6 +9,40 @@
 // Bad shapes (n, NH, NKV or HS < 1, NH % NKV != 0) throw flashgpt::Error.
 // Test: build/test_cpu --gtest_filter='AttentionDecodeRef*'
 #pragma once
+#include <algorithm>
+#include <cstddef>
+
+#include "kernels/common.h"
+
+// The CUDA version's pass-1 block shape (decode.cuh; decode.cu has the tuning notes), by GQ =
+// query heads of one kv head per block (1, 2 or kDecodeMaxGQ): its threads, KU keys per key group
+// per step, and kDecodeLaneDims head dims per lane, so a key group is HS / 8 lanes and a block
+// step covers (threads / (HS / 8)) * KU keys. The splits (at most kDecodeMaxSplits) size the
+// scratch: per split and query head an un-normalised accumulator (HS fp32) and (m, l).
+constexpr int kDecodeMaxGQ = 4;
+constexpr int kDecodeLaneDims = 8;
+constexpr int kDecodeMaxSplits = 1024;
+constexpr int decode_threads(int GQ) { return GQ == 1 ? 128 : 256; }
+constexpr int decode_keys_per_group(int GQ) { return GQ == 1 ? 2 : 4; }
+constexpr int decode_step(int HS, int GQ) {
+  return decode_threads(GQ) / (HS / kDecodeLaneDims) * decode_keys_per_group(GQ);
+}
+// Smallest step over the GQ variants at this head size (more splits fit); 0: HS unsupported.
+constexpr int decode_min_step(int HS) {
+  return HS == 32 || HS == 64 || HS == 128 || HS == 256
+             ? std::min({decode_step(HS, 1), decode_step(HS, 2), decode_step(HS, kDecodeMaxGQ)})
+             : 0;
+}
+// Scratch bytes for attention_decode with any n <= max_n at this NH and HS. Any plan has
+// S <= kDecodeMaxSplits and S <= ceil(n / step) <= ceil(max_n / step) splits.
+inline size_t attention_decode_scratch_bytes(int max_n, int NH, int HS) {
+  CHECK(max_n >= 1 && NH >= 1, "attention_decode_scratch_bytes: bad max_n=%d NH=%d", max_n, NH);
+  const int step = decode_min_step(HS);
+  const int cap = step > 0 ? std::min(kDecodeMaxSplits, (max_n + step - 1) / step) : kDecodeMaxSplits;
+  const size_t hs = (size_t)std::max(HS, 1);
+  return ((size_t)NH * cap * hs * sizeof(float) + 255) / 256 * 256 +
+         ((size_t)NH * cap * 2 * sizeof(float) + 255) / 256 * 256;
+}
 
 template <typename real>
 void attention_decode_ref(real* out,            // (NH, HS)

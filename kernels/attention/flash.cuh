@@ -1,11 +1,12 @@
 // flash.cuh — the "flash" GPU attention backend: our own FlashAttention-2 kernels (tensor cores:
-// mma.sync bf16 in the forward and the HS 64 backward, wgmma warpgroup MMAs in the HS 128
-// backward; online softmax, recomputation backward). Saves only LSE (B, NH, T) fp32.
+// mma.sync bf16 in the forward, wgmma warpgroup MMAs in the backward; online softmax,
+// recomputation backward). Saves only LSE (B, NH, T) fp32.
 // Forward: kernels/attention/flash_fwd.cu; backward: flash_bwd.cu; backend class: flash.cu.
 #pragma once
 #include <memory>
 
 #include "kernels/attention/attention.cuh"
+#include "kernels/attention/flash_tiles.h"
 
 std::unique_ptr<AttentionBackend> make_flash_attention();
 
@@ -15,9 +16,10 @@ namespace flash {
 // out (B, T, NH, HS), lse (B, NH, T) fp32, qkv (B, T, NH + 2*NKV, HS).
 void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
                   cudaStream_t stream);
-// dqkv (B, T, NH + 2*NKV, HS) overwritten; dq_accum (B, NH, T, HS) fp32 and D (B, NH, T) fp32
-// are scratch (contents on entry ignored).
-void backward_bf16(__nv_bfloat16* dqkv, float* dq_accum, float* D, const __nv_bfloat16* dout,
+// dqkv (B, T, NH + 2*NKV, HS) overwritten; scratch of flash_bwd_scratch(s).bytes
+// (flash_tiles.h; contents on entry ignored). deterministic: dQ summed in a fixed order
+// (bitwise reproducible, 13-25% slower; flash_bwd_wgmma.cuh).
+void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                   const AttnShape& s, cudaStream_t stream);
+                   const AttnShape& s, bool deterministic, cudaStream_t stream);
 }  // namespace flash

@@ -70,13 +70,17 @@
 // tiles: zero-filled loads, masked keys, predicated stores); 16-byte aligned buffers
 // (cudaMalloc'd ones are); B * NH < 2^31.
 //
+// One file of over 600 lines: forward and backward of one schedule belong together (one op per
+// file, DESIGN.md), and they share the tile traits and lane offsets above them.
+//
 // Test:  make build/test_gpu && ./build/test_gpu --gtest_filter='AttentionGpu*flash1*'
 //        (tests/gpu/test_attention.cu: vs the CPU oracle with the self-calibrating bf16 rule,
 //        poisoned outputs, repeat determinism); CPU twin: build/test_cpu
 //        --gtest_filter='AttentionRef.Flash1*'
 // Bench: ./build/flashgpt bench-attention --backends flash,flash1 --hs 64 --seq-lens 1024,4096
 //        python3 scripts/bench_attention.py
-#include "kernels/attention/flash1.cuh"
+#include "kernels/attention/attention.cuh"
+#include "kernels/attention/flash1_tiles.h"
 
 #include <cmath>
 
@@ -98,7 +102,7 @@ using flash::quad_sum;
 using flash::smem_u32;
 using flash::swz;
 
-constexpr int kTile = 64;  // Br = Bc = 64; also the padding of Tp
+constexpr int kTile = kFlash1Tile;  // Br = Bc (flash1_tiles.h); also the padding of Tp
 
 template <int HS_>
 struct Fa1Tile {
@@ -547,8 +551,6 @@ __global__ void __launch_bounds__(128, 1)
 // ---------------------------------------------------------------------------------------------
 // launchers
 
-size_t padded_T(int T) { return (size_t)ceil_div(T, kTile) * kTile; }
-
 template <int HS>
 void launch_forward(__nv_bfloat16* out, float* lse, float* scratch, const __nv_bfloat16* qkv,
                     const AttnShape& s, cudaStream_t stream) {
@@ -559,7 +561,7 @@ void launch_forward(__nv_bfloat16* out, float* lse, float* scratch, const __nv_b
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, K::FWD_SMEM));
     attr_set = true;
   }
-  const size_t Tp = padded_T(s.T), rows = (size_t)s.B * s.NH * Tp;
+  const size_t Tp = flash1_padded_T(s.T), rows = (size_t)s.B * s.NH * Tp;
   float* O = scratch;
   float* m = O + rows * HS;
   float* l = m + rows;
@@ -580,7 +582,7 @@ void launch_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* d
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, K::BWD_SMEM));
     attr_set = true;
   }
-  const size_t Tp = padded_T(s.T), rows = (size_t)s.B * s.NH * Tp;
+  const size_t Tp = flash1_padded_T(s.T), rows = (size_t)s.B * s.NH * Tp;
   float* dQ = scratch;
   float* D = dQ + rows * HS;
   const float scale = 1.f / sqrtf((float)HS);
@@ -595,34 +597,7 @@ namespace {
 
 class Flash1Attention final : public AttentionBackend {
  public:
-  const char* name() const override { return "flash1"; }
-  bool deterministic_dq() const override { return true; }  // one block owns a head's dQ
-
-  std::string unsupported_reason(const AttnShape& s) const override {
-    if (s.B < 1 || s.T < 1 || s.NH < 1 || s.NKV < 1 || s.HS < 1)
-      return flashgpt::strformat("bad shape B=%d T=%d NH=%d NKV=%d HS=%d", s.B, s.T, s.NH, s.NKV,
-                                 s.HS);
-    if (s.NH % s.NKV != 0)
-      return flashgpt::strformat("--kv-heads %d does not divide --heads %d", s.NKV, s.NH);
-#if defined(ENABLE_FP32)
-    return "flash1 attention is bf16-only (tensor cores); build with PRECISION=BF16 or use "
-           "--attn flash or naive";
-#else
-    if (s.HS != 64 && s.HS != 128)
-      return flashgpt::strformat(
-          "flash1 attention supports head size 64 or 128, not %d; use --attn naive", s.HS);
-    if (s.T > (1 << 22)) return flashgpt::strformat("sequence length %d is over 4M", s.T);
-    return "";
-#endif
-  }
-
-  size_t saved_bytes(const AttnShape& s) const override {
-    return (size_t)s.B * s.NH * s.T * sizeof(float);  // LSE
-  }
-  // forward: O (HS) + m + l per padded row; backward: dQ (HS) + D per padded row.
-  size_t scratch_bytes(const AttnShape& s) const override {
-    return (size_t)s.B * s.NH * flash1::padded_T(s.T) * (s.HS + 2) * sizeof(float);
-  }
+  Flash1Attention() : AttentionBackend(attention_spec("flash1")) {}
 
   void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
     check(a.shape);
@@ -646,12 +621,6 @@ class Flash1Attention final : public AttentionBackend {
     else
       flash1::launch_backward<128>(a.dqkv, scratch, a.dout, a.qkv, a.out, lse, a.shape, stream);
 #endif
-  }
-
- private:
-  void check(const AttnShape& s) const {
-    const std::string why = unsupported_reason(s);
-    CHECK(why.empty(), "attention 'flash1': %s", why.c_str());
   }
 };
 

@@ -1,6 +1,8 @@
 // flash3.cu — the "flash3" attention backend: the FlashAttention-3 forward schedule on sm_90a
 // (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024), and the backend class. The backward is
-// flash3_bwd.cu; every host-visible fact (tiles, limits, saved/scratch bytes) is flash3_tiles.h.
+// flash's (flash_bwd.cu: FlashAttention-2's recomputation on wgmma; not yet FA3's warp-
+// specialised backward). Tile sizes: flash3_tiles.h; limits, saved/scratch bytes, cost: its
+// spec kSpec_flash3 (backends.cpp).
 //
 // Computes, for every (batch b, query head h, query t), causal, scale = 1/sqrt(HS):
 //   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s
@@ -70,6 +72,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash3.cuh"
 #include "kernels/attention/flash3_tiles.h"
 #include "kernels/attention/hopper.cuh"
@@ -470,7 +473,7 @@ void launch_fwd_hs(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv
 
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
                   const AttnShape& s, cudaStream_t stream) {
-  int* tile_counter = reinterpret_cast<int*>(static_cast<char*>(scratch) + scratch_fwd_counter_offset(s));
+  int* tile_counter = reinterpret_cast<int*>(static_cast<char*>(scratch) + 0 /* the work-tile counter: the scratch's first int */);
   CHECK(aligned16(qkv) && aligned16(out), "flash3 attention: qkv and out must be 16-byte aligned");
   switch (s.HS) {
     case 64:
@@ -487,27 +490,16 @@ void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bflo
 }  // namespace flash3
 
 // ---------------------------------------------------------------------------------------------
-// The backend class: sizes and limits from flash3_tiles.h, kernels above and in flash3_bwd.cu.
+// The backend class: its spec is kSpec_flash3 (backends.cpp, from flash3_tiles.h); the forward
+// is above, the backward is flash's (flash_bwd.cu).
 namespace {
 
 class Flash3Attention final : public AttentionBackend {
  public:
-  const char* name() const override { return "flash3"; }
-  bool deterministic_dq() const override { return flash3::backward_deterministic(); }
-
-  std::string unsupported_reason(const AttnShape& s) const override {
-#if defined(ENABLE_FP32)
-    return "flash3 attention runs bf16 tensor cores only; the FP32 build has --attn flash (its "
-           "fp32 fallback) or naive";
-#else
-    return flash3::unsupported_reason(s);
-#endif
-  }
-  size_t saved_bytes(const AttnShape& s) const override { return flash3::saved_bytes(s); }
-  size_t scratch_bytes(const AttnShape& s) const override { return flash3::scratch_bytes(s); }
+  Flash3Attention() : AttentionBackend(attention_spec("flash3")) {}
 
   void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);
+    check(a.shape);  // the FP32 build stops here: flash3 is bf16-only
 #if !defined(ENABLE_FP32)
     flash3::forward_bf16(a.out, static_cast<float*>(a.saved), a.scratch, a.qkv, a.shape, stream);
 #endif
@@ -515,15 +507,9 @@ class Flash3Attention final : public AttentionBackend {
   void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
     check(a.shape);
 #if !defined(ENABLE_FP32)
-    flash3::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out,
-                          static_cast<const float*>(a.saved), a.shape, stream);
+    flash::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out,
+                         static_cast<const float*>(a.saved), a.shape, a.deterministic, stream);
 #endif
-  }
-
- private:
-  void check(const AttnShape& s) const {
-    const std::string why = unsupported_reason(s);
-    CHECK(why.empty(), "attention 'flash3': %s", why.c_str());
   }
 };
 

@@ -1,61 +1,62 @@
-// flash_bwd.cu — FlashAttention-2 backward by recomputation, causal, on tensor cores (bf16
-// inputs, fp32 accumulate: mma.sync at HS 64, wgmma warpgroup MMAs at HS 128). Nothing T x T is
-// ever stored.
+// flash_bwd.cu — FlashAttention-2 backward by recomputation, causal, on Hopper tensor cores
+// (bf16 inputs, fp32 accumulate, wgmma warpgroup MMAs). Nothing T x T is ever stored. Shared by
+// the "flash" and "flash3" backends (flash3 differs in its forward only).
 //
 // Computes dqkv (B, T, NH + 2*NKV, HS) (overwritten) from dO = dout (B, T, NH, HS), the
 // forward's inputs qkv, output O = out and saved LSE (B, NH, T), scale = 1/sqrt(HS), causal,
 // query head h using kv head h / (NH/NKV). dK and dV of a kv head sum over its NH/NKV query
 // heads inside one thread block (no expanded per-query-head buffers).
 //
-// Algorithm (paper notation; Br query rows per Q tile, Bc key rows per K/V tile):
-//   1. flash_bwd_dot_kernel:   D_i = rowsum(dO_i o O_i) (fp32), dQacc = 0
-//   2. flash_bwd_kernel: one thread block per (K/V tile j, kv head, batch), 8 warps; warp w
-//      owns keys j Bc + 16w .. +15, so dK_j, dV_j (16 x HS per warp) stay in registers.
+// Algorithm (paper notation; Br query rows per Q tile, Bc = 128 key rows per K/V tile):
+//   1. flash_bwd_dot_kernel:   D_i = rowsum(dO_i o O_i) (fp32), dQacc = 0 (and, deterministic,
+//                              the dQ-order semaphores = 0)
+//   2. flash_bwd_wg_kernel (flash_bwd_wgmma.cuh): one thread block per (K/V tile j, kv head,
+//      batch), 2 warpgroups; warpgroup wg owns keys j Bc + 64 wg .. +63, so dK_j, dV_j stay in
+//      registers.
 //        load K_j, V_j -> smem
-//        for each query head h of the group, for i = (j Bc)/Br .. Tr-1  (diagonal first):
+//        for each query head h of the group, for each Q tile i with i Br + Br > j Bc:
 //          load Q_i, dO_i, LSE_i, D_i -> smem (double-buffered: the next (h, i) loads while
 //                                              this one computes)
-//          for each chunk c of CQ queries of the tile:              (transposed products: the
-//            S_ij^T  = K_j Q_ic^T                                    key rows are the mma M
-//            P_ij^T  = exp2(S_ij^T scale log2e - LSE_i log2e)        dimension, so P^T and dS^T
-//                      (0 where key > query: diagonal tiles only)   come out of the mma in the
-//            dP_ij^T = V_j dO_ic^T                                   A-operand layout of the
-//            dS_ij^T = P_ij^T o (dP_ij^T - D_i)                      next products)
-//            dV_j   += P_ij^T dO_ic          dK_j += dS_ij^T Q_ic
-//            dS_ij^T -> smem (bf16)
-//          dQacc_i += dS_ij K_j        (all 8 warps from smem; the fp32 tile is staged in
-//                                       smem and added to dQacc by one bulk reduce-add,
-//                                       cp.reduce.async.bulk, done by the copy engine in L2)
+//          S_ij^T  = K_j Q_i^T                         (transposed products: the key rows are
+//          P_ij^T  = exp2(S_ij^T scale log2e            the wgmma M dimension, so P^T and dS^T
+//                         - LSE_i log2e)                come out in the A-operand registers of
+//                    (0 where key > query)              the next products)
+//          dP_ij^T = V_j dO_i^T
+//          dS_ij^T = P_ij^T o (dP_ij^T - D_i)
+//          dV_j   += P_ij^T dO_i          dK_j += dS_ij^T Q_i
+//          dS_ij^T -> smem (bf16)
+//          dQacc_i += dS_ij K_j        (the fp32 tile is staged in smem and added to dQacc by one
+//                                       bulk reduce-add, cp.reduce.async.bulk, in L2)
 //        dK_j *= scale; write dK_j, dV_j (bf16) into dqkv
-//      HS 128 runs the same schedule in flash_bwd_wg_kernel (flash_bwd_wg.cuh, shared with
-//      flash3's backward) on wgmma (sm_90a): warpgroup wg
-//      (4 warps) owns keys j Bc + 64 wg .. +63, each product is one warpgroup MMA per k-step
-//      that reads its shared-memory operands once per warpgroup, dV_j += P^T dO_i is issued as
-//      soon as P^T is packed (it runs while dS^T is computed), and dQ_i = dS K_j is one wgmma
-//      per warpgroup (the Br x HS tile split by columns).
 //   3. flash_bwd_dq_kernel: dQ = scale dQacc -> bf16 into dqkv.
-// Warp-level causal skipping (flash_bwd_kernel): a chunk whose queries all precede the warp's
-// 16 keys is skipped (P = dS = 0 there), so the diagonal tiles cost about half a tile;
-// flash_bwd_wg_kernel skips per warpgroup (64 keys).
-// Blocks run in order of j (blockIdx.y = 0 first): tile 0 visits the most Q tiles.
+// Causal skipping per warpgroup: a step whose queries all precede the warpgroup's 64 keys skips
+// its products, so the diagonal tiles cost about half a tile. Blocks run in order of j
+// (blockIdx.y = 0 first): tile 0 visits the most Q tiles.
 //
-// Determinism: dK and dV are bitwise reproducible (each block owns its rows, fixed order).
-// dQ is summed in L2 (fp32 bulk reduce-adds) in whatever order the blocks arrive, so it can
-// differ in the last bits between runs (after the bf16 rounding, rarely by one bf16 ulp). The
-// tests check dQ to tolerance and dK, dV, O, LSE bitwise.
+// Determinism: dK and dV are bitwise reproducible (each block owns its rows, fixed order). dQ
+// is summed in L2 in the order the blocks arrive (DqOrder::kArrival), so its last bits can
+// differ between runs, unless `deterministic` (--deterministic) asks for the fixed order
+// (DqOrder::kFixed: block j adds after block j - 1, by a semaphore per Q tile; 13-25% slower,
+// measured in flash_bwd_wgmma.cuh). The tests check dQ to tolerance, and bitwise in the fixed
+// order; dK, dV, O, LSE always bitwise.
 //
-// Scratch: dQacc (B, NH, T, HS) fp32 + D (B, NH, T) fp32. Inside each dQacc row the 8-float
-// segment s is stored at s ^ (t % 8) (so the smem staging stores are conflict-free and the bulk
-// copy stays linear); flash_bwd_dq_kernel undoes it.
+// Scratch (flash_tiles.h, flash_bwd_scratch_bytes): dQacc (B, NH, T, HS) fp32 | D (B, NH, T)
+// fp32 | semaphores (B, NH, ceil(T / Br)) int. Inside each dQacc row the 8-float segment s is
+// stored at s ^ (t % 8) (so the smem staging stores are conflict-free and the bulk copy stays
+// linear); flash_bwd_dq_kernel undoes it.
 // Limits: bf16 only; HS 64 or 128; sm_90a (wgmma, cp.reduce.async.bulk: the Makefile's default
 // GPU_ARCH=90a); 16-byte aligned buffers; any T >= 1 (ragged tiles are zero-filled loads and
-// predicated stores); ceil(T/Bc) < 65536.
+// predicated stores); ceil(T/Bc) < 65536. The fixed order relies on blocks of a launch being
+// dispatched in linear index order (as FlashAttention-3's deterministic mode does).
 //
-// Test:  make build/test_gpu && ./build/test_gpu --gtest_filter='Flash*'
-// Bench: python3 scripts/bench_attention.py   (against PyTorch SDPA in the same run)
+// Files: this one holds the D and dQ-convert kernels and the launch; the mainloop is
+// flash_bwd_wgmma.cuh, its loads and epilogues flash_bwd_shared.cuh. Tiles: flash_tiles.h.
+//
+// Test:  make build/test_gpu && ./build/test_gpu --gtest_filter='Flash*:AttentionGpu*'
+// Bench: ./build/flashgpt bench-attention --backends flash [--deterministic]
+//        python3 scripts/bench_attention.py   (against PyTorch SDPA in the same run)
 #include "kernels/attention/flash.cuh"
-#include "kernels/attention/flash_common.cuh"
-#include "kernels/attention/flash_bwd_wg.cuh"
+#include "kernels/attention/flash_bwd_wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "flash_bwd.cu uses wgmma: build for sm_90a (GPU_ARCH=90a, the Makefile's default)"
@@ -63,394 +64,79 @@
 
 namespace flash {
 
-template <int HS_, int Br_, int NWARPS_, int CQ_, bool KV_IN_REGS_, int DQ_WM_>
-struct BwdTile {
-  static constexpr bool WGMMA = false;
-  static constexpr int HS = HS_, Br = Br_, NWARPS = NWARPS_, CQ = CQ_;
-  static constexpr int NTHREADS = 32 * NWARPS;
-  static constexpr int Bc = 16 * NWARPS;           // each warp owns 16 keys
-  static constexpr bool KV_IN_REGS = KV_IN_REGS_;  // keep the warp's K/V A fragments in regs
-  static constexpr int KH = HS / 16;               // k-steps over the head dim
-  static constexpr int NCQ = Br / CQ;              // query chunks per Q tile
-  static constexpr int QT = CQ / 8;                // 8-query n-tiles of S^T per chunk
-  static constexpr int QK = CQ / 16;               // 16-query k-steps of dV, dK per chunk
-  static constexpr int NH8 = HS / 8;               // n-tiles of dK, dV
-  static constexpr int DQ_WM = DQ_WM_, DQ_WN = NWARPS / DQ_WM;  // warp grid of dQ_i (Br x HS)
-  static constexpr int DQ_M = Br / DQ_WM, DQ_N = HS / DQ_WN;
-  static constexpr int DQ_MT = DQ_M / 16, DQ_NT = DQ_N / 8;
-  static constexpr int KV_BYTES = Bc * HS * 2, QT_BYTES = Br * HS * 2, DS_BYTES = Bc * Br * 2;
-  // smem: K_j, V_j | Q_i x2 | dO_i x2 | dS^T x2 | LSE_i x2 | D_i x2 | dQ_i staging (fp32)
-  static constexpr int OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES, OFF_DO = OFF_Q + 2 * QT_BYTES,
-                       OFF_DS = OFF_DO + 2 * QT_BYTES, OFF_L = OFF_DS + 2 * DS_BYTES,
-                       OFF_D = OFF_L + 2 * Br * 4, OFF_DQ = OFF_D + 2 * Br * 4;
-  static constexpr int SMEM = OFF_DQ + Br * HS * 4;
-  static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-  static_assert(Br % 64 == 0, "dS^T rows are swizzled in >= 8 chunks");
-  static_assert(Br % CQ == 0 && CQ % 16 == 0, "query chunks of 16s");
-  static_assert(NWARPS % DQ_WM == 0 && DQ_M % 16 == 0 && DQ_N % 16 == 0, "dQ warp grid");
-  static_assert(Br <= NTHREADS, "one thread per LSE/D row");
-  static_assert((Bc * HS / 8) % NTHREADS == 0 && (Br * HS / 8) % NTHREADS == 0, "tile loads");
-  static_assert(SMEM <= 227 * 1024, "shared memory per block");
-};
-
-// Tile choices, measured on an H200 (causal, 16384 tokens per batch; backward TFLOP/s =
-// 2.5 x 2 B NH T^2 HS / time, dot and dQ-convert kernels included):
-//   HS 64:  Br 128, Bc 128 (8 warps), CQ 32, K/V fragments in registers, dQ warp grid 4 x 2:
-//           287-294 TFLOP/s at T 16384. CQ 64 spills (84 B), 3% slower; K/V re-read from smem
-//           10% slower; Br 64 7% slower; 4 warps and Bc 64 2-4% slower.
-//   HS 128 (now flash_bwd_wg_kernel, below): best here was Br 64, Bc 128 (8 warps), CQ 32,
-//           K/V re-read from smem, dQ warp grid 2 x 4: 282-286 TFLOP/s at T 16384. K/V in
-//           registers spills 200+ B (4-8% slower); CQ 64 is even to 3% slower; dQ grid 4 x 2
-//           3-6% slower; Br 128 6% slower (and no longer fits with double-buffered dS^T).
-// The dQ reduction through the copy engine (cp.reduce.async.bulk) instead of fp32 red.global
-// atomics from registers: about 255 -> 285 TFLOP/s (HS 128), 262 -> 290 (HS 64) at T 16384.
-// What bounds this design (Nsight Compute, HS 128): the shared-memory pipe at ~75% busy, with
-// 8 warps per SM (255 registers each); each warp owns only 16 keys, so every product reads
-// its B operand from smem at 1 byte per 16 FLOP. flash_bwd_wg_kernel (B read once per
-// warpgroup) removes that bound.
-using BwdTile64 = BwdTile<64, 128, 8, 32, true, 4>;
-
-// ---- 2. the main kernel ----
-template <class K>
-__global__ void __launch_bounds__(K::NTHREADS, 1)
-    flash_bwd_kernel(__nv_bfloat16* __restrict__ dqkv, float* __restrict__ dq_accum,
-                     const __nv_bfloat16* __restrict__ dout, const __nv_bfloat16* __restrict__ qkv,
-                     const float* __restrict__ lse, const float* __restrict__ Dvec, int T, int NH,
-                     int NKV, float scale_log2, float scale) {
-  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, CQ = K::CQ, KH = K::KH, QT = K::QT, QK = K::QK,
-                NH8 = K::NH8, NTHREADS = K::NTHREADS;
-  constexpr int ROWB = HS * 2;  // bytes per K/V/Q/dO smem row
-  constexpr int DSB = Br * 2;   // bytes per dS^T smem row
-  extern __shared__ __align__(128) unsigned char smem[];
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
-  const int j = blockIdx.y;
-  const int G = NH / NKV;
-  const int k0 = j * Bc;
-  const size_t ld = (size_t)(NH + 2 * NKV) * HS, ldo = (size_t)NH * HS;
-
-  const uint32_t s0 = smem_u32(smem);
-  const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
-                 sdS = s0 + K::OFF_DS, sL = s0 + K::OFF_L, sD = s0 + K::OFF_D, sdQ = s0 + K::OFF_DQ;
-  const float* fL = reinterpret_cast<const float*>(smem + K::OFF_L);
-  const float* fD = reinterpret_cast<const float*>(smem + K::OFF_D);
-
-  {
-    const __nv_bfloat16* gK = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
-    const __nv_bfloat16* gV = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
-    load_tile_async<Bc, HS, NTHREADS>(sK, gK, ld, T - k0, tid);
-    load_tile_async<Bc, HS, NTHREADS>(sV, gV, ld, T - k0, tid);
-  }
-  const int i_begin = k0 / Br;
-  const int n_i = (T + Br - 1) / Br - i_begin;
-  const int total = G * n_i;
-  auto prefetch = [&](int it, int buf) {
-    const int hq = kvh * G + it / n_i;
-    const int q0 = (i_begin + it % n_i) * Br;
-    load_tile_async<Br, HS, NTHREADS>(
-        sQ + buf * K::QT_BYTES, qkv + ((size_t)b * T + q0) * ld + (size_t)hq * HS, ld, T - q0, tid);
-    load_tile_async<Br, HS, NTHREADS>(sdO + buf * K::QT_BYTES,
-                                      dout + ((size_t)b * T + q0) * ldo + (size_t)hq * HS, ldo,
-                                      T - q0, tid);
-    if (tid < Br) {
-      const size_t r = ((size_t)b * NH + hq) * T + q0 + tid;
-      const bool ok = q0 + tid < T;
-      // Rows >= T read as LSE = D = 0: with their Q and dO zero-filled, P = 1 there but
-      // dP = 0 and dS = 0, and dO = 0 makes their dV term 0; their dQ rows are not stored.
-      cp_async_4(sL + buf * Br * 4 + tid * 4, lse + (ok ? r : 0), ok);
-      cp_async_4(sD + buf * Br * 4 + tid * 4, Dvec + (ok ? r : 0), ok);
-    }
-  };
-  prefetch(0, 0);
-  cp_async_commit();  // group: K_j, V_j and step 0
-
-  // Per-lane ldmatrix offsets (see flash_fwd.cu): chunk 2k + c of a matrix row at
-  // off[k % 4] + (k / 4) * 128.
-  //   pattern A: matrices (rows 0-7 | 8-15) x (chunk +0 | +1): A fragments (row-major), and
-  //              B fragments read transposed (rows = the k dimension).
-  //   pattern B: matrices (rows 0-7, +0) (rows 0-7, +1) (rows 8-15, +0) (rows 8-15, +1):
-  //              B fragments read as stored (rows = the n dimension), and the transposed
-  //              A fragments of dS from dS^T.
-  const int sw = lane & 7;
-  const int pa_row = (lane & 7) + ((lane >> 3) & 1) * 8, pa_chk = lane >> 4;
-  const int pb_row = (lane & 7) + (lane >> 4) * 8, pb_chk = (lane >> 3) & 1;
-  uint32_t pa[4], pb[4];
+// ---- 1. D_i = rowsum(dO_i o O_i); dQacc = 0; dq_sem = 0 when given ----
+// One group of HS/8 threads per (b, t, h) row, 16-byte loads. dq_sem (B, NH, ceil(T/sem_Br)):
+// the semaphores of the fixed dQ order (one per Q tile of sem_Br rows), or null.
+template <int HS>
+__global__ void flash_bwd_dot_kernel(float* __restrict__ D, float* __restrict__ dq_accum,
+                                     const __nv_bfloat16* __restrict__ dout,
+                                     const __nv_bfloat16* __restrict__ out, int T, int NH,
+                                     size_t rows, int* __restrict__ dq_sem, int sem_Br) {
+  constexpr int TPR = HS / 8;  // threads per row
+  const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t row = gid / TPR;  // (b, t, h) order of out
+  const int c = gid % TPR;
+  float acc = 0.f;
+  const bool ok = row < rows;
+  if (ok) {
+    const uint4 a = *reinterpret_cast<const uint4*>(dout + row * HS + c * 8);
+    const uint4 o = *reinterpret_cast<const uint4*>(out + row * HS + c * 8);
+    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    pa[k] = pa_row * ROWB + (((2 * k + pa_chk) ^ sw) << 4);
-    pb[k] = pb_row * ROWB + (((2 * k + pb_chk) ^ sw) << 4);
-  }
-  // dQ_i = dS K_j: warp (wm, wn) owns rows wm*DQ_M.. and columns wn*DQ_N..
-  const int wm = warp / K::DQ_WN, wn = warp % K::DQ_WN;
-  uint32_t dq_a[K::DQ_MT], dq_b[K::DQ_NT / 2];
-#pragma unroll
-  for (int mt = 0; mt < K::DQ_MT; ++mt)
-    dq_a[mt] = sdS + pb_row * DSB + (((2 * (wm * K::DQ_MT + mt) + pb_chk) ^ sw) << 4);
-#pragma unroll
-  for (int np = 0; np < K::DQ_NT / 2; ++np)
-    dq_b[np] = sK + pa_row * ROWB + (((2 * (wn * (K::DQ_NT / 2) + np) + pa_chk) ^ sw) << 4);
-
-  float dk[NH8][4], dv[NH8][4];
-#pragma unroll
-  for (int n = 0; n < NH8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
-  uint32_t kf[K::KV_IN_REGS ? KH : 1][4], vf[K::KV_IN_REGS ? KH : 1][4];
-
-  const int key_lo = k0 + warp * 16;  // this warp's first key
-  const uint32_t sKw = sK + warp * 16 * ROWB, sVw = sV + warp * 16 * ROWB;
-
-  // Pipeline, two barriers per (h, i) step. The first publishes the step's dS^T and the next
-  // step's Q/dO/LSE/D (loaded a whole step ahead), frees this step's Q/dO buffer for the step
-  // after next, and (thread 0 having waited for it) frees the dQ staging tile. The second, after
-  // the dQ product, publishes the staged dQ tile to thread 0, which hands it to the copy engine.
-  // dS^T is double-buffered, so the next step's dS^T stores need no barrier after the dQ reads.
-  // Measured alternatives (H200, causal, 16384 tokens, T 1024..16384): only warp 0 waiting for
-  // the staged tile (named barrier, bar.arrive elsewhere) was 2-3% faster, but racecheck cannot
-  // follow bar.arrive and reports hazards; issuing each reduction one step later from a
-  // double-buffered staging tile, with one barrier per step, was 8-13% slower.
-  if (total > 1) {
-    prefetch(1, 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-  } else {
-    cp_async_wait<0>();
-  }
-  __syncthreads();
-  if constexpr (K::KV_IN_REGS) {
-#pragma unroll
-    for (int kk = 0; kk < KH; ++kk) {
-      const uint32_t o = pa[kk & 3] + (kk >> 2) * 128;
-      ldmatrix_x4(kf[kk][0], kf[kk][1], kf[kk][2], kf[kk][3], sKw + o);
-      ldmatrix_x4(vf[kk][0], vf[kk][1], vf[kk][2], vf[kk][3], sVw + o);
+    for (int k = 0; k < 4; ++k) {
+      const float2 x = __bfloat1622float2(a2[k]), y = __bfloat1622float2(o2[k]);
+      acc += x.x * y.x + x.y * y.y;
     }
   }
-
-  for (int it = 0; it < total; ++it) {
-    const int buf = it & 1;
-    const uint32_t sdSb = sdS + buf * K::DS_BYTES;
-    const int hq = kvh * G + it / n_i;
-    const int q0 = (i_begin + it % n_i) * Br;
-    const bool needs_mask = tile_needs_mask(q0, k0, Bc);
-    const uint32_t sQb = sQ + buf * K::QT_BYTES, sdOb = sdO + buf * K::QT_BYTES;
-    const float* Lb = fL + buf * Br;
-    const float* Db = fD + buf * Br;
-
 #pragma unroll
-    for (int c = 0; c < K::NCQ; ++c) {
-      const int cq0 = c * CQ;  // first query of the chunk, tile-local
-      float st[QT][4], dpt[QT][4];
-      if (key_lo > q0 + cq0 + CQ - 1) {
-        // every query of the chunk precedes the warp's keys: P = dS = 0, nothing to add
-#pragma unroll
-        for (int qt = 0; qt < QT; ++qt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dpt[qt][e] = 0.f;
-      } else {
-#pragma unroll
-        for (int qt = 0; qt < QT; ++qt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) st[qt][e] = dpt[qt][e] = 0.f;
-            // S^T = K_w Q_c^T and dP^T = V_w dO_c^T
-#pragma unroll
-        for (int kk = 0; kk < KH; ++kk) {
-          uint32_t ak[4], av[4];
-          const uint32_t oa = pa[kk & 3] + (kk >> 2) * 128;
-          if constexpr (K::KV_IN_REGS) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              ak[e] = kf[kk][e];
-              av[e] = vf[kk][e];
-            }
-          } else {
-            ldmatrix_x4(ak[0], ak[1], ak[2], ak[3], sKw + oa);
-            ldmatrix_x4(av[0], av[1], av[2], av[3], sVw + oa);
-          }
-          const uint32_t ob = pb[kk & 3] + (kk >> 2) * 128 + cq0 * ROWB;
-#pragma unroll
-          for (int qp = 0; qp < QT / 2; ++qp) {
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4(b0, b1, b2, b3, sQb + ob + qp * 16 * ROWB);
-            mma_bf16(st[2 * qp], ak, b0, b1);
-            mma_bf16(st[2 * qp + 1], ak, b2, b3);
-            ldmatrix_x4(b0, b1, b2, b3, sdOb + ob + qp * 16 * ROWB);
-            mma_bf16(dpt[2 * qp], av, b0, b1);
-            mma_bf16(dpt[2 * qp + 1], av, b2, b3);
-          }
-        }
-        // P^T = exp2(S^T scale log2e - LSE log2e), dS^T = P^T o (dP^T - D)
-#pragma unroll
-        for (int qt = 0; qt < QT; ++qt) {
-          const int ql = cq0 + qt * 8 + 2 * t4;  // tile-local query of elements e = 0, 2
-          const float2 L = *reinterpret_cast<const float2*>(Lb + ql);
-          const float2 Dq = *reinterpret_cast<const float2*>(Db + ql);
-          const float l0 = L.x * kLog2e, l1 = L.y * kLog2e;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float p = fast_exp2(fmaf(st[qt][e], scale_log2, -((e & 1) ? l1 : l0)));
-            if (needs_mask) {
-              const int key = key_lo + g + (e >> 1) * 8;
-              if (key > q0 + ql + (e & 1)) p = 0.f;
-            }
-            st[qt][e] = p;
-            dpt[qt][e] = p * (dpt[qt][e] - ((e & 1) ? Dq.y : Dq.x));
-          }
-        }
-        // dV += P^T dO_c, dK += dS^T Q_c (A from registers, B = dO_c, Q_c read transposed)
-#pragma unroll
-        for (int kq = 0; kq < QK; ++kq) {
-          uint32_t ap[4], as[4];
-          ap[0] = pack_bf16(st[2 * kq][0], st[2 * kq][1]);
-          ap[1] = pack_bf16(st[2 * kq][2], st[2 * kq][3]);
-          ap[2] = pack_bf16(st[2 * kq + 1][0], st[2 * kq + 1][1]);
-          ap[3] = pack_bf16(st[2 * kq + 1][2], st[2 * kq + 1][3]);
-          as[0] = pack_bf16(dpt[2 * kq][0], dpt[2 * kq][1]);
-          as[1] = pack_bf16(dpt[2 * kq][2], dpt[2 * kq][3]);
-          as[2] = pack_bf16(dpt[2 * kq + 1][0], dpt[2 * kq + 1][1]);
-          as[3] = pack_bf16(dpt[2 * kq + 1][2], dpt[2 * kq + 1][3]);
-          const uint32_t rowo = (cq0 + kq * 16) * ROWB;
-#pragma unroll
-          for (int np = 0; np < NH8 / 2; ++np) {
-            const uint32_t o = pa[np & 3] + (np >> 2) * 128 + rowo;
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4_trans(b0, b1, b2, b3, sdOb + o);
-            mma_bf16(dv[2 * np], ap, b0, b1);
-            mma_bf16(dv[2 * np + 1], ap, b2, b3);
-            ldmatrix_x4_trans(b0, b1, b2, b3, sQb + o);
-            mma_bf16(dk[2 * np], as, b0, b1);
-            mma_bf16(dk[2 * np + 1], as, b2, b3);
-          }
-        }
-      }
-      // dS^T (bf16) -> smem rows of this warp's keys, columns of the chunk's queries
-#pragma unroll
-      for (int qt = 0; qt < QT; ++qt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = warp * 16 + g + r * 8;
-          const uint32_t addr = sdSb + row * DSB + ((((cq0 / 8) + qt) ^ (row & 7)) << 4) + t4 * 4;
-          const uint32_t v = pack_bf16(dpt[qt][2 * r], dpt[qt][2 * r + 1]);
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-        }
-    }
-    cp_async_wait<0>();                  // step it+1's tiles (the only group in flight)
-    if (tid == 0) bulk_wait_read_all();  // the last dQ reduction has read its staging tile
-    __syncthreads();
-    if (it + 2 < total) {
-      prefetch(it + 2, buf);
-      cp_async_commit();
-    }
-
-    // ---- dQacc_i += dS_ij K_j : (Br x Bc) (Bc x HS) ----
-    {
-      float dq[K::DQ_MT][K::DQ_NT][4];
-#pragma unroll
-      for (int mt = 0; mt < K::DQ_MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < K::DQ_NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dq[mt][nt][e] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < Bc / 16; ++ks) {
-        uint32_t a[K::DQ_MT][4];
-#pragma unroll
-        for (int mt = 0; mt < K::DQ_MT; ++mt)
-          ldmatrix_x4_trans(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
-                            dq_a[mt] + buf * K::DS_BYTES + ks * 16 * DSB);
-#pragma unroll
-        for (int np = 0; np < K::DQ_NT / 2; ++np) {
-          uint32_t b0, b1, b2, b3;
-          ldmatrix_x4_trans(b0, b1, b2, b3, dq_b[np] + ks * 16 * ROWB);
-#pragma unroll
-          for (int mt = 0; mt < K::DQ_MT; ++mt) {
-            mma_bf16(dq[mt][2 * np], a[mt], b0, b1);
-            mma_bf16(dq[mt][2 * np + 1], a[mt], b2, b3);
-          }
-        }
-      }
-      // Stage the dQ partial (fp32) in smem, then one bulk reduce-add into dQacc (done by
-      // the copy engine in L2). Staging layout = dQacc's: within each row, 8-float segment
-      // s sits at s ^ (row % 8), which makes these fragment stores conflict-free.
-#pragma unroll
-      for (int mt = 0; mt < K::DQ_MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = wm * K::DQ_M + mt * 16 + g + r * 8;
-#pragma unroll
-          for (int nt = 0; nt < K::DQ_NT; ++nt) {
-            const int seg = (wn * K::DQ_N) / 8 + nt;
-            const uint32_t addr = sdQ + (row * HS + ((seg ^ (row & 7)) << 3) + 2 * t4) * 4;
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[mt][nt][2 * r]),
-                         "f"(dq[mt][nt][2 * r + 1])
-                         : "memory");
-          }
-        }
-      fence_proxy_async_smem();  // each thread's staging stores, before the copy engine reads
-      __syncthreads();
-      if (tid == 0) {
-        bulk_reduce_add_f32(dq_accum + (((size_t)b * NH + hq) * T + q0) * HS, sdQ,
-                            (uint32_t)(min(Br, T - q0) * HS * 4));
-        bulk_commit();
-      }
-    }
-  }
-  if (tid == 0) bulk_wait_all();
-  __syncthreads();  // all warps done reading K_j, V_j before they are overwritten
-
-  // ---- epilogue: dK_j (scaled), dV_j -> bf16, staged in this warp's own K/V smem rows ----
-#pragma unroll
-  for (int nt = 0; nt < NH8; ++nt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp * 16 + g + r * 8;
-      const uint32_t o = row * ROWB + ((nt ^ (row & 7)) << 4) + t4 * 4;
-      const uint32_t vk = pack_bf16(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
-      const uint32_t vv = pack_bf16(dv[nt][2 * r], dv[nt][2 * r + 1]);
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sK + o), "r"(vk) : "memory");
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sV + o), "r"(vv) : "memory");
-    }
-  __syncwarp();
-  constexpr int CHUNKS = HS / 8;
-  __nv_bfloat16* gdK = dqkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
-  __nv_bfloat16* gdV = dqkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
-#pragma unroll
-  for (int k = 0; k < 16 * CHUNKS / 32; ++k) {
-    const int idx = lane + k * 32;
-    const int row = warp * 16 + idx / CHUNKS, c = idx % CHUNKS;
-    if (k0 + row < T) {
-      uint4 vk, vv;
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(vk.x), "=r"(vk.y), "=r"(vk.z), "=r"(vk.w)
-                   : "r"(sK + swz<HS>(row, c))
-                   : "memory");
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(vv.x), "=r"(vv.y), "=r"(vv.z), "=r"(vv.w)
-                   : "r"(sV + swz<HS>(row, c))
-                   : "memory");
-      *reinterpret_cast<uint4*>(gdK + (size_t)row * ld + c * 8) = vk;
-      *reinterpret_cast<uint4*>(gdV + (size_t)row * ld + c * 8) = vv;
-    }
+  for (int off = TPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (ok) {
+    const int h = row % NH;
+    const size_t bt = row / NH;
+    const int t = bt % T;
+    const size_t b = bt / T;
+    const size_t r2 = (b * NH + h) * T + t;  // (b, h, t)
+    if (c == 0) D[r2] = acc;
+    if (dq_sem != nullptr && c == 0 && t % sem_Br == 0)
+      dq_sem[(b * NH + h) * ((T + sem_Br - 1) / sem_Br) + t / sem_Br] = 0;
+    float4* z = reinterpret_cast<float4*>(dq_accum + r2 * HS + c * 8);
+    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
-using BwdTile128 = BwdTileWG<128, 64>;
-
-template <class K>
-constexpr auto bwd_kernel() {
-  if constexpr (K::WGMMA)
-    return flash_bwd_wg_kernel<K, DqOrder::kArrival>;  // dQ order not fixed (flash3 fixes it)
-  else
-    return flash_bwd_kernel<K>;
+// ---- 3. dQ = scale dQacc -> bf16, into dqkv's query heads ----
+template <int HS>
+__global__ void flash_bwd_dq_kernel(__nv_bfloat16* __restrict__ dqkv,
+                                    const float* __restrict__ dq_accum, int T, int NH, int NKV,
+                                    float scale, size_t rows) {
+  constexpr int TPR = HS / 8;
+  const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t row = gid / TPR;  // (b, h, t) order of dq_accum
+  const int c = gid % TPR;
+  if (row >= rows) return;
+  const int t = row % T;
+  const size_t bh = row / T;
+  const int h = bh % NH;
+  const size_t b = bh / NH;
+  const float4* src = reinterpret_cast<const float4*>(dq_accum + row * HS + ((c ^ (t & 7)) * 8));
+  const float4 x = src[0], y = src[1];
+  uint4 v;
+  v.x = pack_bf16(x.x * scale, x.y * scale);
+  v.y = pack_bf16(x.z * scale, x.w * scale);
+  v.z = pack_bf16(y.x * scale, y.y * scale);
+  v.w = pack_bf16(y.z * scale, y.w * scale);
+  *reinterpret_cast<uint4*>(dqkv + ((b * T + t) * (size_t)(NH + 2 * NKV) + h) * HS + c * 8) = v;
 }
 
-template <class K>
-static void launch_bwd(__nv_bfloat16* dqkv, float* dq_accum, float* D, const __nv_bfloat16* dout,
-                       const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                       const AttnShape& s, cudaStream_t stream) {
+template <class K, DqOrder ORDER>
+static void launch_bwd(__nv_bfloat16* dqkv, float* dq_accum, float* D, int* dq_sem,
+                       const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                       const __nv_bfloat16* out, const float* lse, const AttnShape& s,
+                       cudaStream_t stream) {
   constexpr int HS = K::HS;
-  auto kernel = bwd_kernel<K>();
+  auto kernel = flash_bwd_wg_kernel<K, ORDER>;
   static bool attr_set = false;  // one-time, per instantiation
   if (!attr_set) {
     CUDA_CHECK(
@@ -461,31 +147,45 @@ static void launch_bwd(__nv_bfloat16* dqkv, float* dq_accum, float* D, const __n
   const size_t rows = (size_t)s.B * s.T * s.NH;
   const int threads = 256;
   const size_t blocks = ceil_div(rows * (HS / 8), (size_t)threads);
-  flash_bwd_dot_kernel<HS>
-      <<<(unsigned)blocks, threads, 0, stream>>>(D, dq_accum, dout, out, s.T, s.NH, rows);
+  int* sem = ORDER == DqOrder::kFixed ? dq_sem : nullptr;
+  flash_bwd_dot_kernel<HS><<<(unsigned)blocks, threads, 0, stream>>>(D, dq_accum, dout, out, s.T,
+                                                                     s.NH, rows, sem, K::Br);
   CUDA_CHECK_LAUNCH();
   dim3 grid((unsigned)(s.B * s.NKV), (unsigned)ceil_div(s.T, K::Bc));
-  if constexpr (K::WGMMA)
-    kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(dqkv, dq_accum, dout, qkv, lse, D, nullptr, s.T,
-                                                   s.NH, s.NKV, scale * kLog2e, scale);
-  else
-    kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(
-        dqkv, dq_accum, dout, qkv, lse, D, s.T, s.NH, s.NKV, scale * kLog2e, scale);
+  kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(dqkv, dq_accum, dout, qkv, lse, D, sem, s.T,
+                                                 s.NH, s.NKV, scale * kLog2e, scale);
   CUDA_CHECK_LAUNCH();
   flash_bwd_dq_kernel<HS>
       <<<(unsigned)blocks, threads, 0, stream>>>(dqkv, dq_accum, s.T, s.NH, s.NKV, scale, rows);
   CUDA_CHECK_LAUNCH();
 }
 
-void backward_bf16(__nv_bfloat16* dqkv, float* dq_accum, float* D, const __nv_bfloat16* dout,
+template <int HS>
+static void launch_bwd_hs(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                          const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                          const AttnShape& s, bool deterministic, cudaStream_t stream) {
+  const FlashBwdScratch at = flash_bwd_scratch(s);
+  char* base = static_cast<char*>(scratch);
+  float* dq_accum = reinterpret_cast<float*>(base + at.dq_accum);
+  float* D = reinterpret_cast<float*>(base + at.D);
+  int* sem = reinterpret_cast<int*>(base + at.sem);
+  if (deterministic)
+    launch_bwd<BwdTileFor<HS>, DqOrder::kFixed>(dqkv, dq_accum, D, sem, dout, qkv, out, lse, s,
+                                                stream);
+  else
+    launch_bwd<BwdTileFor<HS>, DqOrder::kArrival>(dqkv, dq_accum, D, sem, dout, qkv, out, lse, s,
+                                                  stream);
+}
+
+void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                   const AttnShape& s, cudaStream_t stream) {
+                   const AttnShape& s, bool deterministic, cudaStream_t stream) {
   switch (s.HS) {
     case 64:
-      launch_bwd<BwdTile64>(dqkv, dq_accum, D, dout, qkv, out, lse, s, stream);
+      launch_bwd_hs<64>(dqkv, scratch, dout, qkv, out, lse, s, deterministic, stream);
       break;
     case 128:
-      launch_bwd<BwdTile128>(dqkv, dq_accum, D, dout, qkv, out, lse, s, stream);
+      launch_bwd_hs<128>(dqkv, scratch, dout, qkv, out, lse, s, deterministic, stream);
       break;
     default:
       FAIL("flash attention backward: head size %d is not supported (64 or 128)", s.HS);

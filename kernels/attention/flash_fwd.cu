@@ -23,16 +23,18 @@
 // The grid runs Q tiles in reverse order (blockIdx.y = 0 is the last, longest tile) so the
 // longest causal rows start first and the short ones fill the tail.
 //
-// Limits: bf16 only (the FP32 build uses the simple fallback in flash.cu); HS 64 or 128;
+// Limits: bf16 only (the FP32 build reports flash unsupported); HS 64 or 128;
 // qkv and out 16-byte aligned (cudaMalloc'd buffers are); any T >= 1 (ragged last tiles are
 // zero-filled loads and predicated stores); B * NH < 2^31, ceil(T/Br) < 65536.
 //
 // Test:  make build/test_gpu && ./build/test_gpu --gtest_filter='Flash*'
-// Bench: python3 scripts/bench_attention.py   (against PyTorch SDPA in the same run)
+// Bench: ./build/flashgpt bench-attention --backends flash
+//        python3 scripts/bench_attention.py   (against PyTorch SDPA in the same run)
 #include <cfloat>
 
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_common.cuh"
+#include "kernels/attention/flash_tiles.h"
 
 namespace flash {
 
@@ -70,8 +72,9 @@ struct FwdTile {
 // 32 rows per warp (two m-tiles) halves the shared-memory traffic of K and V per FLOP against
 // 16 rows per warp; at 16 rows per warp the K/V reads alone would need ~160 B/clk/SM at the
 // mma.sync peak, over the 128 B/clk that shared memory delivers.
-using FwdTile64 = FwdTile<64, 128, 64, 4, true>;
-using FwdTile128 = FwdTile<128, 128, 32, 4, false>;
+// The sizes live in flash_tiles.h (the backend's spec computes its cost from them).
+using FwdTile64 = FwdTile<64, flash_tiles(64).fwd_Br, flash_tiles(64).fwd_Bc, 4, true>;
+using FwdTile128 = FwdTile<128, flash_tiles(128).fwd_Br, flash_tiles(128).fwd_Bc, 4, false>;
 
 template <class K>
 __global__ void __launch_bounds__(K::NTHREADS, 2)

@@ -1,5 +1,5 @@
 // hopper.cuh — small named helpers, one per Hopper (sm_90 / sm_90a) PTX idiom, used by the
-// flash3 kernels (flash3.cu, flash3_bwd.cu). Each has a unit test in tests/gpu/test_flash3.cu.
+// flash kernels (flash3.cu, flash_bwd_wgmma.cuh). Each has a unit test in tests/gpu/test_flash3.cu.
 // The warpgroup MMA wrappers (wgmma_ss / wgmma_rs, gmma_desc, wgmma_fence / commit / wait) live
 // in flash_common.cuh, beside the other attention PTX wrappers; this file adds what a warp-
 // specialised kernel needs around them:
@@ -26,7 +26,7 @@
 //              async proxy (wgmma, TMA) reads them, and async-proxy global writes (bulk
 //              reductions) before a generic release that another block acquires.
 //   release/acquire flags  st.release.gpu / ld.acquire.gpu on a global int: the semaphores of the
-//              deterministic dQ order (flash3_bwd.cu).
+//              deterministic dQ order (flash_bwd_wgmma.cuh).
 #pragma once
 #include <cuda.h>  // CUtensorMap and the cuTensorMapEncodeTiled types only (no -lcuda)
 #include <cuda_runtime.h>
@@ -128,7 +128,7 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-// Spin until *p == v (the flag's owner will get there; see flash3_bwd.cu for why it must).
+// Spin until *p == v (the flag's owner will get there; see flash_bwd_wgmma.cuh for why it must).
 __device__ __forceinline__ void wait_flag_equals(const int* p, int v) {
   while (ld_acquire_gpu(p) != v) {
   }

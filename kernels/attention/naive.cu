@@ -36,12 +36,8 @@
 // directly; for G > 1 they write per-query-head fp32 partials into scratch and a reduce kernel
 // sums each group in a fixed order and writes dqkv (deterministic, no atomics, one rounding).
 //
-// Memory (bytes; es = sizeof(floatX), Tp = T rounded up to a multiple of 8 so that every row
-// and every GEMM pointer is 16-byte aligned; Tp == T for T % 8 == 0):
-//   saved_bytes   = B*NH*T*Tp*es                 P, written by forward, read by backward
-//   scratch_bytes = B*NH*T*Tp*es                 dP, overwritten in place by dS (backward only)
-//                 + 2*B*NH*T*HS*4   when G > 1   fp32 dK, dV partials per query head
-//                 + 10*nc*B*NH*8                 GEMM pointer arrays (forward and backward)
+// Memory: naive_plan.h (saved = P (B, NH, T, ldP) floatX; scratch = the GEMM pointer arrays, dP
+// (overwritten in place by dS) and, for G > 1, fp32 dK, dV partials per query head).
 //
 // Performance (H200, HS 64, NH 12, B 16, T 1024, causal; Nsight Compute): the forward is
 // 0.38 ms = S GEMMs 106 us + softmax 139 us (430 MB at 3.1 TB/s) + P V GEMMs 98 us, the
@@ -49,14 +45,15 @@
 // design is bound by moving T x T bytes, ~4 passes forward and ~7 backward over the chunk
 // rectangles. What is left would need the T x T tile to stay on chip: that is FlashAttention.
 //
-// Limits: HS a multiple of 8 (cuBLAS's tensor-core batched kernels need 16-byte aligned
-// pointers, and Q/K/V heads start at multiples of HS elements); B*NH*T <= 2^31-1; qkv, out,
-// dout, dqkv, saved, scratch 16-byte aligned (cudaMalloc gives 256). Any T >= 1.
+// Limits (the spec, backends.cpp): HS a multiple of 8 (cuBLAS's tensor-core batched kernels need
+// 16-byte aligned pointers, and Q/K/V heads start at multiples of HS elements); B*NH*T <= 2^31-1;
+// qkv, out, dout, dqkv, saved, scratch 16-byte aligned (cudaMalloc gives 256). Any T >= 1.
 //
 // Test and bench (repository root, GPU machine):
 //   make test-gpu    (or ./build/test_gpu --gtest_filter='AttentionGpu*')
 //   ./build/flashgpt bench-attention --backends naive --hs 64 --seq-lens 1024,4096
 #include "kernels/attention/naive.cuh"
+#include "kernels/attention/naive_plan.h"
 
 #include <algorithm>
 #include <climits>
@@ -71,59 +68,9 @@ constexpr cudaDataType kXType = CUDA_R_32F;
 constexpr cudaDataType kXType = CUDA_R_16BF;
 #endif
 
-// Row chunks of at least 256 rows, at most 8 (56% of the full T x T work instead of 100%).
-// Measured on H200 (naive fwd+bwd, HS 64 and 128, T 1024 and 4096, 16384 tokens): chunks of
-// >= 128 rows (<= 16 chunks) were 8-16% slower and >= 64 rows 25-36% slower, because the narrow
-// batched GEMMs lose more efficiency than the bytes they save; >= 512 rows (<= 4) was within 3%.
-constexpr int kMinChunk = 256;
-constexpr int kMaxChunks = 8;
-constexpr int kMaxDescs = 10;   // pointer arrays per call (backward uses all ten)
-constexpr int kRegRowCap = 32768;  // longest row held in registers by the softmax kernels
-
-size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
-
-// Everything derived from the shape: leading dimensions, row chunks, scratch layout.
-struct Plan {
-  int B, T, NH, NKV, HS, G;
-  int H3;       // heads per token in qkv
-  int ld;       // qkv row stride (elements) = H3*HS
-  int ldo;      // out/dout row stride = NH*HS
-  int ldP;      // P / dP row stride = T rounded up to 8
-  int Tc, nc;   // row chunk size and count
-  int BNH;
-  size_t es;
-  size_t p_bytes;         // one (B, NH, T, ldP) floatX buffer
-  size_t ptr_bytes;       // pointer arrays
-  size_t partial_bytes;   // one fp32 (B, NH, T, HS) buffer, 0 when G == 1
-  size_t off_dp, off_dkp, off_dvp, scratch_bytes;
-
-  explicit Plan(const AttnShape& s)
-      : B(s.B), T(s.T), NH(s.NH), NKV(s.NKV), HS(s.HS), G(s.NH / s.NKV) {
-    H3 = NH + 2 * NKV;
-    ld = H3 * HS;
-    ldo = NH * HS;
-    ldP = int(round_up(size_t(T), 8));
-    if (T <= kMinChunk) {
-      Tc = T;
-      nc = 1;
-    } else {
-      int want = std::min(kMaxChunks, ceil_div(T, kMinChunk));
-      Tc = int(round_up(size_t(ceil_div(T, want)), 64));
-      nc = ceil_div(T, Tc);
-    }
-    BNH = B * NH;
-    es = sizeof(floatX);
-    p_bytes = size_t(B) * NH * T * ldP * es;
-    ptr_bytes = round_up(size_t(kMaxDescs) * nc * BNH * sizeof(void*), 256);
-    partial_bytes = G > 1 ? round_up(size_t(B) * NH * T * HS * sizeof(float), 256) : 0;
-    off_dp = ptr_bytes;
-    off_dkp = off_dp + round_up(p_bytes, 256);
-    off_dvp = off_dkp + partial_bytes;
-    scratch_bytes = off_dvp + partial_bytes;
-  }
-  int r0(int c) const { return c * Tc; }
-  int r1(int c) const { return std::min(T, (c + 1) * Tc); }
-};
+constexpr int kMaxDescs = NaivePlan::kMaxDescs;
+constexpr int kRegRowCap = NaivePlan::kRegRowCap;
+using Plan = NaivePlan;  // row chunks, leading dimensions, scratch layout (naive_plan.h)
 
 // ---------------------------------------------------------------------------------------------
 // Pointer arrays: entry (d, c, i) with i = b*NH + h is base + b*sb + (h / kv_div)*sh + c*sc.
@@ -403,7 +350,7 @@ void launch_softmax_bwd(floatX* dP, const floatX* P, const Rows& R, cudaStream_t
 // Softmax kernel configs, by row length: capacity NT*VPT*8 >= ldP. Warp-per-row up to 1024
 // keys (32 floats a lane), then one block per row; beyond kRegRowCap the two-pass loop kernel.
 // The backward's <1024, 4> spills 22 bytes (64 registers at 1024 threads): cheap next to its
-// 2 x 64 KB row reads. Tests force each config on small T through make_naive_attention(cfg).
+// 2 x 64 KB row reads. Tests force each config on small T through make_naive_attention_with_softmax(cfg).
 constexpr int kNumSoftmaxConfigs = 6;  // 0..4 register kernels, 5 loop kernel
 constexpr int kConfigCap[kNumSoftmaxConfigs] = {256, 1024, 4096, 16384, kRegRowCap, INT_MAX};
 
@@ -479,38 +426,17 @@ bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) 
 
 class NaiveAttention final : public AttentionBackend {
  public:
-  explicit NaiveAttention(int softmax_config) : softmax_config_(softmax_config) {}
+  explicit NaiveAttention(int softmax_config)
+      : AttentionBackend(attention_spec("naive")), softmax_config_(softmax_config) {}
   ~NaiveAttention() override {
     if (handle_) cublasDestroy(handle_);
   }
-  const char* name() const override { return "naive"; }
-
-  std::string unsupported_reason(const AttnShape& s) const override {
-    if (s.B < 1 || s.T < 1 || s.NH < 1 || s.NKV < 1 || s.HS < 1)
-      return flashgpt::strformat("bad shape B=%d T=%d NH=%d NKV=%d HS=%d (every dim must be >= 1)",
-                                 s.B, s.T, s.NH, s.NKV, s.HS);
-    if (s.NH % s.NKV != 0)
-      return flashgpt::strformat("NH=%d is not a multiple of NKV=%d", s.NH, s.NKV);
-    if (s.HS % 8 != 0)
-      return flashgpt::strformat(
-          "head size %d is not a multiple of 8 (cuBLAS batched tensor-core GEMMs need 16-byte "
-          "aligned heads)", s.HS);
-    if (size_t(s.B) * s.NH * s.T > size_t(INT_MAX))
-      return flashgpt::strformat("B*NH*T = %zu rows overflow a 32-bit grid; lower --batch",
-                                 size_t(s.B) * s.NH * s.T);
-    if ((size_t(s.NH) + 2 * size_t(s.NKV)) * s.HS > size_t(INT_MAX))
-      return "NH+2*NKV heads * HS overflows cuBLAS's int leading dimension";
-    return "";
-  }
-  size_t saved_bytes(const AttnShape& s) const override { return Plan(s).p_bytes; }
-  size_t scratch_bytes(const AttnShape& s) const override { return Plan(s).scratch_bytes; }
 
   void forward(const AttnForwardArgs& a, cudaStream_t st) const override {
-    const std::string why = unsupported_reason(a.shape);
-    CHECK(why.empty(), "naive attention: %s", why.c_str());
+    check(a.shape);
     CHECK(is_aligned16(a.out) && is_aligned16(a.qkv) && is_aligned16(a.saved) && is_aligned16(a.scratch),
           "naive attention: out, qkv, saved and scratch must be 16-byte aligned");
-    const Plan p(a.shape);
+    const Plan p(a.shape, sizeof(floatX));
     prepare(st);
     const long long es = (long long)p.es;
     const long long sbq = (long long)p.T * p.ld * es, sbo = (long long)p.T * p.ldo * es;
@@ -543,12 +469,11 @@ class NaiveAttention final : public AttentionBackend {
   }
 
   void backward(const AttnBackwardArgs& a, cudaStream_t st) const override {
-    const std::string why = unsupported_reason(a.shape);
-    CHECK(why.empty(), "naive attention: %s", why.c_str());
+    check(a.shape);
     CHECK(is_aligned16(a.dqkv) && is_aligned16(a.dout) && is_aligned16(a.qkv) && is_aligned16(a.saved) &&
               is_aligned16(a.scratch),
           "naive attention: dqkv, dout, qkv, saved and scratch must be 16-byte aligned");
-    const Plan p(a.shape);
+    const Plan p(a.shape, sizeof(floatX));
     prepare(st);
     const long long es = (long long)p.es;
     const long long sbq = (long long)p.T * p.ld * es, sbo = (long long)p.T * p.ldo * es;
@@ -649,6 +574,10 @@ class NaiveAttention final : public AttentionBackend {
 
 }  // namespace
 
-std::unique_ptr<AttentionBackend> make_naive_attention(int softmax_config) {
+std::unique_ptr<AttentionBackend> make_naive_attention() {
+  return std::make_unique<NaiveAttention>(-1);
+}
+
+std::unique_ptr<AttentionBackend> make_naive_attention_with_softmax(int softmax_config) {
   return std::make_unique<NaiveAttention>(softmax_config);
 }

@@ -11,7 +11,7 @@
 
 #include "data/prepare.h"
 #include "kernels/common.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 
 struct TempDir {
   std::string path;

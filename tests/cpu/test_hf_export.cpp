@@ -22,7 +22,7 @@
 #include "model/json.h"
 #include "model/layout.h"
 #include "model/model.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 #include "model/safetensors.h"
 #include "tests/cpu/test_helpers.h"
 #include "train/export.h"

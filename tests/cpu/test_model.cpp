@@ -12,7 +12,7 @@
 
 #include "kernels/common.h"
 #include "model/gpt_cpu.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 #include "train/sample.h"
 
 namespace {

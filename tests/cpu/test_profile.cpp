@@ -1,14 +1,14 @@
-// test_profile.cpp — `flashgpt profile --plan-only` on the CPU build (no GPU anywhere), its
-// option errors, and the attention cost model (kernels/attention/attention_cost.h).
+// test_profile.cpp — `flashgpt profile --plan-only` on the CPU build (no GPU anywhere) and its
+// option errors. The attention cost model it uses: test_backends.cpp.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
-#include "kernels/attention/attention_cost.h"
 #include "model/memory_plan.h"
 #include "test_helpers.h"
-#include "train/profile.h"
+#include "bench/profile.h"
+#include "bench/profile_report.h"
 
 namespace {
 
@@ -55,7 +55,7 @@ TEST(Profile, PlanOnlyD12) {
   ProfileOptions opt = parse({"--plan-only", "--gpu-memory", "80", "--plot=false", "--out", dir / "out"});
   ProfileReport r;
   const std::string text = run_plan(opt, r);
-  ASSERT_EQ(r.points.size(), 16u);  // flash, naive x T = 1K .. 128K
+  ASSERT_EQ(r.points.size(), 24u);  // flash3, flash, naive x T = 1K .. 128K
   const size_t L = 12, NH = 12, HS = 64;
 
   // naive keeps P (B, NH, T, T) bf16 per layer: at T = 32768, B = 16384 / 32768 -> 1.
@@ -72,6 +72,10 @@ TEST(Profile, PlanOnlyD12) {
   EXPECT_EQ(f128.attn_saved_bytes, L * 1 * NH * 131072 * 4);
   EXPECT_TRUE(f128.fits);
   EXPECT_NE(text.find("flash: every T fits in 80.0 GiB"), std::string::npos) << text;
+  // flash3 keeps what flash keeps (the same LSE, the same backward scratch).
+  const ProfilePoint& g128 = point(r, "flash3", 131072);
+  EXPECT_EQ(g128.attn_saved_bytes, f128.attn_saved_bytes);
+  EXPECT_EQ(g128.pred_bytes, f128.pred_bytes);
   // naive at T = 1024 (B = 16) fits; its T x T state is B*NH*T*T*2 per layer.
   const ProfilePoint& n1 = point(r, "naive", 1024);
   EXPECT_EQ(n1.B, 16);
@@ -92,7 +96,7 @@ TEST(Profile, PlanOnlyD12) {
     EXPECT_NEAR(p.attn_flops_step / (L * 3.5 * fwd), 1.0, 1e-12);
     EXPECT_EQ(p.roof_attn_ms, 0.0);  // no ceilings without a GPU
   }
-  EXPECT_NE(text.find("summary: 16 points planned"), std::string::npos) << text;
+  EXPECT_NE(text.find("summary: 24 points planned"), std::string::npos) << text;
 
   // CSV: metadata lines, a header, one row per point; JSON beside it.
   const std::string csv = read_all(dir / "out/plan.csv");
@@ -157,87 +161,69 @@ TEST(Profile, BadFlagsNameTheFlag) {
   bad({"--pos", "alibi"}, "--pos");
   bad({"--model", "d99"}, "--model");
   bad({"--gpu-memory", "-5"}, "--gpu-memory");
+  bad({"--gpu-memory", "1e308"}, "--gpu-memory");  // not a capacity of 0 after wrapping around
   bad({"--max-step-seconds", "0"}, "--max-step-seconds");
   bad({"--batch", "100000", "--seq-lens", "131072"}, "--batch");
   bad({"--frobnicate"}, "frobnicate");
   bad({"stray"}, "stray");
 }
 
-TEST(Profile, CostModelScaling) {
-  auto shape = [](int T) { return AttnShape{1, T, 12, 12, 64}; };
-  for (const char* be : {"naive", "flash", "flash1", "flash3"}) {
-    const AttnCost a = attention_cost(be, shape(8192), 2);
-    // The FLOPs convention is the backend's useful work, equal for every backend; the executed
-    // matrix FLOPs are at least that (masked diagonal tiles, naive's chunk rectangles).
-    EXPECT_EQ(a.fwd.flops, attention_forward_flops(shape(8192), true));
-    EXPECT_EQ(a.bwd.flops, 2.5 * a.fwd.flops);
-    EXPECT_GE(a.fwd.mma_flops, a.fwd.flops);
-    EXPECT_LE(a.fwd.mma_flops, 1.2 * a.fwd.flops) << be;
-    EXPECT_GE(a.bwd.mma_flops, 0.8 * a.bwd.flops) << be;  // naive recomputes nothing
-  }
-  // Causal halves the convention.
-  EXPECT_EQ(attention_forward_flops(shape(4096), true), 0.5 * attention_forward_flops(shape(4096), false));
-  EXPECT_EQ(attention_forward_flops(shape(4096), false), 4.0 * 12 * 4096.0 * 4096 * 64);
-  // naive's chunk rectangles: (nc+1)/(2 nc) of T^2 at nc = 8 -> 9/16, not 1/2.
-  const AttnCost n8k = attention_cost("naive", shape(8192), 2);
-  EXPECT_NEAR(n8k.fwd.mma_flops / (2 * n8k.fwd.flops), 9.0 / 16, 1e-9);
-
-  // Bytes: flash linear in T, naive and flash1 quadratic.
-  for (int T : {4096, 16384}) {
-    const double f = attention_cost("flash", shape(2 * T), 2).fwd.bytes /
-                     attention_cost("flash", shape(T), 2).fwd.bytes;
-    const double fb = attention_cost("flash", shape(2 * T), 2).bwd.bytes /
-                      attention_cost("flash", shape(T), 2).bwd.bytes;
-    const double n = attention_cost("naive", shape(2 * T), 2).fwd.bytes /
-                     attention_cost("naive", shape(T), 2).fwd.bytes;
-    const double nb = attention_cost("naive", shape(2 * T), 2).bwd.bytes /
-                      attention_cost("naive", shape(T), 2).bwd.bytes;
-    const double f1 = attention_cost("flash1", shape(2 * T), 2).fwd.bytes /
-                      attention_cost("flash1", shape(T), 2).fwd.bytes;
-    EXPECT_NEAR(f, 2.0, 1e-9) << T;
-    EXPECT_NEAR(fb, 2.0, 1e-9) << T;
-    EXPECT_NEAR(n, 4.0, 0.1) << T;
-    EXPECT_NEAR(nb, 4.0, 0.1) << T;
-    EXPECT_NEAR(f1, 4.0, 0.2) << T;
-  }
-  // Flash at fixed tokens: bytes do not depend on how they are split into sequences.
-  EXPECT_NEAR(attention_cost("flash", AttnShape{16, 1024, 12, 12, 64}, 2).fwd.bytes,
-              attention_cost("flash", AttnShape{1, 16384, 12, 12, 64}, 2).fwd.bytes, 1.0);
-  // flash's minimum forward traffic is Q, K, V, O in bf16 + the fp32 LSE.
-  const double R = 12.0 * 4096;
-  EXPECT_EQ(attention_cost("flash", shape(4096), 2).fwd.bytes, 2.0 * 64 * 4 * R + 4 * R);
-  // The naive forward moves the T x T matrix ~4 times over its chunk rectangles.
-  const double rect = 12.0 * 9 / 16 * 8192.0 * 8192;
-  EXPECT_NEAR(n8k.fwd.bytes / (2 * rect), 3.9, 0.1);
-  EXPECT_GT(attention_cost("flash1", shape(16384), 2).fwd.bytes,
-            20 * attention_cost("flash", shape(16384), 2).fwd.bytes);
-  // fp32 floatX doubles the flash I/O.
-  EXPECT_GT(attention_cost("flash", shape(4096), 4).fwd.bytes,
-            1.9 * attention_cost("flash", shape(4096), 2).fwd.bytes);
-  expect_error([&] { attention_cost("slow", shape(64), 2); }, "--attn");
+// Capacities up to the limit are taken as given, in bytes.
+TEST(Profile, GpuMemoryLargeButValid) {
+  TempDir dir;
+  ProfileOptions opt = parse({"--plan-only", "--plot=false", "--out", dir.path, "--gpu-memory",
+                              "1000000", "--seq-lens", "1024", "--attn", "flash"});
+  ProfileReport r;
+  run_plan(opt, r);
+  EXPECT_EQ(r.capacity_bytes, size_t(1000000) << 30);
+  EXPECT_TRUE(point(r, "flash", 1024).fits);
 }
 
-TEST(Profile, Roofline) {
-  AttnPassCost c;
-  c.mma_flops = 1e12;
-  c.bytes = 1e9;
-  EXPECT_DOUBLE_EQ(roofline_seconds(c, 1e15, 1e12), 1e-3);  // both 1 ms
-  EXPECT_DOUBLE_EQ(roofline_seconds(c, 1e14, 1e12), 1e-2);  // compute-bound
-  EXPECT_DOUBLE_EQ(roofline_seconds(c, 1e15, 1e11), 1e-2);  // memory-bound
-  EXPECT_EQ(roofline_seconds(c, 0, 1e12), 0.0);             // unknown ceiling
-  // With H100-like ceilings flash is compute-bound and naive memory-bound at long T, so the
-  // predicted flash-over-naive speedup grows with T.
-  auto speedup = [](int T) {
-    const AttnShape s{std::max(1, 16384 / T), T, 12, 12, 64};
-    const AttnCost n = attention_cost("naive", s, 2), f = attention_cost("flash", s, 2);
-    const double peak = 700e12, bw = 2.6e12;
-    return (roofline_seconds(n.fwd, peak, bw) + roofline_seconds(n.bwd, peak, bw)) /
-           (roofline_seconds(f.fwd, peak, bw) + roofline_seconds(f.bwd, peak, bw));
-  };
-  EXPECT_GT(speedup(1024), 1.0);
-  EXPECT_GT(speedup(8192), speedup(1024));
-  // The causal tile area: a whole square tile per diagonal tile.
-  EXPECT_EQ(causal_tile_area(128, 64, 64), 3.0 * 64 * 64);
-  EXPECT_EQ(causal_tile_area(100, 64, 64), 3.0 * 64 * 64);
-  EXPECT_EQ(causal_tile_area(64, 128, 64), 1.0 * 128 * 64);
+// At a T where naive's T x T state passes 2^64 bytes, that point says so (naming --seq-len)
+// instead of wrapping around to a total smaller than its parts, and the plan goes on. flash at
+// the same T has a plan (hundreds of TiB) whose lines add up to its total, and is unsupported
+// (its kernels stop at 4M).
+TEST(Profile, PlanOnlyHugeSeqLen) {
+  TempDir dir;
+  ProfileOptions opt = parse({"--plan-only", "--gpu-memory", "80", "--plot=false", "--out",
+                              dir.path, "--seq-lens", "1024,2000000000", "--attn", "naive,flash"});
+  ProfileReport r;
+  const std::string text = run_plan(opt, r);
+  ASSERT_EQ(r.points.size(), 4u);
+  const ProfilePoint& n = point(r, "naive", 2000000000);
+  EXPECT_FALSE(n.fits);
+  EXPECT_NE(n.status.find("2^64 bytes"), std::string::npos) << n.status;
+  EXPECT_NE(n.status.find("--seq-len"), std::string::npos) << n.status;
+  EXPECT_NE(text.find("naive at T=2000000000: error: "), std::string::npos) << text;
+  for (const ProfilePoint& p : r.points) {
+    size_t sum = 0;
+    for (const MemoryLine& l : p.pred_lines) {
+      EXPECT_LE(l.bytes, p.pred_bytes) << p.backend << " " << p.T << " " << l.what;
+      sum += l.bytes;
+    }
+    EXPECT_EQ(sum, p.pred_bytes) << p.backend << " " << p.T;
+  }
+  const ProfilePoint& f = point(r, "flash", 2000000000);
+  EXPECT_FALSE(f.fits);
+  EXPECT_NE(f.status.find("unsupported: sequence length"), std::string::npos) << f.status;
+  EXPECT_GT(f.pred_bytes, size_t(500000) << 30);  // activations alone are about 530 TiB
+  EXPECT_TRUE(point(r, "naive", 1024).fits);
+  EXPECT_TRUE(point(r, "flash", 1024).fits);
+  EXPECT_NE(text.find("summary: 4 points planned, 2 fit"), std::string::npos) << text;
+}
+
+// --plan-only draws the plan's plot (scripts/plot_profile.py, matplotlib): memory_vs_T.png in
+// --out, a real PNG. (The other two plots need measurements.)
+TEST(Profile, PlanOnlyWritesThePlot) {
+  if (plot_python().empty())
+    GTEST_SKIP() << "no python3 with matplotlib (apt-get install python3-matplotlib), so the "
+                    "plot cannot be drawn";
+  TempDir dir;
+  ProfileOptions opt = parse({"--plan-only", "--gpu-memory", "80", "--out", dir / "out",
+                              "--seq-lens", "1024,4096,16384,65536", "--attn", "flash,naive"});
+  ProfileReport r;
+  run_plan(opt, r);  // the plot script prints its own "plots: ..." line to stdout
+  const std::string png = read_all(dir / "out/memory_vs_T.png");
+  ASSERT_GT(png.size(), 10000u) << "no plot in " << dir / "out";
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }

@@ -1,6 +1,5 @@
-// test_rope — the CPU references of rotary position embedding (kernels/rope.h) and of
-// single-query KV-cache attention (kernels/attention/decode.h), the oracles of rope.cu and
-// decode.cu.
+// test_rope — the CPU reference of rotary position embedding (kernels/rope.h), the oracle of
+// rope.cu.
 //
 //   RopeRef.BackwardFiniteDifference        d/dx sum(w o rope(x)) = rope_backward(w), central
 //                                           differences in double (q, k and v heads)
@@ -13,15 +12,9 @@
 //   RopeRef.TableMatchesDirectCosSin        rope_table_ref vs cos/sin of p*theta^(-2i/HS)
 //   RopeRef.FloatIsDoubleRoundedOnce        the float instantiation computes in double
 //   RopeRef.RejectsOddHeadSize
-//   AttentionDecodeRef.EqualsLastRowOfCausalAttention   vs attention_naive_forward_ref's row
-//                                           t = n-1 (n = 1, 2, 17, 100; MHA, GQA, MQA)
-//   AttentionDecodeRef.FloatIsDoubleRoundedOnce, RejectsBadShapes
 //
 // Every check prints its error and tolerance; outputs are poisoned with NaN beforehand.
-// Run: build/test_cpu --gtest_filter='RopeRef*:AttentionDecodeRef*'
-#ifndef GTEST_DONT_DEFINE_FAIL
-#define GTEST_DONT_DEFINE_FAIL 1  // kernels/common.h defines FAIL(...)
-#endif
+// Run: build/test_cpu --gtest_filter='RopeRef*'
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,23 +27,18 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention/attention_ref.h"
-#include "kernels/attention/decode.h"
 #include "kernels/common.h"
 #include "kernels/rope.h"
+#include "tests/test_common.h"
 
 namespace {
 
 using Vec = std::vector<double>;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Fresh inputs for every check: one generator for the binary, seeded at random (printed).
+// Fresh inputs for every check: one generator for the file, from the base seed.
 std::mt19937_64& rng() {
-  static const uint64_t seed = std::random_device{}();
-  static std::mt19937_64 g = [] {
-    std::printf("[test_rope] seed %llu\n", (unsigned long long)seed);
-    return std::mt19937_64(seed);
-  }();
+  static std::mt19937_64 g(base_seed() ^ 0x726f7065ull);
   return g;
 }
 Vec normal(size_t n, double sd = 1.0) {
@@ -72,22 +60,6 @@ struct RopeShape {
 // Head of element i: < NH query, < NH + NKV key, else value.
 bool is_value(const RopeShape& s, size_t i) {
   return (int)((i / s.HS) % (s.NH + 2 * s.NKV)) >= s.NH + s.NKV;
-}
-
-// max_i |got_i - ref_i| / max(|ref_i|, floor); infinity on NaN.
-double max_rel(const Vec& got, const Vec& ref, double floor = 1.0) {
-  double w = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    const double e = std::fabs(got[i] - ref[i]);
-    if (std::isnan(e)) return INFINITY;
-    w = std::max(w, e / std::max(std::fabs(ref[i]), floor));
-  }
-  return w;
-}
-void expect_le(const char* what, const std::string& ctx, double err, double tol) {
-  std::printf("  %-34s %-48s err %.2e  tol %.0e (%5.1f%% of tol)\n", what, ctx.c_str(), err, tol,
-              tol > 0 ? 100.0 * err / tol : (err == 0 ? 0.0 : INFINITY));
-  EXPECT_LE(err, tol) << what << " " << ctx;
 }
 
 Vec rope_fwd(Vec x, const RopeShape& s) {
@@ -129,7 +101,7 @@ TEST(RopeRef, BackwardFiniteDifference) {
       for (size_t j = 0; j < fp.size(); j++) d += w[j] * (fp[j] - fm[j]);
       num[i] = d / (2 * h);
     }
-    expect_le("rope d/dx vs finite differences", s.str(), max_rel(grad, num), 1e-9);
+    expect_le("rope d/dx vs finite differences", s.str(), max_rel_error(grad, num), 1e-9);
   }
 }
 
@@ -151,7 +123,7 @@ TEST(RopeRef, ForwardMatchesDirectFormula) {
           }
         }
     // pow vs exp/log differ by a few ulp of the angle; at p ~ 131000 that is ~1e-11 absolute.
-    expect_le("rope forward vs direct formula", s.str(), max_rel(rope_fwd(x, s), ref), 1e-9);
+    expect_le("rope forward vs direct formula", s.str(), max_rel_error(rope_fwd(x, s), ref), 1e-9);
   }
 }
 
@@ -222,9 +194,9 @@ TEST(RopeRef, RelativePosition) {
 TEST(RopeRef, ForwardThenBackwardIsIdentity) {
   for (const RopeShape& s : kShapes) {
     const Vec x = normal(s.size());
-    expect_le("rope backward(forward(x)) - x", s.str(), max_rel(rope_bwd(rope_fwd(x, s), s), x),
+    expect_le("rope backward(forward(x)) - x", s.str(), max_rel_error(rope_bwd(rope_fwd(x, s), s), x),
               1e-14);
-    expect_le("rope forward(backward(x)) - x", s.str(), max_rel(rope_fwd(rope_bwd(x, s), s), x),
+    expect_le("rope forward(backward(x)) - x", s.str(), max_rel_error(rope_fwd(rope_bwd(x, s), s), x),
               1e-14);
   }
 }
@@ -244,7 +216,7 @@ TEST(RopeRef, Pos0OffsetEqualsSlice) {
   for (int b = 0; b < B; b++)
     std::copy(yf.begin() + ((size_t)b * T + T0) * tok, yf.begin() + ((size_t)b * T + T) * tok,
               yf_slice.begin() + (size_t)b * (T - T0) * tok);
-  expect_le("rope pos0=7 vs slice of pos0=0", part.str(), max_rel(ys, yf_slice), 0.0);
+  expect_le("rope pos0=7 vs slice of pos0=0", part.str(), max_rel_error(ys, yf_slice), 0.0);
 }
 
 TEST(RopeRef, TableMatchesDirectCosSin) {
@@ -280,7 +252,7 @@ TEST(RopeRef, TableMatchesDirectCosSin) {
           y[h * HS + i + half] = x0 * sn + x1 * c;
         }
       expect_le("rope via table vs forward (fp32 table)",
-                flashgpt::strformat("HS=%d theta=%g", HS, theta), max_rel(y, rope_fwd(x, s)), 1e-6);
+                flashgpt::strformat("HS=%d theta=%g", HS, theta), max_rel_error(y, rope_fwd(x, s)), 1e-6);
     }
 }
 
@@ -316,75 +288,6 @@ TEST(RopeRef, RejectsOddHeadSize) {
       EXPECT_NE(std::string(e.what()).find("even"), std::string::npos) << e.what();
     }
   }
-}
-
-// =============================================================================================
-// Decode attention
-// =============================================================================================
-
-// Splits a (1, n, NH + 2*NKV, HS) qkv into the decode inputs: q of position n-1, the caches.
-void split_qkv(const Vec& qkv, int n, int NH, int NKV, int HS, Vec& q, Vec& k, Vec& v) {
-  const int H3 = NH + 2 * NKV;
-  q.assign(qkv.begin() + (size_t)(n - 1) * H3 * HS, qkv.begin() + ((size_t)(n - 1) * H3 + NH) * HS);
-  k.resize((size_t)n * NKV * HS);
-  v.resize((size_t)n * NKV * HS);
-  for (int j = 0; j < n; j++) {
-    const auto row = qkv.begin() + (size_t)j * H3 * HS;
-    std::copy(row + (size_t)NH * HS, row + (size_t)(NH + NKV) * HS, k.begin() + (size_t)j * NKV * HS);
-    std::copy(row + (size_t)(NH + NKV) * HS, row + (size_t)H3 * HS, v.begin() + (size_t)j * NKV * HS);
-  }
-}
-
-TEST(AttentionDecodeRef, EqualsLastRowOfCausalAttention) {
-  const int heads[3][2] = {{4, 4}, {6, 2}, {4, 1}};  // NH, NKV: MHA, GQA, MQA
-  for (int n : {1, 2, 17, 100})
-    for (const auto& hd : heads)
-      for (int HS : {8, 16}) {
-        const int NH = hd[0], NKV = hd[1];
-        const AttnShape s{1, n, NH, NKV, HS};
-        const Vec qkv = normal((size_t)n * (NH + 2 * NKV) * HS, 2.0);  // sd 2: peaked softmax
-        Vec out_full((size_t)n * NH * HS, kNaN), P((size_t)NH * n * n, kNaN);
-        attention_naive_forward_ref(out_full.data(), P.data(), qkv.data(), s);
-        const Vec last(out_full.end() - (size_t)NH * HS, out_full.end());
-        Vec q, k, v, out((size_t)NH * HS, kNaN);
-        split_qkv(qkv, n, NH, NKV, HS, q, k, v);
-        attention_decode_ref(out.data(), q.data(), k.data(), v.data(), n, NH, NKV, HS);
-        expect_le("decode vs causal attention row n-1",
-                  flashgpt::strformat("n=%d NH=%d NKV=%d HS=%d", n, NH, NKV, HS),
-                  max_rel(out, last, 1.0), 1e-12);  // outputs are O(1): |err| / max(|ref|, 1)
-      }
-}
-
-TEST(AttentionDecodeRef, FloatIsDoubleRoundedOnce) {
-  const int n = 37, NH = 6, NKV = 3, HS = 16;
-  std::vector<float> q((size_t)NH * HS), k((size_t)n * NKV * HS), v(k.size());
-  for (auto* a : {&q, &k, &v})
-    for (float& x : *a) x = (float)normal(1)[0];
-  const Vec qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
-  std::vector<float> of(q.size(), NAN);
-  Vec od(q.size(), kNaN);
-  attention_decode_ref(of.data(), q.data(), k.data(), v.data(), n, NH, NKV, HS);
-  attention_decode_ref(od.data(), qd.data(), kd.data(), vd.data(), n, NH, NKV, HS);
-  size_t bad = 0;
-  for (size_t i = 0; i < od.size(); i++) bad += of[i] != (float)od[i];
-  std::printf("  decode float vs double: %zu of %zu differ from (float)double\n", bad, od.size());
-  EXPECT_EQ(bad, 0u);
-}
-
-TEST(AttentionDecodeRef, RejectsBadShapes) {
-  std::vector<float> buf(1024, 0.0f);
-  float* p = buf.data();
-  auto expect_throw = [&](int n, int NH, int NKV, int HS, const char* needle) {
-    try {
-      attention_decode_ref(p, p, p, p, n, NH, NKV, HS);
-      ADD_FAILURE() << "accepted n=" << n << " NH=" << NH << " NKV=" << NKV << " HS=" << HS;
-    } catch (const flashgpt::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
-  expect_throw(0, 4, 4, 8, "bad shape");
-  expect_throw(3, 6, 4, 8, "multiple");
-  expect_throw(3, 4, 0, 8, "bad shape");
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "model/checkpoint.h"
-#include "model/rng.h"
+#include "kernels/rng.h"
 #include "tests/cpu/test_helpers.h"
 #include "train/options.h"
 #include "train/sample.h"

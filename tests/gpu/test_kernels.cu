@@ -26,7 +26,6 @@
 // twice on the same inputs and must agree bit for bit.
 //
 // Run (GPU machine): build/test_gpu --gtest_filter='Kernels.*'
-#define GTEST_DONT_DEFINE_FAIL 1  // kernels/common.h defines FAIL(...)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -40,6 +39,7 @@
 #include <vector>
 
 #include "kernels/adamw.cuh"
+#include "kernels/cuda_timer.cuh"
 #include "kernels/adamw.h"
 #include "kernels/classifier.cuh"
 #include "kernels/classifier.h"
@@ -72,20 +72,6 @@ constexpr double kTolF = 2e-5, kTolFMax = 1e-4;
 
 // ---- random inputs ---------------------------------------------------------------------------
 
-uint64_t base_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("FLASHGPT_SEED");
-    return env ? std::strtoull(env, nullptr, 10) : (uint64_t)std::random_device{}();
-  }();
-  return seed;
-}
-std::mt19937_64 test_rng() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  return std::mt19937_64(base_seed() ^ std::hash<std::string>{}(name));
-}
-#define SEED_TRACE() SCOPED_TRACE("FLASHGPT_SEED=" + std::to_string(base_seed()))
-
 VecF uniform(size_t n, std::mt19937_64& rng, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> d(lo, hi);
   VecF v(n);
@@ -106,29 +92,9 @@ VecF round_x(VecF v) {
 
 // ---- device buffers --------------------------------------------------------------------------
 
-// A raw device allocation with `pad` spare bytes in front, so tests can hand out pointers at
-// a chosen misalignment.
-struct DevMem {
-  char* base = nullptr;
-  size_t bytes = 0;
-  explicit DevMem(size_t n) : bytes(n) { CUDA_CHECK(cudaMalloc(&base, std::max<size_t>(n, 1) + 256)); }
-  ~DevMem() { cudaFree(base); }
-  DevMem(const DevMem&) = delete;
-  DevMem& operator=(const DevMem&) = delete;
-};
-
 template <class T>
-struct Dev {
-  DevMem mem;
-  T* ptr;
-  size_t n;
-  // offset_elems > 0 misaligns the pointer (e.g. 1 bf16 = 2 bytes off 16-byte alignment).
-  explicit Dev(size_t n_, int offset_elems = 0)
-      : mem(n_ * sizeof(T) + offset_elems * sizeof(T)), n(n_) {
-    ptr = reinterpret_cast<T*>(mem.base) + offset_elems;
-  }
-  void poison() { CUDA_CHECK(cudaMemset(ptr, 0xFF, n * sizeof(T))); }  // NaN in fp32 and bf16
-};
+using Dev = DeviceBuffer<T>;  // tests/gpu/gpu_test.h
+using DevMem = DeviceBuffer<char>;
 
 Dev<floatX>* upload_x(const VecF& h, int offset = 0) {
   auto* d = new Dev<floatX>(h.size(), offset);
@@ -162,37 +128,6 @@ template <class T>
 using Own = std::unique_ptr<Dev<T>>;
 
 // ---- comparison ------------------------------------------------------------------------------
-
-// ref_floor > 0: errors relative to max(|ref|, ref_floor) per element scale, for outputs that
-// cross zero by cancellation of O(ref_floor) terms (a lone element there has no relative scale).
-void expect_close(const std::string& what, const VecF& got, const VecF& ref, double tol_l2,
-                  double tol_max, double ref_floor = 0) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  double num = 0, den = 0, maxerr = 0, maxref = 0;
-  size_t bad = 0, first_bad = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    if (!std::isfinite(got[i])) {
-      if (bad++ == 0) first_bad = i;
-      continue;
-    }
-    const double e = (double)got[i] - ref[i];
-    num += e * e;
-    den += (double)ref[i] * ref[i];
-    maxerr = std::max(maxerr, std::fabs(e));
-    maxref = std::max(maxref, (double)std::fabs(ref[i]));
-  }
-  den = std::max(den, ref_floor * ref_floor * (double)got.size());
-  maxref = std::max(maxref, ref_floor);
-  const double l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  const double mx = maxref > 0 ? maxerr / maxref : maxerr;
-  std::printf("  %-34s n=%-8zu rel_l2=%.2e (tol %.0e, %5.1f%%)  max=%.2e (tol %.0e, %5.1f%%)\n",
-              what.c_str(), got.size(), l2, tol_l2, 100 * l2 / tol_l2, mx, tol_max,
-              100 * mx / tol_max);
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " non-finite elements, first at " << first_bad
-                     << " (unwritten, or NaN/Inf produced)";
-  EXPECT_LE(l2, tol_l2) << what;
-  EXPECT_LE(mx, tol_max) << what;
-}
 
 void expect_bitwise_equal(const std::string& what, const void* a, const void* b, size_t bytes) {
   EXPECT_EQ(std::memcmp(a, b, bytes), 0) << what << ": two runs on the same inputs differ";
@@ -237,7 +172,7 @@ void check_encoder(int B, int T, int C, int V, int Vp, int maxT, bool one_token,
   expect_close("encoder_forward out", download_x(d_out->ptr, N * C), ref, kTolX, kTolXMax);
 
   Own<float> d_dwte(upload(dwte0)), d_dwpe(upload(dwpe0));
-  DevMem scratch(encoder_backward_scratch_bytes(B, T));
+  DevMem scratch(encoder_backward_scratch_bytes(B, T, encoder_sort_temp_bytes(B, T)));
   encoder_backward(d_dwte->ptr, d_dwpe->ptr, d_dout->ptr, d_inp->ptr, B, T, C, scratch.base, 0);
   VecF dwte = dwte0, dwpe = dwpe0;
   encoder_backward_ref(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
@@ -589,151 +524,6 @@ TEST_F(Kernels, GlobalNorm) {
   }
 }
 
-// ---- timing at GPT-2 124M shapes (not a check; run with --gtest_also_run_disabled_tests) -----
-//   build/test_gpu --gtest_also_run_disabled_tests --gtest_filter='Kernels.DISABLED_Bench*'
-// Each op on random data at d12, B=32, T=1024 (N = 32768, C = 768, Vp = 50304): median of 20
-// timed calls after 3 warm-ups (CUDA events), the minimum bytes it must move and the rate
-// that gives, or TFLOP/s for the products.
-
-template <class T>
-__global__ void fill_random_kernel(T* p, size_t n, uint32_t seed, float scale) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-  h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-  p[i] = T(scale * ((h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f));
-}
-template <class T>
-T* dev_random(size_t n, uint32_t seed, float scale = 1.0f) {
-  T* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-  fill_random_kernel<T><<<ceil_div(n, (size_t)256), 256>>>(p, n, seed, scale);
-  CUDA_CHECK_LAUNCH();
-  return p;
-}
-
-void report_bw(const char* what, double us, double bytes) {
-  std::printf("  %-44s %9.1f us  %7.0f GB/s   (%.0f MB moved at least)\n", what, us,
-              bytes / (us * 1e-6) / 1e9, bytes / 1e6);
-}
-void report_flops(const char* what, double us, double flops) {
-  std::printf("  %-44s %9.1f us  %7.0f TFLOP/s\n", what, us, flops / (us * 1e-6) / 1e12);
-}
-
-TEST_F(Kernels, DISABLED_BenchD12Shapes) {
-  const int B = 32, T = 1024, N = B * T, C = 768, V = 50257, Vp = 50304, L = 12;
-  const size_t NC = (size_t)N * C, P = 124475904;
-  const double es = sizeof(floatX);
-  cudaDeviceProp prop;
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("kernel timings on %s (%s), N=%d C=%d Vp=%d\n", prop.name, PRECISION_NAME, N, C, Vp);
-  floatX *x = dev_random<floatX>(NC, 1), *y = dev_random<floatX>(NC, 2), *z = dev_random<floatX>(NC, 3);
-  floatX *h4 = dev_random<floatX>(4 * NC, 4), *g4 = dev_random<floatX>(4 * NC, 5);
-  floatX *w = dev_random<floatX>(4 * (size_t)C * C, 6, 0.02f), *bias = dev_random<floatX>(4 * C, 7);
-  floatX *wte = dev_random<floatX>((size_t)Vp * C, 8, 0.02f), *wpe = dev_random<floatX>((size_t)T * C, 9);
-  floatX* logits = dev_random<floatX>((size_t)N * Vp, 10, 4.0f);
-  float *fw = dev_random<float>(4 * (size_t)C * C, 11), *fb = dev_random<float>(4 * C, 12);
-  float *mean = dev_random<float>(N, 13), *rstd = dev_random<float>(N, 14);
-  float* losses = dev_random<float>(N, 15);
-  float *master = dev_random<float>(P, 16), *grads = dev_random<float>(P, 17, 1e-3f),
-        *m = dev_random<float>(P, 18, 1e-3f), *v = dev_random<float>(P, 19, 1e-6f);
-  floatX* params = dev_random<floatX>(P, 20);
-  std::mt19937_64 rng(1);
-  std::vector<int> tok = tokens(N, V, rng);
-  int* d_tok = nullptr;
-  CUDA_CHECK(cudaMalloc(&d_tok, N * sizeof(int)));
-  CUDA_CHECK(cudaMemcpy(d_tok, tok.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-  void* scratch = nullptr;
-  const size_t sb = std::max({layernorm_backward_scratch_bytes(C),
-                              matmul_backward_scratch_bytes(N, 4 * C),
-                              encoder_backward_scratch_bytes(B, T), global_norm_scratch_bytes()});
-  CUDA_CHECK(cudaMalloc(&scratch, sb));
-  float* ks = (float*)scratch;
-  double* dnorm = nullptr;
-  CUDA_CHECK(cudaMalloc(&dnorm, sizeof(double)));
-  float* dwte = dev_random<float>((size_t)Vp * C, 21), *dwpe = dev_random<float>((size_t)T * C, 22);
-  CUDA_CHECK(cudaDeviceSynchronize());
-
-  std::printf("memory-bound ops (per call; a d12 step has L=%d of each per-layer op):\n", L);
-  report_bw("encoder_forward", median_us([&] { encoder_forward(x, d_tok, wte, wpe, B, T, C, 0); }),
-            3 * NC * es);
-  report_bw("encoder_backward (sort + dwte + dwpe)",
-            median_us([&] { encoder_backward(dwte, dwpe, y, d_tok, B, T, C, scratch, 0); }),
-            NC * es + 2 * NC * 4.0 / 64);
-  report_bw("layernorm_forward", median_us([&] { layernorm_forward(z, mean, rstd, x, w, bias, N, C, 0); }),
-            2 * NC * es + 2 * N * 4.0);
-  report_bw("layernorm_backward (dinp +=, dw/db partials)",
-            median_us([&] { layernorm_backward(z, fw, fb, y, x, w, mean, rstd, N, C, ks, 0); }),
-            4 * NC * es + 2 * N * 4.0);
-  report_bw("residual_forward", median_us([&] { residual_forward(z, x, y, NC, 0); }), 3 * NC * es);
-  report_bw("gelu_forward (N x 4C)", median_us([&] { gelu_forward(g4, h4, 4 * NC, 0); }),
-            2 * 4 * NC * es);
-  report_bw("gelu_backward (N x 4C)", median_us([&] { gelu_backward(g4, h4, g4, 4 * NC, 0); }),
-            3 * 4 * NC * es);
-  {
-    std::vector<int> tg = tokens(N, V, rng);
-    int* d_tg = nullptr;
-    CUDA_CHECK(cudaMalloc(&d_tg, N * sizeof(int)));
-    CUDA_CHECK(cudaMemcpy(d_tg, tg.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-    report_bw("classifier losses only", median_us([&] {
-                classifier(losses, nullptr, logits, d_tg, 1.0f / N, N, V, Vp, 0);
-              }), (double)N * Vp * es);
-    // In place over the same logits every call: the values change but the work does not.
-    report_bw("classifier losses + dlogits in place", median_us([&] {
-                classifier(losses, logits, logits, d_tg, 1.0f / N, N, V, Vp, 0);
-              }), 2.0 * N * Vp * es);
-    CUDA_CHECK(cudaFree(d_tg));
-  }
-  report_bw("adamw (124M params, fp32 + floatX copy)", median_us([&] {
-              adamw_update(master, params, grads, m, v, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 3, 0);
-            }), P * (4.0 * 4 + 3 * 4 + es));
-  report_bw("global_norm_squared (124M fp32)",
-            median_us([&] { global_norm_squared(dnorm, grads, P, (double*)scratch, 0); }), P * 4.0);
-
-  std::printf("matrix products (2*N*C*OC flops each; backward = dinp + dweight (+ dbias)):\n");
-  struct Shape { const char* name; int Cin, OC; };
-  const Shape shapes[] = {{"qkv     C->3C", C, 3 * C}, {"attproj C->C", C, C},
-                          {"fc      C->4C", C, 4 * C}, {"fcproj 4C->C", 4 * C, C}};
-  for (const Shape& sh : shapes) {
-    const double f = 2.0 * N * sh.Cin * sh.OC;
-    floatX* in = sh.Cin == C ? x : h4;
-    floatX* out = sh.OC == C ? z : g4;
-    char name[96];
-    std::snprintf(name, sizeof(name), "%s forward (bias epilogue)", sh.name);
-    report_flops(name, median_us([&] { matmul_forward(out, in, w, bias, N, sh.Cin, sh.OC, 0); }), f);
-    if (sh.OC == 4 * C) {
-      std::snprintf(name, sizeof(name), "%s forward (GELU_AUX_BIAS epilogue)", sh.name);
-      report_flops(name, median_us([&] { matmul_forward_gelu(g4, h4, x, w, bias, N, C, 4 * C, 0); }), f);
-    }
-    if (sh.OC == C) {
-      std::snprintf(name, sizeof(name), "%s forward (bias + residual)", sh.name);
-      report_flops(name, median_us([&] { matmul_forward_residual(z, in, w, bias, y, N, sh.Cin, C, 0); }), f);
-    }
-    floatX* dinp = sh.Cin == C ? y : g4;
-    std::snprintf(name, sizeof(name), "%s backward", sh.name);
-    report_flops(name, median_us([&] {
-                   matmul_backward(dinp, fw, fb, out, in, w, N, sh.Cin, sh.OC, ks, 0);
-                 }), 2 * f);
-    if (sh.Cin == 4 * C) {
-      std::snprintf(name, sizeof(name), "%s backward (DGELU epilogue)", sh.name);
-      report_flops(name, median_us([&] {
-                     matmul_backward(g4, fw, fb, z, h4, w, N, 4 * C, C, ks, 0, 1.0f, h4);
-                   }), 2 * f);
-    }
-  }
-  {
-    const double f = 2.0 * N * C * Vp;
-    report_flops("lm-head C->Vp forward", median_us([&] { matmul_forward(logits, x, wte, nullptr, N, C, Vp, 0); }), f);
-    report_flops("lm-head C->Vp backward", median_us([&] {
-                   matmul_backward(y, dwte, nullptr, logits, x, wte, N, C, Vp, ks, 0);
-                 }), 2 * f);
-  }
-  for (void* p : std::initializer_list<void*>{x, y, z, h4, g4, w, bias, wte, wpe, logits, fw, fb,
-                                              mean, rstd, losses, master, grads, m, v, params,
-                                              d_tok, scratch, dnorm, dwte, dwpe})
-    CUDA_CHECK(cudaFree(p));
-}
-
 // ---- encoder without learned positions (wpe == nullptr, dwpe == nullptr; RoPE models) ------
 
 TEST_F(Kernels, EncoderNoPositionTable) {
@@ -756,13 +546,51 @@ TEST_F(Kernels, EncoderNoPositionTable) {
     expect_close("encoder_forward out (wpe = nullptr)", download_x(d_out->ptr, N * C), ref, 1e-30,
                  1e-30);
     Own<float> d_dwte(upload(dwte0));
-    DevMem scratch(encoder_backward_scratch_bytes(B, T));
+    DevMem scratch(encoder_backward_scratch_bytes(B, T, encoder_sort_temp_bytes(B, T)));
     encoder_backward(d_dwte->ptr, nullptr, d_dout->ptr, d_inp->ptr, B, T, C, scratch.base, 0);
     VecF dwte = dwte0;
     encoder_backward_ref(dwte.data(), (float*)nullptr, dout.data(), inp.data(), B, T, C);
     expect_close("encoder_backward dwte (dwpe = nullptr)", download(d_dwte->ptr, dwte.size()), dwte,
                  kTolF, kTolFMax);
   }
+}
+
+// ---- the CUDA event timer (kernels/cuda_timer.cuh) -------------------------------------------
+
+// Spins one thread for `ns` nanoseconds of the GPU's global timer.
+__global__ void spin_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+// Three 2 ms intervals through a timer that holds two at a time (the third folds the first two
+// in), then median_ms of the same kernel: both measure what the kernel takes, not the host.
+TEST_F(Kernels, CudaEventTimer) {
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  CudaEventTimer timer(2);
+  for (int i = 0; i < 3; i++) {
+    timer.start(st);
+    spin_kernel<<<1, 1, 0, st>>>(2000000ull);
+    CUDA_CHECK_LAUNCH();
+    timer.stop(st);
+    spin_kernel<<<1, 1, 0, st>>>(1000000ull);  // between intervals: not counted
+  }
+  const double ms = timer.take_ms();
+  std::printf("  3 intervals of 2 ms: %.3f ms; median_ms of one: ", ms);
+  // 2% below for the global timer's and the events' clocks disagreeing; the 3 ms outside the
+  // intervals would push the sum past 9.
+  EXPECT_GE(ms, 0.98 * 6.0);
+  EXPECT_LT(ms, 7.5);
+  EXPECT_EQ(timer.take_ms(), 0.0);  // taken: starts again from zero
+  const double one = median_ms([&] { spin_kernel<<<1, 1, 0, st>>>(2000000ull); }, 1, 5, 0, st);
+  std::printf("%.3f ms\n", one);
+  EXPECT_GE(one, 0.98 * 2.0);
+  EXPECT_LT(one, 2.5);
+  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 //   TrainGpu.FlashAndNaiveCurvesAgree  40 steps from the same seed, loss curves within bf16 noise
 //   TrainGpu.FlashResumeMatches    the same resume with flash: its dQ is summed by bulk
 //                                  reduce-adds in arrival order, so only near-equality is promised
+//   TrainGpu.DeterministicResumeIsBitExact  flash and flash3 with --deterministic (dQ summed in
+//                                  a fixed order): losses and the step-16 checkpoint (weights
+//                                  and optimizer state) bit for bit
 //   SampleGpu.PastTheWindow*       generate_kv() and generate() on the CUDA model sized as
 //                                  `flashgpt sample` sizes it (attention "auto"), learned
 //                                  positions and RoPE, HS 32 (naive in the bf16 build) and 64
@@ -20,12 +23,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "kernels/attention/backends.h"
+#include "kernels/rng.h"
 #include "model/checkpoint.h"
-#include "model/rng.h"
 #include "tests/cpu/test_helpers.h"
 #include "tests/gpu/gpu_test.h"
 #include "train/options.h"
@@ -45,14 +50,24 @@ TrainOptions gpu_options(const std::string& attn, int steps) {
   return o;
 }
 
-void resume_and_compare(const std::string& attn, bool bitwise) {
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void resume_and_compare(const std::string& attn, bool bitwise, bool deterministic = false) {
   TempDir out;
   TrainOptions full = gpu_options(attn, 16);
   full.out_dir = out.path;
   full.checkpoint_every = 8;
+  full.deterministic = deterministic;
   TrainResult a = run_train(full);
-  std::remove(model_checkpoint_path(out.path, 16).c_str());
-  std::remove(state_checkpoint_path(out.path, 16).c_str());
+  const std::string model16 = model_checkpoint_path(out.path, 16),
+                    state16 = state_checkpoint_path(out.path, 16);
+  const std::string a_model = file_bytes(model16), a_state = file_bytes(state16);
+  std::remove(model16.c_str());
+  std::remove(state16.c_str());
   TrainOptions resumed = full;
   resumed.resume = true;
   TrainResult b = run_train(resumed);
@@ -63,8 +78,13 @@ void resume_and_compare(const std::string& attn, bool bitwise) {
     worst = std::max(worst, (double)std::fabs(a.losses[8 + i] - b.losses[i]));
     if (bitwise) EXPECT_EQ(a.losses[8 + i], b.losses[i]) << "step " << 9 + i;
   }
-  std::printf("  %s: resumed steps 9..16, max |loss difference| %.3g\n", attn.c_str(), worst);
+  std::printf("  %s%s: resumed steps 9..16, max |loss difference| %.3g\n", attn.c_str(),
+              deterministic ? " --deterministic" : "", worst);
   if (!bitwise) EXPECT_LT(worst, 2e-3);
+  if (bitwise) {
+    EXPECT_TRUE(file_bytes(model16) == a_model) << "step-16 weights differ after --resume";
+    EXPECT_TRUE(file_bytes(state16) == a_state) << "step-16 optimizer state differs after --resume";
+  }
 }
 
 }  // namespace
@@ -72,11 +92,16 @@ void resume_and_compare(const std::string& attn, bool bitwise) {
 class TrainGpu : public GpuTest {};
 
 TEST_F(TrainGpu, ResumeIsBitExact) { resume_and_compare("naive", true); }
-TEST_F(TrainGpu, FlashResumeMatches) { resume_and_compare("flash", false); }
+TEST_F(TrainGpu, FlashResumeMatches) { resume_and_compare(lse_attention(), false); }
+TEST_F(TrainGpu, DeterministicResumeIsBitExact) {
+  for (const std::string& attn : attention_names())
+    if (attention_spec(attn).deterministic_mode && sizeof(floatX) == 2)
+      resume_and_compare(attn, true, /*deterministic=*/true);
+}
 
 TEST_F(TrainGpu, FlashAndNaiveCurvesAgree) {
   TrainResult naive = run_train(gpu_options("naive", 40));
-  TrainResult flash = run_train(gpu_options("flash", 40));
+  TrainResult flash = run_train(gpu_options(lse_attention(), 40));
   ASSERT_EQ(naive.losses.size(), flash.losses.size());
   double worst = 0;
   for (size_t i = 0; i < naive.losses.size(); i++)

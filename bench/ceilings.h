@@ -1,7 +1,7 @@
 // ceilings — the GPU's measured ceilings for the roofline of `flashgpt profile`
 // (DESIGN.md: "measure the ceilings once on the machine you use"). Host-visible declarations
-// only (no CUDA headers): train/ceilings.cu measures; CPU-only builds link the stub in
-// model/cuda_unavailable.cpp, which returns false.
+// only (no CUDA headers): bench/ceilings.cu measures; CPU-only builds link the stub in
+// bench/cuda_unavailable.cpp, which returns false.
 //
 //   copy bandwidth   one large device-to-device cudaMemcpyAsync (min(1 GiB, free/8) bytes),
 //                    timed with CUDA events after a warm-up, median of 9; bytes counted read +

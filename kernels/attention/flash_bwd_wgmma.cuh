@@ -1,113 +1,55 @@
-// flash_bwd_wg.cuh — pieces of the FlashAttention-2 backward shared by the "flash" backend
-// (flash_bwd.cu: HS 128) and the "flash3" backend (flash3_bwd.cu: HS 64 and 128):
-//   flash_bwd_dot_kernel   D_i = rowsum(dO_i o O_i), dQacc = 0 (and the dQ-order semaphores = 0)
-//   flash_bwd_wg_kernel    the main kernel on warpgroup MMAs (wgmma, sm_90a), one block per
-//                          (K/V tile j of 128 keys, kv head, batch); DqOrder::kFixed sums dQ in a
-//                          fixed order (below)
-//   flash_bwd_dq_kernel    dQ = scale dQacc -> bf16
-// The algorithm is in flash_bwd.cu's header comment; this file only holds the code that both
-// backends run. Template code only (each .cu instantiates what it uses).
+// flash_bwd_wgmma.cuh — the backward's mainloop on Hopper warpgroup MMAs (wgmma, sm_90a):
+// flash_bwd_wg_kernel, one block per (K/V tile j of 128 keys, kv head, batch), each product one
+// warpgroup MMA. It runs both head sizes (HS 64: Br 128, HS 128: Br 64) for the "flash" and
+// "flash3" backends. The schedule, scratch and limits: flash_bwd.cu; the tile loads, the dQ
+// hand-off and the dK/dV store: flash_bwd_shared.cuh. Included by flash_bwd.cu only.
 //
-// Deterministic dQ (DqOrder::kFixed, flash3). Without it each block hands its fp32 dQ_i partial to
-// the copy engine (cp.reduce.async.bulk add in L2) as soon as it is ready, so the order of the
-// adds into dQacc_i, and the last bits of dQ, vary from run to run. With it, the partials of
-// Q tile i are added in the order of the K/V tile j = 0, 1, ..., (i+1) Br / Bc - 1: dQacc_i's
-// semaphore (an int in the scratch, zeroed by flash_bwd_dot_kernel) counts the blocks that have
-// added. Block j's thread 0 waits until it reads j (ld.acquire), issues its bulk add, and one
-// step later, just before its next add (so that the add has had a whole step to complete),
-// waits for it to complete and stores j + 1 (st.release). Deadlock freedom: block j only
-// waits for block j - 1 of the same (b, kv head), which has the lower linear block index
-// (blockIdx.y = j), so it was dispatched first and is running or done; block 0 never waits.
-// Order of the steps: Q tiles from the LAST one down to the diagonal, the group's query heads
-// inside. Block j and block j - 1 then meet every dQ tile at the same step index, and block j
-// trails by about one step (the release lag). Diagonal-first order (the non-DET order) would make
-// block j start at tile j Bc / Br, which block j - 1 reaches Bc / Br steps later: every block of
-// a wave would wait for the one below it (a static model: 3-10% in place of ~0-2%), and a
-// release right after the add (no step in between) stalls on the add's completion. Measured
-// costs of each choice: flash3_bwd.cu.
+// How the dQ partials of a Q tile reach dQacc (DqOrder):
+//   kArrival  each block hands its fp32 dQ_i partial to the copy engine (cp.reduce.async.bulk
+//             add in L2) as soon as it is ready: fastest, but the order of the adds, and so the
+//             last bits of dQ, vary from run to run.
+//   kFixed    (--deterministic) the partials of Q tile i are added in the order of the K/V tile
+//             j = 0, 1, ...: dQacc_i's semaphore (an int in the scratch, zeroed by the D kernel)
+//             counts the blocks that have added. Block j's thread 0 waits until it reads j
+//             (ld.acquire), issues its bulk add, and one step later, just before its next add
+//             (so that the add has had a whole step to complete), waits for it to complete and
+//             stores j + 1 (st.release). Deadlock freedom: block j only waits for block j - 1 of
+//             the same (b, kv head), which has the lower linear block index (blockIdx.y = j), so
+//             it was dispatched first and is running or done; block 0 never waits. Its steps go
+//             from the LAST Q tile down to the diagonal (the group's query heads inside), so
+//             block j and block j - 1 meet every dQ tile at the same step index and block j
+//             trails by about one step. Diagonal-first order would make block j start at tile
+//             j Bc / Br, which block j - 1 reaches Bc / Br steps later: every block of a wave
+//             would wait for the one below it.
+// Measured cost of kFixed (H100 80GB HBM3, causal bf16, 16384 tokens, backward TFLOP/s for
+// HS / T = 64/4K 64/16K 128/4K 128/16K; bench/results/flash3_nvidia-h100_2026-11-23/):
+//   kArrival, diagonal first (flash's HS 128 kernel)                   -      -    370-382 426-441
+//   kFixed's step order with arrival-order adds                        347    413    337    417
+//   v1 kFixed, diagonal-first steps, release at the next step's first  263    302    288    317
+//      barrier (predicted ~3-6% from a static model of the wave start-up; got 23-26%)
+//   v2 kFixed as now: last tile first, release just before the next    262-281 308-319 301-304 362-364
+//      add (predicted 0-3%; got 13-25%)
+//   tried, slower: release two steps after the add: 266 303 298 342; reversed order (block j
+//      after block j + 1, diagonal-first steps): 224 266 230 251 (the longest blocks start last).
+// So determinism costs 13-25%, far over the 3% that would make it the default: the blocks of a
+// wave run in lock-step one step apart, and every stall of one block passes down the chain. The
+// order alone costs nothing. Cheaper ways, not yet tried: the dQ partials of a block's first
+// steps to a small slab instead of waiting, or FA3's warp-specialised backward.
 #pragma once
+#include "kernels/attention/flash_bwd_shared.cuh"
 #include "kernels/attention/flash_common.cuh"
+#include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/hopper.cuh"
-
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "flash_bwd_wg.cuh uses wgmma: build for sm_90a (GPU_ARCH=90a, the Makefile's default)"
-#endif
 
 namespace flash {
 
-// ---- 1. D_i = rowsum(dO_i o O_i); dQacc = 0; dq_sem = 0 when given ----
-// One group of HS/8 threads per (b, t, h) row, 16-byte loads. dq_sem (B, NH, ceil(T/sem_Br)):
-// the dQ-order semaphores of the deterministic mode (one per Q tile of sem_Br rows), or null.
-template <int HS>
-__global__ void flash_bwd_dot_kernel(float* __restrict__ D, float* __restrict__ dq_accum,
-                                     const __nv_bfloat16* __restrict__ dout,
-                                     const __nv_bfloat16* __restrict__ out, int T, int NH,
-                                     size_t rows, int* __restrict__ dq_sem = nullptr,
-                                     int sem_Br = 1) {
-  constexpr int TPR = HS / 8;  // threads per row
-  const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const size_t row = gid / TPR;  // (b, t, h) order of out
-  const int c = gid % TPR;
-  float acc = 0.f;
-  const bool ok = row < rows;
-  if (ok) {
-    const uint4 a = *reinterpret_cast<const uint4*>(dout + row * HS + c * 8);
-    const uint4 o = *reinterpret_cast<const uint4*>(out + row * HS + c * 8);
-    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 x = __bfloat1622float2(a2[k]), y = __bfloat1622float2(o2[k]);
-      acc += x.x * y.x + x.y * y.y;
-    }
-  }
-#pragma unroll
-  for (int off = TPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (ok) {
-    const int h = row % NH;
-    const size_t bt = row / NH;
-    const int t = bt % T;
-    const size_t b = bt / T;
-    const size_t r2 = (b * NH + h) * T + t;  // (b, h, t)
-    if (c == 0) D[r2] = acc;
-    if (dq_sem != nullptr && c == 0 && t % sem_Br == 0)
-      dq_sem[(b * NH + h) * ((T + sem_Br - 1) / sem_Br) + t / sem_Br] = 0;
-    float4* z = reinterpret_cast<float4*>(dq_accum + r2 * HS + c * 8);
-    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-// ---- 3. dQ = scale dQacc -> bf16, into dqkv's query heads ----
-template <int HS>
-__global__ void flash_bwd_dq_kernel(__nv_bfloat16* __restrict__ dqkv,
-                                    const float* __restrict__ dq_accum, int T, int NH, int NKV,
-                                    float scale, size_t rows) {
-  constexpr int TPR = HS / 8;
-  const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const size_t row = gid / TPR;  // (b, h, t) order of dq_accum
-  const int c = gid % TPR;
-  if (row >= rows) return;
-  const int t = row % T;
-  const size_t bh = row / T;
-  const int h = bh % NH;
-  const size_t b = bh / NH;
-  const float4* src = reinterpret_cast<const float4*>(dq_accum + row * HS + ((c ^ (t & 7)) * 8));
-  const float4 x = src[0], y = src[1];
-  uint4 v;
-  v.x = pack_bf16(x.x * scale, x.y * scale);
-  v.y = pack_bf16(x.z * scale, x.w * scale);
-  v.z = pack_bf16(y.x * scale, y.y * scale);
-  v.w = pack_bf16(y.z * scale, y.w * scale);
-  *reinterpret_cast<uint4*>(dqkv + ((b * T + t) * (size_t)(NH + 2 * NKV) + h) * HS + c * 8) = v;
-}
-
-// ---- 2'. the main kernel on warpgroup MMAs (wgmma, sm_90a) ----
-// Same schedule, barriers and scratch as flash_bwd_kernel; 2 warpgroups of 4 warps. Warpgroup
-// wg owns keys 64 wg .. +63 of the K/V tile (warp w still owns keys 16 w .. +15: the wgmma
-// accumulator rows of its warp), so dK_j and dV_j stay in registers as before. Each product is
-// one wgmma per 16-deep k-step, which reads its B operand from shared memory once per
-// warpgroup (mma.sync: once per warp):
+// ---- 2. the main kernel on warpgroup MMAs (wgmma, sm_90a) ----
+// The schedule of flash_bwd.cu's header; 2 warpgroups of 4 warps. Warpgroup wg owns keys
+// 64 wg .. +63 of the K/V tile (warp w owns keys 16 w .. +15: the wgmma accumulator rows of its
+// warp), so dK_j and dV_j stay in registers. K_j, V_j are loaded once; the steps (query head,
+// Q tile) are double-buffered (cp.async: the next step's Q_i, dO_i, LSE_i, D_i load while this
+// one computes; two barriers per step). Each product is one wgmma per 16-deep k-step, which
+// reads its B operand from shared memory once per warpgroup (mma.sync: once per warp):
 //   S^T  = K_wg Q_i^T    A = K_wg (K-major, smem)   B = Q_i  (K-major)   64 x Br, k = HS
 //   dP^T = V_wg dO_i^T   A = V_wg                   B = dO_i             64 x Br, k = HS
 //   dV  += P^T dO_i      A = P^T (registers)        B = dO_i (MN-major)  64 x HS, k = Br
@@ -122,18 +64,19 @@ __global__ void flash_bwd_dq_kernel(__nv_bfloat16* __restrict__ dqkv,
 // Measured on an H200 (causal, 16384 tokens, 16 heads, T 1024 / 2048 / 4096 / 8192 / 16384;
 // backward TFLOP/s as above, medians of 10, all in one run):
 //   HS 128, Br 64 (S^T, dP^T m64n64; dQ_i split by columns): 248 / 307 / 402 / 443 / 429, against
-//           199 / 237 / 262 / 276 / 283 for flash_bwd_kernel at its best HS 128 tiles. 255
+//           199 / 237 / 262 / 276 / 283 for the mma.sync kernel this replaced, at its best tiles. 255
 //           registers, 16 B spilled (4 values reloaded once per step). Br 128 would need 64 more
 //           accumulator registers per thread. Nsight Compute (B 4, T 4096): 1.59 ms against
-//           2.51 ms, L1/shared pipe 54% (flash_bwd_kernel: 79%), tensor pipe 46%; it is now
+//           2.51 ms, L1/shared pipe 54% (the mma.sync kernel: 79%), tensor pipe 46%; it is now
 //           latency-bound: the phases of a step (S/dP, exp, dV/dK, barrier, dQ, barrier) run
 //           mostly one after another; overlapping steps (warp specialization, as FlashAttention-3)
 //           is the next step.
 //   HS 64, Br 128 (12 heads; S^T, dP^T m64n128; dQ_i split by rows): 216 / 285 / 343 / 374 / 397
-//           against 185 / 232 / 265 / 283 / 294 for flash_bwd_kernel (BwdTile64). Not the
-//           default yet: its full GPU-test run hit one failure of test_attention's bitwise
-//           repeat check (dQ differs by the order of the L2 reduce-adds, see Determinism above;
-//           the order race is the same in flash_bwd_kernel, whose run passed).
+//           against 185 / 232 / 265 / 283 / 294 for the mma.sync kernel (8 warps of 16 keys,
+//           query chunks of 32) that ran HS 64 until 2026-11-23; on an H100 (2026-11-23)
+//           347 / 413 TFLOP/s at T 4K / 16K against about 263 / 300. So both head sizes run
+//           here and the mma.sync mainloop is gone (its dQ order race was the same as this
+//           kernel's kArrival one).
 template <int HS_, int Br_>
 struct BwdTileWG {
   static constexpr bool WGMMA = true;
@@ -159,14 +102,10 @@ struct BwdTileWG {
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
 };
 
-// How the dQ partials of a Q tile are summed into dQacc (see the top of this file).
-enum class DqOrder {
-  kArrival,        // as each block gets there (flash): the last bits of dQ vary between runs
-  kFixed,          // block j after block j - 1: deterministic (flash3)
-  kStepOrderOnly,  // kFixed's step order with arrival-order adds: measures what the order costs
-};
+// How the dQ partials of a Q tile are summed into dQacc (the top of this file).
+enum class DqOrder { kArrival, kFixed };
 
-// dq_sem: the semaphores of kFixed (else unused, may be null).
+// dq_sem (B, NH, ceil(T / Br)): kFixed's semaphores (unused, may be null, for kArrival).
 template <class K, DqOrder ORDER>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash_bwd_wg_kernel(__nv_bfloat16* __restrict__ dqkv, float* __restrict__ dq_accum,
@@ -177,7 +116,6 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, KH = K::KH, QK = K::QK, NS = K::NS,
                 NA = K::NA, NTHREADS = K::NTHREADS;
   constexpr bool DET = ORDER == DqOrder::kFixed;
-  constexpr bool LAST_TILE_FIRST = ORDER != DqOrder::kArrival;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -194,22 +132,16 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
                  sdS = s0 + K::OFF_DS, sL = s0 + K::OFF_L, sD = s0 + K::OFF_D, sdQ = s0 + K::OFF_DQ;
 
-  {
-    const __nv_bfloat16* gK = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
-    const __nv_bfloat16* gV = qkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
-    load_panels_async<Bc, HS, NTHREADS>(sK, gK, ld, T - k0, tid);
-    load_panels_async<Bc, HS, NTHREADS>(sV, gV, ld, T - k0, tid);
-  }
+  bwd_load_kv<Bc, HS, NTHREADS>(sK, sV, qkv, b, k0, kvh, T, NH, NKV, ld, tid);
   const int i_begin = k0 / Br;
   const int n_qtiles = (T + Br - 1) / Br;
   const int n_i = n_qtiles - i_begin;
   const int total = G * n_i;
-  int* sem_pending = nullptr;  // DET, thread 0: the semaphore of the add not yet released
   // Step it -> (query head hq, first query q0). kArrival: head by head, each from the diagonal
-  // tile up. Otherwise: Q tiles from the last down to the diagonal, the group's heads inside, so
-  // that block j meets each dQ tile at the same step as block j - 1 (see the top of this file).
+  // tile up (the longest work first). kFixed: Q tiles from the last down to the diagonal, the
+  // group's heads inside (the top of this file says why).
   auto step_tile = [&](int it, int& hq, int& q0) {
-    if constexpr (LAST_TILE_FIRST) {
+    if constexpr (DET) {
       hq = kvh * G + it % G;
       q0 = (n_qtiles - 1 - it / G) * Br;
     } else {
@@ -220,19 +152,11 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   auto prefetch = [&](int it, int buf) {
     int hq, q0;
     step_tile(it, hq, q0);
-    load_panels_async<Br, HS, NTHREADS>(
-        sQ + buf * K::QT_BYTES, qkv + ((size_t)b * T + q0) * ld + (size_t)hq * HS, ld, T - q0, tid);
-    load_panels_async<Br, HS, NTHREADS>(sdO + buf * K::QT_BYTES,
-                                        dout + ((size_t)b * T + q0) * ldo + (size_t)hq * HS, ldo,
-                                        T - q0, tid);
-    if (tid < Br) {
-      const size_t r = ((size_t)b * NH + hq) * T + q0 + tid;
-      const bool ok = q0 + tid < T;
-      // Rows >= T read as LSE = D = 0 (see flash_bwd_kernel).
-      cp_async_4(sL + buf * Br * 4 + tid * 4, lse + (ok ? r : 0), ok);
-      cp_async_4(sD + buf * Br * 4 + tid * 4, Dvec + (ok ? r : 0), ok);
-    }
+    bwd_load_step<Br, HS, NTHREADS>(sQ + buf * K::QT_BYTES, sdO + buf * K::QT_BYTES,
+                                        sL + buf * Br * 4, sD + buf * Br * 4, qkv, dout, lse,
+                                        Dvec, b, hq, q0, T, NH, ld, ldo, tid);
   };
+  int* sem_pending = nullptr;  // kFixed, thread 0: the semaphore of the add not yet released
   prefetch(0, 0);
   cp_async_commit();  // group: K_j, V_j and step 0
 
@@ -251,7 +175,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const int key_wg = k0 + wg * 64;            // this warpgroup's first key
   const int key_row = key_wg + wq * 16 + g;   // key of accumulator elements e = 0, 1 (+8: 2, 3)
 
-  // Pipeline and barriers: as flash_bwd_kernel (two barriers per (h, i) step).
+  // Pipeline: step it + 1 loads while step it computes; two barriers per step.
   if (total > 1) {
     prefetch(1, 1);
     cp_async_commit();
@@ -407,9 +331,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                        : "memory");
         }
       }
-      fence_proxy_async_smem();  // each thread's staging stores, before the copy engine reads
-      __syncthreads();
-      if (tid == 0) {
+      bwd_add_dq_tile<HS, Br>(dq_accum, sdQ, b, hq, q0, T, NH, tid, [&] {
         if constexpr (DET) {
           // The last step's add (issued a step ago) is complete: let block j + 1 add to that
           // tile. Then wait until blocks 0 .. j-1 have added their parts of this one.
@@ -422,57 +344,28 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           hopper::wait_flag_equals(sem_pending, j);
           hopper::fence_proxy_async_global();
         }
-        bulk_reduce_add_f32(dq_accum + (((size_t)b * NH + hq) * T + q0) * HS, sdQ,
-                            (uint32_t)(min(Br, T - q0) * HS * 4));
-        bulk_commit();
-      }
+      });
     }
   }
-  if (tid == 0) {
-    bulk_wait_all();
-    if constexpr (DET) {
-      if (sem_pending != nullptr) {
-        hopper::fence_proxy_async_global();
-        hopper::st_release_gpu(sem_pending, j + 1);
-      }
+  if constexpr (DET) {
+    if (tid == 0 && sem_pending != nullptr) {  // release the last add once it is complete
+      bulk_wait_all();
+      hopper::fence_proxy_async_global();
+      hopper::st_release_gpu(sem_pending, j + 1);
     }
   }
-  __syncthreads();  // all warps done with K_j, V_j before they are overwritten
-
-  // ---- epilogue: dK_j (scaled), dV_j -> bf16, staged in this warp's own K/V smem rows ----
-#pragma unroll
-  for (int nt = 0; nt < HS / 8; ++nt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp * 16 + g + r * 8;
-      const uint32_t o = row * (HS * 2) + ((nt ^ (row & 7)) << 4) + t4 * 4;
-      const uint32_t vk = pack_bf16(dk[4 * nt + 2 * r] * scale, dk[4 * nt + 2 * r + 1] * scale);
-      const uint32_t vv = pack_bf16(dv[4 * nt + 2 * r], dv[4 * nt + 2 * r + 1]);
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sK + o), "r"(vk) : "memory");
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sV + o), "r"(vv) : "memory");
-    }
-  __syncwarp();
-  constexpr int CHUNKS = HS / 8;
-  __nv_bfloat16* gdK = dqkv + ((size_t)b * T + k0) * ld + (size_t)(NH + kvh) * HS;
-  __nv_bfloat16* gdV = dqkv + ((size_t)b * T + k0) * ld + (size_t)(NH + NKV + kvh) * HS;
-#pragma unroll
-  for (int k = 0; k < 16 * CHUNKS / 32; ++k) {
-    const int idx = lane + k * 32;
-    const int row = warp * 16 + idx / CHUNKS, c = idx % CHUNKS;
-    if (k0 + row < T) {
-      uint4 vk, vv;
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(vk.x), "=r"(vk.y), "=r"(vk.z), "=r"(vk.w)
-                   : "r"(sK + swz<HS>(row, c))
-                   : "memory");
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(vv.x), "=r"(vv.y), "=r"(vv.z), "=r"(vv.w)
-                   : "r"(sV + swz<HS>(row, c))
-                   : "memory");
-      *reinterpret_cast<uint4*>(gdK + (size_t)row * ld + c * 8) = vk;
-      *reinterpret_cast<uint4*>(gdV + (size_t)row * ld + c * 8) = vv;
-    }
-  }
+  bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
+                      [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, dqkv, b, k0,
+                      kvh, T, NH, NKV, tid);
 }
+
+// The sizes live in flash_tiles.h (Br; Bc = 128 is this kernel's two warpgroups of 64 keys).
+template <int HS>
+using BwdTileFor = BwdTileWG<HS, flash_tiles(HS).bwd_Br>;
+static_assert(flash_tiles(64).bwd_Bc == 128 && flash_tiles(128).bwd_Bc == 128 &&
+                  flash_tiles(64).bwd_skip_keys == 64 && flash_tiles(128).bwd_skip_keys == 64 &&
+                  flash_tiles(64).bwd_skip_rows == flash_tiles(64).bwd_Br &&
+                  flash_tiles(128).bwd_skip_rows == flash_tiles(128).bwd_Br,
+              "two warpgroups of 64 keys, skipping per warpgroup and Q tile");
 
 }  // namespace flash

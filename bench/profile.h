@@ -32,9 +32,9 @@
 //   1. predict: ModelOptions (gpt_preset(model, vocab, T), rope per --pos, B, T, attn,
 //      recompute, time_attention), plan = plan_memory(memory_plan_inputs(mo)) (the same plan
 //      the CUDA model allocates from), and per layer the attention FLOPs and minimum HBM bytes
-//      (kernels/attention/attention_cost.h); roofline attention ms per step = L x (forward +
+//      (kernels/attention/backends.h); roofline attention ms per step = L x (forward +
 //      backward) roofline, plus L more forwards with --recompute layer, with the ceilings
-//      measured once at the start (train/ceilings.h); predicted flash-over-naive speedup =
+//      measured once at the start (bench/ceilings.h); predicted flash-over-naive speedup =
 //      naive's roofline attention time / the backend's at the same T.
 //   2. fit: plan.total + 256 MiB (cuBLAS handles, allocator slack) > free device memory ->
 //      "OOM: needs X GiB, Y GiB free", no model is made, the sweep goes on.
@@ -64,13 +64,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention/attention_cost.h"
+#include "kernels/attention/backends.h"
 #include "model/model.h"
-#include "train/ceilings.h"
+#include "bench/ceilings.h"
 
 struct ProfileOptions {
   std::string model = "d12";
-  std::vector<std::string> attn = {"flash", "naive"};
+  std::vector<std::string> attn = {"flash3", "flash", "naive"};
   std::vector<int> seq_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
   int tokens = 16384;  // per step; B = max(1, tokens / T)
   int batch = 0;       // > 0: overrides --tokens
@@ -94,6 +94,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt);
 struct ProfilePoint {
   std::string backend;
   int T = 0, B = 0;
+  AttnShape shape{};  // one layer's attention call
   // predicted
   size_t pred_bytes = 0;               // plan total
   std::vector<MemoryLine> pred_lines;  // plan breakdown
@@ -127,6 +128,8 @@ struct ProfileReport {
 
 // Margin the fit check keeps beside the plan (cuBLAS handles, allocator slack).
 constexpr size_t kProfileMarginBytes = size_t(256) << 20;
+// The largest --gpu-memory (1 PiB): far beyond any device, and within what a byte count holds.
+constexpr double kMaxGpuMemoryGiB = double(1 << 20);
 
 // The predicted half of a point (no GPU). ceilings may be null (no roofline times).
 ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string& backend, int T,

@@ -1,4 +1,5 @@
-// bench_attention.cu — `flashgpt bench-attention`: times the GPU attention backends.
+// bench_attention.cu — `flashgpt bench-attention`: times the GPU attention backends (every name
+// in the registry, kernels/attention/backends.h; default naive and flash).
 //
 // For each backend x head size x sequence length x causal: B = max(1, tokens / T) sequences of
 // T tokens, NH heads (default 12 for HS 64, 16 for HS 128), NKV kv heads (default NH), random
@@ -14,7 +15,7 @@
 //
 //   flashgpt bench-attention --backends naive,flash --hs 64,128 --seq-lens 512,1024,4096 \
 //       --tokens 16384 --csv bench.csv
-#include "train/bench_attention.h"
+#include "bench/bench_attention.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -23,71 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.cuh"
 #include "kernels/attention/attention.cuh"
+#include "kernels/cuda_timer.cuh"
 
 namespace {
-
-__global__ void fill_random_kernel(floatX* x, size_t n, uint32_t seed) {
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  uint32_t h = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 2246822519u;
-  h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
-  x[i] = floatX((float(h) * (1.f / 4294967296.f) - 0.5f) * 3.f);  // uniform(-1.5, 1.5)
-}
-
-void fill_random(floatX* x, size_t n, uint32_t seed) {
-  fill_random_kernel<<<unsigned(ceil_div(n, size_t(256))), 256>>>(x, n, seed);
-  CUDA_CHECK_LAUNCH();
-}
-
-struct Buffers {
-  std::vector<void*> ptrs;
-  ~Buffers() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-  // false on an out-of-memory error (cleared), throws on any other error
-  bool alloc(void** p, size_t bytes) {
-    cudaError_t e = cudaMalloc(p, std::max<size_t>(bytes, 256));
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      return false;
-    }
-    CUDA_CHECK(e);
-    ptrs.push_back(*p);
-    return true;
-  }
-};
-
-// Median milliseconds of `fn` over the runs, after `warmup` runs.
-template <typename Fn>
-float time_ms(Fn fn, int warmup, int iters, float budget_ms) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  auto once = [&]() {
-    CUDA_CHECK(cudaEventRecord(a));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    return t;
-  };
-  for (int i = 0; i < warmup; i++) {
-    float t = once();
-    if (i == 0 && t * warmup > budget_ms) warmup = 1;  // a long first run: one warm-up is enough
-  }
-  float first = once();
-  ms.push_back(first);
-  int n = iters;
-  if (first > 0 && first * iters > budget_ms) n = std::max(3, int(budget_ms / first));
-  for (int i = 1; i < n; i++) ms.push_back(once());
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 double gib(size_t bytes) { return double(bytes) / double(1ull << 30); }
 
@@ -109,6 +50,7 @@ int bench_attention_main(int argc, char** argv) {
     ("warmup", "untimed runs before each measurement", cxxopts::value<int>()->default_value("5"))
     ("iters", "timed runs per measurement (median reported)", cxxopts::value<int>()->default_value("20"))
     ("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", cxxopts::value<float>()->default_value("3000"))
+    ("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)")
     ("csv", "also write the results to this CSV file", cxxopts::value<std::string>()->default_value(""))
     ("h,help", "this help");
   // clang-format on
@@ -127,6 +69,7 @@ int bench_attention_main(int argc, char** argv) {
   int tokens, heads_opt, kv_opt, warmup, iters;
   float budget_ms;
   std::string csv_path;
+  const bool deterministic = r.count("deterministic") > 0;
   try {
     backends = r["backends"].as<std::vector<std::string>>();
     hss = r["hs"].as<std::vector<int>>();
@@ -154,8 +97,9 @@ int bench_attention_main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDevice(&dev));
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("bench-attention on %s (%d SMs), %s, tokens %d, warmup %d, iters %d (median)\n",
-              prop.name, prop.multiProcessorCount, PRECISION_NAME, tokens, warmup, iters);
+  std::printf("bench-attention on %s (%d SMs), %s, tokens %d, warmup %d, iters %d (median)%s\n",
+              prop.name, prop.multiProcessorCount, PRECISION_NAME, tokens, warmup, iters,
+              deterministic ? ", --deterministic backward" : "");
   std::printf("TFLOP/s: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x forward\n\n");
   std::printf("%-8s %4s %4s %4s %4s %7s %3s | %9s %7s | %9s %7s | %9s %7s | %9s  %s\n",
               "backend", "HS", "NH", "NKV", "B", "T", "cau", "fwd ms", "TF/s", "bwd ms", "TF/s",
@@ -195,28 +139,27 @@ int bench_attention_main(int argc, char** argv) {
             size_t free_b = 0, total_b = 0;
             CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
             const size_t margin = size_t(256) << 20;  // cuBLAS workspace, fragmentation
-            Buffers buf;
+            DeviceAllocs buf;
             floatX *qkv = nullptr, *dqkv = nullptr, *out = nullptr, *dout = nullptr;
-            void *saved = nullptr, *scratch = nullptr;
-            if (need + margin > free_b ||
-                !buf.alloc((void**)&qkv, n_qkv * sizeof(floatX)) ||
-                !buf.alloc((void**)&dqkv, n_qkv * sizeof(floatX)) ||
-                !buf.alloc((void**)&out, n_out * sizeof(floatX)) ||
-                !buf.alloc((void**)&dout, n_out * sizeof(floatX)) ||
-                !buf.alloc(&saved, be.saved_bytes(s)) || !buf.alloc(&scratch, be.scratch_bytes(s))) {
+            char *saved = nullptr, *scratch = nullptr;
+            if (need + margin > free_b || !(qkv = buf.try_alloc<floatX>(n_qkv)) ||
+                !(dqkv = buf.try_alloc<floatX>(n_qkv)) || !(out = buf.try_alloc<floatX>(n_out)) ||
+                !(dout = buf.try_alloc<floatX>(n_out)) ||
+                !(saved = buf.try_alloc(be.saved_bytes(s))) ||
+                !(scratch = buf.try_alloc(be.scratch_bytes(s)))) {
               status = flashgpt::strformat("OOM: needs %.2f GiB (%.2f GiB free)", gib(need),
                                            gib(free_b));
             } else {
-              fill_random(qkv, n_qkv, 1234u + T);
-              fill_random(dout, n_out, 5678u + T);
+              fill_uniform(qkv, n_qkv, 1234u + T, -1.5f, 1.5f);
+              fill_uniform(dout, n_out, 5678u + T, -1.5f, 1.5f);
               const AttnForwardArgs fa{out, saved, scratch, qkv, s};
-              const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s};
+              const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s, deterministic};
               try {
-                f_ms = time_ms([&] { be.forward(fa, st); }, warmup, iters, budget_ms);
+                f_ms = median_ms([&] { be.forward(fa, st); }, warmup, iters, budget_ms);
                 be.forward(fa, st);
-                b_ms = time_ms([&] { be.backward(ba, st); }, warmup, iters, budget_ms);
-                fb_ms = time_ms([&] { be.forward(fa, st); be.backward(ba, st); }, warmup, iters,
-                                budget_ms);
+                b_ms = median_ms([&] { be.backward(ba, st); }, warmup, iters, budget_ms);
+                fb_ms = median_ms([&] { be.forward(fa, st); be.backward(ba, st); }, warmup, iters,
+                                  budget_ms);
                 CUDA_CHECK(cudaDeviceSynchronize());
               } catch (const flashgpt::Error& e) {
                 status = std::string("error: ") + e.what();
@@ -225,7 +168,7 @@ int bench_attention_main(int argc, char** argv) {
               }
             }
           }
-          const double fwd_flops = 4.0 * B * NH * double(T) * T * HS * (causal ? 0.5 : 1.0);
+          const double fwd_flops = attention_forward_flops(s, causal);
           auto tf = [](double flops, float ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
           const double tf_f = tf(fwd_flops, f_ms), tf_b = tf(2.5 * fwd_flops, b_ms),
                        tf_fb = tf(3.5 * fwd_flops, fb_ms);

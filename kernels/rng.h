@@ -1,6 +1,7 @@
-// rng — a small deterministic RNG (splitmix64) used for parameter init, sampling and anything
-// else that must give the same numbers on every machine and compiler (std:: distributions
-// are implementation-defined, so we do not use them).
+// rng — a small deterministic RNG (splitmix64) used for parameter init, sampling, the data
+// loader's shuffles and anything else that must give the same numbers on every machine and
+// compiler (std:: distributions are implementation-defined, so we do not use them). It sits in
+// kernels/ beside common.h, the layer that data/, model/ and train/ all build on.
 #pragma once
 #include <cmath>
 #include <cstdint>

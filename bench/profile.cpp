@@ -1,0 +1,475 @@
+// profile.cpp — `flashgpt profile`: its options, the predicted half of each point (memory plan,
+// attention cost, roofline) and the measured half (training steps on the GPU); profile.h says
+// what each is. The files and tables it writes: profile_report.cpp.
+#include "bench/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cxxopts.hpp>
+#include <iostream>
+#include <memory>
+
+#include "bench/profile_report.h"
+#include "kernels/attention/backends.h"
+#include "kernels/common.h"
+#include "kernels/rng.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/memory_plan.h"
+
+namespace {
+
+using flashgpt::strformat;
+
+constexpr double kGiB = double(1ull << 30);
+double gib(double bytes) { return bytes / kGiB; }
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+// cxxopts names a bad value but not its flag: find the flag that carried it.
+[[noreturn]] void explain_bad_value(const std::string& what, int argc, char** argv) {
+  std::string value;
+  const size_t a = what.find("\xe2\x80\x98"), b = what.find("\xe2\x80\x99");  // ‘ ’
+  if (a != std::string::npos && b != std::string::npos && b > a) value = what.substr(a + 3, b - a - 3);
+  for (int i = 1; i < argc && !value.empty(); i++) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t eq = arg.find('=');
+    const std::string flag = eq == std::string::npos ? arg : arg.substr(0, eq);
+    const std::string given = eq != std::string::npos ? arg.substr(eq + 1)
+                              : i + 1 < argc        ? std::string(argv[i + 1])
+                                                    : std::string();
+    if (given == value || ("," + given + ",").find("," + value + ",") != std::string::npos)
+      FAIL("profile: '%s' is not a valid value for %s; see `flashgpt profile --help`",
+           value.c_str(), flag.c_str());
+  }
+  FAIL("profile: %s; see `flashgpt profile --help`", what.c_str());
+}
+
+template <typename T>
+T get(const cxxopts::ParseResult& r, const char* name) {
+  try {
+    return r[name].as<T>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("profile: --%s: %s; see `flashgpt profile --help`", name, e.what());
+  }
+}
+
+int batch_for(const ProfileOptions& opt, int T) {
+  return opt.batch > 0 ? opt.batch : std::max(1, opt.tokens / T);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); i++) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Points
+
+ModelOptions model_options(const ProfileOptions& opt, const std::string& backend, int T) {
+  ModelOptions mo;
+  mo.config = gpt_preset(opt.model, opt.vocab, T);
+  mo.config.rope = opt.pos == "rope" ? 1 : 0;
+  validate_config(mo.config);
+  mo.B = batch_for(opt, T);
+  mo.T = T;
+  mo.attn = backend;
+  mo.seed = opt.seed;
+  mo.recompute = opt.recompute;
+  mo.time_attention = true;
+  return mo;
+}
+
+double roof_step_ms(const ProfileOptions& opt, const GPTConfig& cfg, const AttnCost& c,
+                    const DeviceCeilings* ceil) {
+  if (!ceil) return 0;
+  const double f = roofline_seconds(c.fwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+  const double b = roofline_seconds(c.bwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+  const int nf = opt.recompute == "layer" ? 2 : 1;
+  return cfg.num_layers * (nf * f + b);
+}
+
+std::string oom_status(size_t need, size_t free_b) {
+  return strformat("OOM: needs %.2f GiB, %.2f GiB free", gib((double)need), gib((double)free_b));
+}
+
+bool mentions_oom(const std::string& msg) {
+  std::string m = msg;
+  std::transform(m.begin(), m.end(), m.begin(), ::tolower);
+  // cudaErrorMemoryAllocation, or the CUDA model's own check ("... GiB free on ...")
+  return m.find("out of memory") != std::string::npos || m.find("gib free") != std::string::npos ||
+         m.find("memoryallocation") != std::string::npos;
+}
+
+// Runs the training steps of one point; throws on any error.
+void measure_point(const ProfileOptions& opt, ProfilePoint& p) {
+  const ModelOptions mo = model_options(opt, p.backend, p.T);
+  std::unique_ptr<Model> model = make_cuda_model(mo);
+  const size_t n = (size_t)p.B * p.T;
+  std::vector<int> inputs(n), targets(n);
+  Rng rng(opt.seed * 1000003ull + (uint64_t)p.T);
+  for (size_t i = 0; i < n; i++) {
+    inputs[i] = (int)rng.below((uint64_t)opt.vocab);
+    targets[i] = (int)rng.below((uint64_t)opt.vocab);
+  }
+  int step = 0;
+  auto train_step = [&]() {
+    p.loss = model->forward(inputs.data(), targets.data(), p.B, p.T);
+    model->backward(1.0f);
+    model->grad_norm();
+    model->adamw_step(AdamWHyper{}, 1.0f, ++step);
+    model->zero_grad();
+  };
+  for (int i = 0; i < opt.warmup; i++) train_step();
+  model->attention_ms();  // waits; resets the attention timer
+  std::vector<double> ms;
+  for (int i = 0; i < opt.steps; i++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    train_step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double attn_total = model->attention_ms();  // waits for the device
+  std::sort(ms.begin(), ms.end());
+  p.ms_step = ms[ms.size() / 2];
+  p.tokens_per_s = p.ms_step > 0 ? (double)n / (p.ms_step * 1e-3) : 0;
+  p.attn_ms = attn_total >= 0 ? attn_total / opt.steps : -1;
+  p.attn_share = p.attn_ms >= 0 && p.ms_step > 0 ? p.attn_ms / p.ms_step : 0;
+  p.peak_bytes = model->peak_memory_bytes();
+  p.lines = model->memory_plan();
+  p.mem_ratio = p.pred_bytes ? (double)p.peak_bytes / (double)p.pred_bytes : 0;
+  p.ran = true;
+  p.status = "ok";
+  if (std::fabs(p.mem_ratio - 1) > 0.05)
+    p.status += strformat(", memory %+.1f%% off the plan", (p.mem_ratio - 1) * 100);
+  if (!std::isfinite(p.loss)) p.status += ", loss is not finite";
+  // model (and its device memory) is released here, before the next point.
+}
+
+void fill_speedups(const ProfileOptions& opt, const DeviceCeilings* ceil, ProfileReport& r) {
+  for (ProfilePoint& p : r.points) {
+    if (p.backend == "naive") continue;
+    if (ceil && p.roof_attn_ms > 0) {
+      const ModelOptions mo = model_options(opt, "naive", p.T);
+      const GPTConfig& c = mo.config;
+      const AttnShape s{p.B, p.T, c.num_heads, c.num_kv_heads, c.head_size()};
+      const double naive_ms =
+          roof_step_ms(opt, c, attention_cost("naive", s, memory_plan_inputs_host(mo).es), ceil);
+      p.pred_speedup = naive_ms / p.roof_attn_ms;
+    }
+    for (const ProfilePoint& q : r.points)
+      if (q.backend == "naive" && q.T == p.T && q.B == p.B && q.ran && p.ran && q.attn_ms > 0 &&
+          p.attn_ms > 0)
+        p.meas_speedup = q.attn_ms / p.attn_ms;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
+  cxxopts::Options o("profile",
+                     "flashgpt profile: sweep the context length for a model and attention "
+                     "backends; measured peak memory, step time and attention time beside the "
+                     "memory plan and a roofline");
+  const ProfileOptions d;
+  std::string seq_default;
+  for (int T : d.seq_lens) seq_default += (seq_default.empty() ? "" : ",") + std::to_string(T);
+  // clang-format off
+  o.add_options()
+    ("model", "model preset: tiny|d6|d12|d24|d36|d48", cxxopts::value<std::string>()->default_value(d.model))
+    ("attn", "attention backends, comma-separated: " + attention_names_list(), cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn, ",")))
+    ("seq-lens", "sequence lengths T, comma-separated", cxxopts::value<std::vector<int>>()->default_value(seq_default))
+    ("tokens", "tokens per step: B = max(1, tokens / T)", cxxopts::value<int>()->default_value(std::to_string(d.tokens)))
+    ("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", cxxopts::value<int>()->default_value("0"))
+    ("warmup", "untimed training steps per point", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
+    ("steps", "timed training steps per point (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
+    ("recompute", "activation recomputation: none | gelu | layer", cxxopts::value<std::string>()->default_value(d.recompute))
+    ("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", cxxopts::value<std::string>()->default_value(d.pos))
+    ("vocab", "vocabulary size", cxxopts::value<int>()->default_value(std::to_string(d.vocab)))
+    ("out", "output directory (profile.csv, profile.json, PNG plots)", cxxopts::value<std::string>()->default_value(d.out_dir))
+    ("plan-only", "print the predicted table only; no GPU needed")
+    ("plot", "make the PNG plots with scripts/plot_profile.py (--plot=false: no plots)", cxxopts::value<bool>()->default_value("true"))
+    ("gpu-memory", "GiB of device memory for --plan-only (0: the GPU's, else 80)", cxxopts::value<double>()->default_value("0"))
+    ("max-step-seconds", "skip a backend's larger T once its predicted step time exceeds this", cxxopts::value<double>()->default_value("60"))
+    ("seed", "random seed (parameters and tokens)", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))
+    ("h,help", "this help");
+  // clang-format on
+  cxxopts::ParseResult r;
+  try {
+    r = o.parse(argc, argv);
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    explain_bad_value(e.what(), argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    FAIL("profile: %s; see `flashgpt profile --help`", e.what());
+  }
+  if (r.count("help")) {
+    std::cout << o.help() << std::endl;
+    return false;
+  }
+  CHECK(r.unmatched().empty(), "profile: unexpected argument '%s'; see `flashgpt profile --help`",
+        r.unmatched().front().c_str());
+  opt.model = get<std::string>(r, "model");
+  opt.attn = get<std::vector<std::string>>(r, "attn");
+  opt.seq_lens = get<std::vector<int>>(r, "seq-lens");
+  opt.tokens = get<int>(r, "tokens");
+  opt.batch = get<int>(r, "batch");
+  opt.warmup = get<int>(r, "warmup");
+  opt.steps = get<int>(r, "steps");
+  opt.recompute = get<std::string>(r, "recompute");
+  opt.pos = get<std::string>(r, "pos");
+  opt.vocab = get<int>(r, "vocab");
+  opt.out_dir = get<std::string>(r, "out");
+  opt.plan_only = r.count("plan-only") > 0;
+  opt.plot = get<bool>(r, "plot");
+  opt.gpu_memory_gib = get<double>(r, "gpu-memory");
+  opt.max_step_seconds = get<double>(r, "max-step-seconds");
+  opt.seed = get<uint64_t>(r, "seed");
+  opt.command_line = "flashgpt";
+  for (int i = 0; i < argc; i++) opt.command_line += std::string(" ") + argv[i];
+
+  CHECK(!opt.attn.empty(), "profile: --attn is empty; give one or more of %s",
+        attention_names_list().c_str());
+  for (const std::string& a : opt.attn) attention_spec(a);  // unknown: throws naming --attn
+  CHECK(!opt.seq_lens.empty(), "profile: --seq-lens is empty; give one or more lengths");
+  for (int T : opt.seq_lens)
+    CHECK(T >= 1, "profile: --seq-lens: %d is not a valid sequence length (must be >= 1)", T);
+  CHECK(opt.tokens >= 1, "profile: --tokens %d must be >= 1", opt.tokens);
+  CHECK(opt.batch >= 0, "profile: --batch %d must be >= 1 (or 0: from --tokens)", opt.batch);
+  for (int T : opt.seq_lens)
+    CHECK((long long)batch_for(opt, T) * T <= INT_MAX,
+          "profile: --batch %d x --seq-lens %d = %lld tokens is more than one step can hold "
+          "(2^31 - 1); lower --batch", batch_for(opt, T), T, (long long)batch_for(opt, T) * T);
+  CHECK(opt.warmup >= 0, "profile: --warmup %d must be >= 0", opt.warmup);
+  CHECK(opt.steps >= 1, "profile: --steps %d must be >= 1", opt.steps);
+  CHECK(opt.recompute == "none" || opt.recompute == "gelu" || opt.recompute == "layer",
+        "profile: --recompute '%s' is unknown; use none, gelu or layer", opt.recompute.c_str());
+  CHECK(opt.pos == "rope" || opt.pos == "learned",
+        "profile: --pos '%s' is unknown; use rope or learned", opt.pos.c_str());
+  CHECK(opt.vocab >= 2, "profile: --vocab %d must be >= 2", opt.vocab);
+  CHECK(!opt.out_dir.empty(), "profile: --out is empty; give a directory");
+  CHECK(opt.gpu_memory_gib >= 0 && std::isfinite(opt.gpu_memory_gib),
+        "profile: --gpu-memory %g must be a number of GiB >= 0 (0: the GPU's)", opt.gpu_memory_gib);
+  CHECK(opt.gpu_memory_gib <= kMaxGpuMemoryGiB,
+        "profile: --gpu-memory %g GiB is more than any GPU holds; give the device's memory in GiB "
+        "(at most %.0f)", opt.gpu_memory_gib, kMaxGpuMemoryGiB);
+  CHECK(opt.max_step_seconds > 0, "profile: --max-step-seconds %g must be > 0",
+        opt.max_step_seconds);
+  gpt_preset(opt.model, opt.vocab, 1);  // throws naming --model
+  return true;
+}
+
+ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string& backend, int T,
+                                   const DeviceCeilings* ceil) {
+  ProfilePoint p;
+  p.backend = backend;
+  p.T = T;
+  p.B = batch_for(opt, T);
+  const ModelOptions mo = model_options(opt, backend, T);
+  // --plan-only touches no GPU: the host estimate of the kernels' scratch (memory_plan.h).
+  const MemoryPlanInputs in = opt.plan_only ? memory_plan_inputs_host(mo) : memory_plan_inputs(mo);
+  const MemoryPlan plan = plan_memory(in);
+  p.pred_bytes = plan.total;
+  p.pred_lines = plan.lines;
+  for (const MemoryLine& l : plan.lines) {
+    if (l.what == "attention saved") p.attn_saved_bytes = l.bytes;
+    if (l.what == "attention scratch") p.attn_scratch_bytes = l.bytes;
+  }
+  const GPTConfig& c = mo.config;
+  p.shape = AttnShape{p.B, T, c.num_heads, c.num_kv_heads, c.head_size()};
+  p.cost = attention_cost(backend, p.shape, in.es);
+  const int nf = opt.recompute == "layer" ? 2 : 1;
+  p.attn_flops_step = c.num_layers * (nf * p.cost.fwd.flops + p.cost.bwd.flops);
+  p.attn_bytes_step = c.num_layers * (nf * p.cost.fwd.bytes + p.cost.bwd.bytes);
+  if (ceil) {
+    p.roof_fwd_ms = roofline_seconds(p.cost.fwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+    p.roof_bwd_ms = roofline_seconds(p.cost.bwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
+    p.roof_attn_ms = roof_step_ms(opt, c, p.cost, ceil);
+  }
+  return p;
+}
+
+ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
+  ProfileReport r;
+  ProfileMeta meta;
+  meta.command = opt.command_line;
+  meta.date = utc_now();
+  meta.model_desc = model_description(opt);
+  const std::string prefix = opt.plan_only ? "plan" : "profile";
+  r.csv_path = opt.out_dir + "/" + prefix + ".csv";
+  r.json_path = opt.out_dir + "/" + prefix + ".json";
+
+  if (opt.plan_only) {
+    std::string cap_src = "--gpu-memory";
+    if (opt.gpu_memory_gib > 0) {
+      r.capacity_bytes = (size_t)(opt.gpu_memory_gib * kGiB);
+    } else {
+      size_t free_b = 0, total_b = 0;
+      std::string name;
+      if (cuda_memory_info(free_b, total_b, name)) {
+        r.capacity_bytes = total_b;
+        cap_src = name;
+        meta.gpu = name;
+      } else {
+        r.capacity_bytes = size_t(80) << 30;
+        cap_src = "no GPU found: 80 GiB assumed, set --gpu-memory";
+      }
+    }
+    make_profile_dir(opt.out_dir);
+    for (const std::string& be : opt.attn)
+      for (int T : opt.seq_lens) {
+        ProfilePoint p;
+        try {
+          p = predict_profile_point(opt, be, T, nullptr);
+        } catch (const flashgpt::Error& e) {  // e.g. a plan past 2^64 bytes: that point only
+          p = ProfilePoint{};
+          p.backend = be, p.T = T, p.B = batch_for(opt, T);
+          p.status = std::string("error: ") + e.what();
+          r.points.push_back(p);
+          continue;
+        }
+        p.free_bytes = r.capacity_bytes;
+        const std::string why = attention_unsupported_reason(
+            attention_spec(be), p.shape, 2);
+        p.fits = why.empty() && p.pred_bytes + kProfileMarginBytes <= r.capacity_bytes;
+        p.status = !why.empty() ? "unsupported: " + why
+                   : p.fits     ? std::string("fits")
+                                : strformat("OOM: needs %.2f GiB, %.2f GiB capacity",
+                                            gib((double)p.pred_bytes), gib((double)r.capacity_bytes));
+        r.points.push_back(p);
+      }
+    write_profile_outputs(opt, r, meta);
+    print_plan(opt, r, cap_src, out);
+    if (opt.plot) run_plot_script(r.csv_path, opt.out_dir, out);
+    return r;
+  }
+
+  // ---- the sweep on the GPU ----
+  CHECK(cuda_device_available(),
+        "profile: no CUDA GPU found (or this flashgpt was built without CUDA); `flashgpt profile "
+        "--plan-only` prints the predicted table without one");
+  make_profile_dir(opt.out_dir);
+  try {
+    r.have_ceilings = measure_device_ceilings(r.ceilings);
+  } catch (const std::exception& e) {
+    std::fprintf(out, "ceilings: not measured (%s); roofline columns stay empty\n", e.what());
+    const std::string bad = cuda_clear_error();
+    CHECK(bad.empty(), "profile: the GPU failed while measuring its ceilings: %s", bad.c_str());
+  }
+  const DeviceCeilings* ceil = r.have_ceilings && r.ceilings.bf16_flops > 0 &&
+                                       r.ceilings.copy_bytes_per_s > 0
+                                   ? &r.ceilings
+                                   : nullptr;
+  if (r.ceilings.name.empty() || r.ceilings.total_bytes == 0) {
+    size_t f = 0, t = 0;
+    std::string name;
+    if (cuda_memory_info(f, t, name)) {
+      r.ceilings.name = name;
+      r.ceilings.total_bytes = t;
+    }
+  }
+  meta.gpu = r.ceilings.name;
+  r.capacity_bytes = r.ceilings.total_bytes;
+  std::fprintf(out, "flashgpt profile: %s on %s (%.1f GiB)\n", meta.model_desc.c_str(),
+               r.ceilings.name.c_str(), gib((double)r.ceilings.total_bytes));
+  if (ceil)
+    std::fprintf(out, "ceilings: device copy %.0f GB/s (read + write, %.2f GiB copies), bf16 GEMM "
+                      "%.0f TFLOP/s (cuBLAS %d^3); roofline = max(FLOPs / rate, bytes / bandwidth)\n",
+                 ceil->copy_bytes_per_s / 1e9, gib((double)ceil->copy_bytes), ceil->bf16_flops / 1e12,
+                 ceil->gemm_n);
+  std::fprintf(out, "%s per point: %d warm-up + %d timed steps (median); pred = memory plan, "
+                    "ratio = measured peak / pred, roof = roofline attention ms per step\n\n",
+               opt.batch > 0 ? strformat("batch %d", opt.batch).c_str()
+                             : strformat("%d tokens", opt.tokens).c_str(),
+               opt.warmup, opt.steps);
+  print_sweep_header(out);
+
+  std::string lost;  // the device error that ended the sweep
+  for (const std::string& be : opt.attn) {
+    bool have_last = false;  // the backend's last measured point: r.points[last_index]
+    size_t last_index = 0;
+    for (int T : opt.seq_lens) {
+      ProfilePoint p;
+      try {
+        p = predict_profile_point(opt, be, T, ceil);
+      } catch (const std::exception& e) {
+        p.backend = be, p.T = T, p.B = batch_for(opt, T);
+        p.status = std::string("error: ") + e.what();
+        r.points.push_back(p);
+        print_sweep_row(r.points.back(), out);
+        continue;
+      }
+      size_t free_b = 0, total_b = 0;
+      std::string name;
+      if (!lost.empty()) {
+        p.status = "skipped: the GPU is unusable after an earlier error (" + lost + ")";
+      } else if (!cuda_memory_info(free_b, total_b, name)) {
+        p.status = "error: cannot read the device's free memory";
+      } else if (p.pred_bytes + kProfileMarginBytes > free_b) {
+        p.free_bytes = free_b;
+        p.status = oom_status(p.pred_bytes, free_b);
+      } else {
+        p.free_bytes = free_b;
+        p.fits = true;
+        double predicted_ms = 0;
+        if (have_last) {
+          const ProfilePoint& q = r.points[last_index];
+          const double attn = std::max(0.0, q.attn_ms);
+          double growth = 1;
+          if (q.roof_attn_ms > 0 && p.roof_attn_ms > 0) growth = p.roof_attn_ms / q.roof_attn_ms;
+          else if (q.cost.fwd.mma_flops > 0)
+            growth = (p.cost.fwd.mma_flops + p.cost.bwd.mma_flops) /
+                     (q.cost.fwd.mma_flops + q.cost.bwd.mma_flops);
+          // flash1's grid is one thread block per (b, h): below one block per SM, fewer sequences
+          // (B = tokens / T) also mean proportionally fewer busy SMs, which no roofline sees.
+          if (attention_spec(be).grid_per_head && r.ceilings.sms > 0) {
+            const int NH = gpt_preset(opt.model, opt.vocab, 1).num_heads;
+            growth *= double(std::min(q.B * NH, r.ceilings.sms)) /
+                      double(std::min(p.B * NH, r.ceilings.sms));
+          }
+          predicted_ms = (q.ms_step - attn) * double(p.B) * p.T / (double(q.B) * q.T) + attn * growth;
+        }
+        if (predicted_ms > opt.max_step_seconds * 1e3) {
+          p.status = strformat("skipped: ~%.0f s/step predicted (over --max-step-seconds %g)",
+                               predicted_ms / 1e3, opt.max_step_seconds);
+        } else {
+          try {
+            measure_point(opt, p);
+          } catch (const std::exception& e) {
+            p.ran = false;
+            p.status = mentions_oom(e.what())
+                           ? oom_status(p.pred_bytes, free_b) + " (" + e.what() + ")"
+                           : std::string("error: ") + e.what();
+            lost = cuda_clear_error();
+          }
+        }
+      }
+      r.points.push_back(p);
+      if (r.points.back().ran) {
+        have_last = true;
+        last_index = r.points.size() - 1;
+      }
+      print_sweep_row(r.points.back(), out);
+      fill_speedups(opt, ceil, r);
+      write_profile_outputs(opt, r, meta);
+    }
+  }
+  fill_speedups(opt, ceil, r);
+  write_profile_outputs(opt, r, meta);
+  print_sweep_summary(opt, r, out);
+  if (opt.plot) run_plot_script(r.csv_path, opt.out_dir, out);
+  return r;
+}
+
+int profile_main(int argc, char** argv) {
+  ProfileOptions opt;
+  if (!parse_profile_options(argc, argv, opt)) return 0;
+  run_profile(opt, stdout);
+  return 0;
+}

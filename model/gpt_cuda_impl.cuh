@@ -1,0 +1,171 @@
+// gpt_cuda_impl.cuh — the CUDA model's class, shared by its two files: gpt_cuda.cu (construction,
+// memory, state in and out, generation) and gpt_cuda_step.cu (a training step's maths). Others
+// reach the model through model/model.h (make_cuda_model) and model/gpt_cuda.cuh.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/adamw.cuh"
+#include "kernels/attention/attention.cuh"
+#include "kernels/attention/decode.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_timer.cuh"
+#include "kernels/encoder.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/global_norm.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/rope.h"
+#include "kernels/scale.cuh"
+#include "model/grad_comm.cuh"
+#include "model/layout.h"
+#include "model/memory_plan.h"
+#include "model/model.h"
+
+namespace gpt_cuda {
+
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+#if !defined(ENABLE_FP32)
+inline float bf16_bits_to_float(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+#endif
+
+// Typed pointers into the model's one allocation, one per line of FLASHGPT_MODEL_BUFFERS
+// (model/memory_plan.h gives each one's shape); nullptr where the plan holds nothing.
+struct DeviceBuffers {
+  using fx = floatX;
+  using f32 = float;
+  using f64 = double;
+  using i32 = int;
+  using byte = char;
+#define FLASHGPT_BUFFER_POINTER(name, cat, type, kept, count) type* name = nullptr;
+  FLASHGPT_MODEL_BUFFERS(FLASHGPT_BUFFER_POINTER)
+#undef FLASHGPT_BUFFER_POINTER
+
+  void carve(char* base, const MemoryPlan& p) {
+#define FLASHGPT_BUFFER_CARVE(name, cat, type, kept, count)                                   \
+  name = p.buffers[kBuf_##name].bytes                                                        \
+             ? reinterpret_cast<type*>(base + p.buffers[kBuf_##name].offset)                 \
+             : nullptr;
+    FLASHGPT_MODEL_BUFFERS(FLASHGPT_BUFFER_CARVE)
+#undef FLASHGPT_BUFFER_CARVE
+  }
+};
+
+class GptCuda : public Model {
+ public:
+  explicit GptCuda(const ModelOptions& opt);
+  ~GptCuda() override;
+
+  const GPTConfig& config() const override { return cfg_; }
+  const char* device_name() const override { return device_name_.c_str(); }
+  const char* attention_name() const override { return attn_->name(); }
+  size_t num_parameters() const override { return layout_.total; }
+  float forward(const int* inputs, const int* targets, int B, int T) override;
+  void backward(float loss_scale) override;
+  void zero_grad() override;
+  float grad_norm() override;
+  void adamw_step(const AdamWHyper& h, float grad_scale, int step) override;
+  void logits_at(int t, float* out) override;
+  void get_params(std::vector<float>& out) const override;
+  void set_params(const std::vector<float>& in) override;
+  void get_adam_state(std::vector<float>& m, std::vector<float>& v) const override;
+  void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override;
+  std::vector<MemoryLine> memory_plan() const override { return plan_.lines; }
+  size_t peak_memory_bytes() const override;
+  double attention_ms() override;
+  void prefill(const int* tokens, int n, float* logits) override;
+  void decode(int token, float* logits) override;
+  int cached_positions() const override { return kv_len_; }
+
+  void get_grads(std::vector<float>& out) const { download(out, b_.grads, layout_.total); }
+  void reduce_grads() override { comm_->reduce_grads(); }
+  void mark_last_micro_step() override { comm_->mark_last_micro_step(); }
+  size_t adam_state_size() const override { return comm_->opt_size(); }
+  std::vector<std::string> guard_violations() const;
+  void write_past_end(const std::string& name, size_t bytes);
+  static constexpr unsigned char kGuardByte = 0xA5;
+
+ private:
+  GPTConfig cfg_;
+  ParamLayout layout_;
+  int maxB_, maxT_;
+  std::string device_name_;
+  std::unique_ptr<AttentionBackend> attn_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t inputs_copied_ = nullptr;
+  std::unique_ptr<GradComm> comm_;  // multi-GPU gradient traffic (no-ops on one process)
+
+  // Device memory: one allocation laid out by plan_memory() (model/memory_plan.h). Shapes for
+  // (maxB, maxT), N = maxB*maxT; K = layers kept (L, or 1 with --recompute layer), KG = layers
+  // of fch_gelu kept (L with --recompute none, else 1).
+  MemoryPlan plan_;
+  char* mem_ = nullptr;
+  DeviceBuffers b_;
+  size_t guard_bytes_ = 0;  // tests: checked guards after every buffer (memory_plan.h)
+
+  // long context and generation: b_.kv_cache (L, 2, kv_cap_, NKV, HS), per layer K then V
+  int kv_cap_ = 0, kv_len_ = 0;  // cache capacity and positions filled
+  bool kv_fill_ = false;         // the running forward is a prefill: copy K, V into the cache
+  bool recompute_gelu_ = false, recompute_layer_ = false;
+  bool deterministic_ = false;  // ModelOptions.deterministic
+  // ModelOptions.time_attention: CUDA events around every attention call
+  std::unique_ptr<CudaEventTimer> att_timer_;
+
+  size_t total_bytes_ = 0;
+  size_t free_at_start_ = 0;
+  mutable size_t peak_used_ = 0;
+
+  // pinned host staging
+  int* h_tokens_ = nullptr;  // (2N): inputs, targets
+  float* h_loss_ = nullptr;  // (1)
+  double* h_norm_ = nullptr; // (1)
+
+  int B_ = 0, T_ = 0;
+  bool have_targets_ = false;
+
+  void init(const ModelOptions& opt);
+  void release();
+  size_t guard_end(const PlannedBuffer& pb) const;
+
+  // Layer l's activation buffers (slot 0 of the one-layer-deep ones when recomputing).
+  struct LayerActs {
+    const floatX* residual;  // (N, C) block input
+    floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    char* att_saved;
+  };
+  LayerActs acts(int l) const;
+  // One transformer block's forward over B x T rows. decode_pos < 0: a sequence from position
+  // 0 (training, eval, prefill: attention over it; a prefill also copies its keys and values
+  // into the cache). decode_pos >= 0: one token (B = T = 1) at that position, attention over
+  // the KV cache.
+  void block_forward(int l, int B, int T, int decode_pos);
+  void attention_timer(bool start) {  // CUDA event before / after an attention call
+    if (att_timer_) start ? att_timer_->start(stream_) : att_timer_->stop(stream_);
+  }
+  void logits_row(const floatX* lnf_row, float* out);  // out (Vp) = lnf_row @ wte^T
+  AttnShape shape(int B, int T) const {
+    return AttnShape{B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size()};
+  }
+  size_t maxN() const { return (size_t)maxB_ * maxT_; }
+  floatX* param(int i) const { return b_.params + layout_.offsets[i]; }
+  float* grad(int i) const { return b_.grads + layout_.offsets[i]; }
+  void attach() const { matmul_init(b_.workspace, matmul_workspace_bytes()); }
+  void measure() const;
+  void download(std::vector<float>& out, const float* src, size_t n) const;
+  void upload(float* dst, const std::vector<float>& in, size_t n, const char* what);
+  void sync() const { comm_->sync(); }  // waits for stream_; with peers, watching for failure
+};
+
+}  // namespace gpt_cuda

@@ -1,0 +1,253 @@
+// gpt_cuda_step.cu — a training step of the CUDA model (the class: gpt_cuda_impl.cuh; its
+// construction, memory and generation: gpt_cuda.cu): each layer's forward, the chunked
+// classifier, the backward with recomputation, the grad norm and AdamW.
+//
+// Forward, N = B*T (as gpt_cpu.cpp; attention from the backend chosen by ModelOptions.attn):
+//   encoded = wte[inp] + wpe   (RoPE models: wte[inp] only)         encoder_forward
+//   per layer (block_forward): ln1 -> qkv (bias epilogue) -> [RoPE on Q, K in place]
+//              -> attention
+//              -> residual2 = residual + attproj(atty)   (bias epilogue, residual as C, beta = 1)
+//              -> ln2 -> fc with GELU epilogue (stores pre-GELU fch and fch_gelu)
+//              -> residual3 = residual2 + fcproj(fch_gelu)   (likewise)
+//   (one rounding to floatX per fused product where the CPU model rounds nothing: fp32)
+//   lnf -> chunked classifier
+// Classifier (with targets), in chunks of ModelOptions.classifier_chunk rows (8192: 0.8 GB of
+// logits at Vp = 50304) so that B x T x Vp logits never exist: per chunk logits = lnf @ wte^T,
+// the fused classifier writes losses and dlogits for dloss = 1/N in place, and the lm head's
+// backward for those rows runs at once: d(lnf) into dl_btc, d(wte) summed into an fp32
+// (Vp, C) buffer. backward(loss_scale) adds loss_scale x that buffer to the wte gradient and
+// scales d(lnf) (one elementwise pass each), then goes on. So the logits are made once and
+// used while they are in memory (llm.c's order); the price is 154 MB for the d(wte) buffer at
+// d12 and one extra rounding of d(lnf) when loss_scale is not 1. Without targets no logits are
+// made at all: logits_at() computes its row from the saved lnf (one 1 x C x Vp product).
+// Backward mirrors gpt_cpu.cpp: one residual-stream gradient (dresidual, floatX) accumulated
+// by the LayerNorm backwards; per-layer temporaries dl_btc (N, C) and dl_bt4c (N, 4C), the
+// latter reused for dqkv (RoPE: rotated back in place before the qkv product). The GELU
+// backward is fused into the fcproj dinp product (DGELU epilogue). Bias gradients come from a
+// deterministic reduction kernel (matmul.cuh).
+// Recompute (ModelOptions.recompute): gelu keeps one fch_gelu buffer and recomputes it from
+// fch with the elementwise kernel before each layer's backward (saves L-1 of L x N x 4C);
+// layer keeps only residual3 (each block's output = the next block's input) per layer, every
+// other activation and attention's saved state one layer deep, and re-runs block_forward(l)
+// before layer l's backward (the last layer's buffers still hold its forward: not re-run).
+// Per layer kept: 16 N x C floatX + 4 N fp32 (none), 12 N x C + 4 N (gelu), N x C (layer).
+//
+// Measured before the long-context changes (H200, bf16, d12, B=32, T=1024, --attn naive; the
+// step that `flashgpt bench-kernels --only step` now times): 69.1 ms per step (forward + loss
+// 25.8, backward 42.1, grad norm + AdamW 1.3), 474k tokens/s; plan 24.33 GiB, measured peak
+// 24.40 GiB. After them, at 128K tokens on an H100: README "Long context".
+#include "model/gpt_cuda_impl.cuh"
+
+namespace gpt_cuda {
+
+GptCuda::LayerActs GptCuda::acts(int l) const {
+  const size_t NC = maxN() * cfg_.channels, NQKV = maxN() * cfg_.qkv_channels(), Nrows = maxN();
+  const int k = recompute_layer_ ? 0 : l, g = recompute_gelu_ ? 0 : l;
+  LayerActs a;
+  a.residual = l == 0 ? b_.encoded : b_.residual3 + (l - 1) * NC;
+  a.ln1 = b_.ln1 + k * NC;
+  a.ln1_mean = b_.ln1_mean + k * Nrows;
+  a.ln1_rstd = b_.ln1_rstd + k * Nrows;
+  a.qkv = b_.qkv + k * NQKV;
+  a.atty = b_.atty + k * NC;
+  a.att_saved = b_.att_saved + k * plan_.att_saved_per_layer;
+  a.residual2 = b_.residual2 + k * NC;
+  a.ln2 = b_.ln2 + k * NC;
+  a.ln2_mean = b_.ln2_mean + k * Nrows;
+  a.ln2_rstd = b_.ln2_rstd + k * Nrows;
+  a.fch = b_.fch + k * 4 * NC;
+  a.fch_gelu = b_.fch_gelu + g * 4 * NC;
+  a.residual3 = b_.residual3 + l * NC;
+  return a;
+}
+
+double GptCuda::attention_ms() { return att_timer_ ? att_timer_->take_ms() : -1.0; }
+
+void GptCuda::block_forward(int l, int B, int T, int decode_pos) {
+  const int C = cfg_.channels, QKV = cfg_.qkv_channels(), NH = cfg_.num_heads,
+            NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
+  const int N = B * T;
+  const LayerActs a = acts(l);
+  cudaStream_t st = stream_;
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, param(P_LN1W) + l * C,
+                    param(P_LN1B) + l * C, N, C, st);
+  matmul_forward(a.qkv, a.ln1, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, N, C,
+                 QKV, st);
+  if (cfg_.rope)
+    rope_forward(a.qkv, b_.rope_table, B, T, NH, NKV, HS, decode_pos < 0 ? 0 : decode_pos, st);
+  // Keys and values (after RoPE) into the cache: K rows at qkv + NH*HS, V at + (NH+NKV)*HS.
+  const size_t es = sizeof(floatX), kv_row = (size_t)NKV * HS;
+  floatX* k_cache = b_.kv_cache ? b_.kv_cache + (size_t)l * 2 * kv_cap_ * kv_row : nullptr;
+  floatX* v_cache = k_cache ? k_cache + (size_t)kv_cap_ * kv_row : nullptr;
+  if (decode_pos >= 0 || kv_fill_) {
+    const int pos0 = decode_pos >= 0 ? decode_pos : 0;
+    CUDA_CHECK(cudaMemcpy2DAsync(k_cache + pos0 * kv_row, kv_row * es, a.qkv + (size_t)NH * HS,
+                                 (size_t)QKV * es, kv_row * es, T, cudaMemcpyDeviceToDevice, st));
+    CUDA_CHECK(cudaMemcpy2DAsync(v_cache + pos0 * kv_row, kv_row * es,
+                                 a.qkv + (size_t)(NH + NKV) * HS, (size_t)QKV * es, kv_row * es, T,
+                                 cudaMemcpyDeviceToDevice, st));
+  }
+  attention_timer(true);
+  if (decode_pos >= 0) {
+    attention_decode(a.atty, a.qkv, k_cache, v_cache, decode_pos + 1, NH, NKV, HS,
+                     b_.decode_scratch, st);
+  } else {
+    AttnForwardArgs fa{a.atty, a.att_saved, b_.att_scratch, a.qkv, shape(B, T)};
+    attn_->forward(fa, st);
+  }
+  attention_timer(false);
+  matmul_forward_residual(a.residual2, a.atty, param(P_ATTPROJW) + (size_t)l * C * C,
+                          param(P_ATTPROJB) + l * C, a.residual, N, C, C, st);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(P_LN2W) + l * C,
+                    param(P_LN2B) + l * C, N, C, st);
+  matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C,
+                      param(P_FCB) + l * 4 * C, N, C, 4 * C, st);
+  matmul_forward_residual(a.residual3, a.fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C,
+                          param(P_FCPROJB) + l * C, a.residual2, N, 4 * C, C, st);
+}
+
+float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
+  CHECK(B >= 1 && B <= maxB_ && T >= 1 && T <= maxT_,
+        "batch %dx%d exceeds the model's allocation %dx%d", B, T, maxB_, maxT_);
+  const int C = cfg_.channels, L = cfg_.num_layers, V = cfg_.vocab_size,
+            Vp = cfg_.padded_vocab_size;
+  const int N = B * T;
+  const size_t NC = maxN() * C;
+  for (int i = 0; i < N; i++)
+    CHECK(inputs[i] >= 0 && inputs[i] < V, "token id %d at position %d is outside the vocabulary "
+          "(%d); the data does not match the model's tokenizer", inputs[i], i, V);
+  if (targets)
+    for (int i = 0; i < N; i++)
+      CHECK(targets[i] >= 0 && targets[i] < V, "target id %d is outside the vocabulary (%d)",
+            targets[i], V);
+  attach();
+  // The staging buffer may still feed the previous forward's copy.
+  CUDA_CHECK(cudaEventSynchronize(inputs_copied_));
+  std::memcpy(h_tokens_, inputs, N * sizeof(int));
+  if (targets) std::memcpy(h_tokens_ + maxN(), targets, N * sizeof(int));
+  CUDA_CHECK(cudaMemcpyAsync(b_.inputs, h_tokens_, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  if (targets)
+    CUDA_CHECK(cudaMemcpyAsync(b_.targets, h_tokens_ + maxN(), N * sizeof(int),
+                               cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(inputs_copied_, stream_));
+  B_ = B;
+  T_ = T;
+  have_targets_ = targets != nullptr;
+  cudaStream_t st = stream_;
+
+  encoder_forward(b_.encoded, b_.inputs, param(P_WTE), cfg_.rope ? nullptr : param(P_WPE), B, T, C, st);
+  for (int l = 0; l < L; l++) block_forward(l, B, T, -1);
+  layernorm_forward(b_.lnf, b_.lnf_mean, b_.lnf_rstd, b_.residual3 + (L - 1) * NC, param(P_LNFW),
+                    param(P_LNFB), N, C, st);
+  // Without targets no logits are made here: logits_at() computes the row it is asked for.
+  if (!have_targets_) return 0.0f;
+  // The classifier, chunk by chunk so that (N, Vp) logits never exist at once. Per chunk of
+  // rows: logits = lnf @ wte^T; losses, and dlogits for d(mean loss) = 1/N in place; then at
+  // once the lm head's backward for those rows: d(lnf) into b_.dl_btc and d(wte) accumulated in
+  // b_.dwte_chunk (fp32). backward() scales both by its loss_scale (the loss scale is not known
+  // yet), so the logits are used while they are in memory and never recomputed.
+  CUDA_CHECK(cudaMemsetAsync(b_.dwte_chunk, 0, (size_t)Vp * C * sizeof(float), st));
+  float* ks = reinterpret_cast<float*>(b_.kscratch);
+  for (int r0 = 0; r0 < N; r0 += plan_.chunk_rows) {
+    const int n = std::min(plan_.chunk_rows, N - r0);
+    const floatX* lnf = b_.lnf + (size_t)r0 * C;
+    matmul_forward(b_.logits, lnf, param(P_WTE), nullptr, n, C, Vp, st);
+    classifier(b_.losses + r0, b_.logits, b_.logits, b_.targets + r0, 1.0f / N, n, V, Vp, st);
+    matmul_backward(b_.dl_btc + (size_t)r0 * C, b_.dwte_chunk, nullptr, b_.logits, lnf, param(P_WTE), n,
+                    C, Vp, ks, st);
+  }
+  mean_loss(b_.loss_mean, b_.losses, N, st);
+  CUDA_CHECK(cudaMemcpyAsync(h_loss_, b_.loss_mean, sizeof(float), cudaMemcpyDeviceToHost, st));
+  sync();
+  measure();
+  return *h_loss_;
+}
+
+void GptCuda::backward(float loss_scale) {
+  CHECK(have_targets_, "backward() needs a forward() with targets first");
+  const int B = B_, T = T_, N = B * T, C = cfg_.channels, L = cfg_.num_layers,
+            Vp = cfg_.padded_vocab_size, QKV = cfg_.qkv_channels();
+  const size_t NC = maxN() * C;
+  const AttnShape s = shape(B, T);
+  cudaStream_t st = stream_;
+  float* ks = reinterpret_cast<float*>(b_.kscratch);
+  const bool overlap = comm_->begin_backward();  // all-reduce layer by layer as they finish
+  CHECK(encoder_backward_scratch_bytes(B, T, encoder_sort_temp_bytes(B, T)) <=
+            plan_.buffers[kBuf_kscratch].bytes,
+        "internal: encoder scratch for %dx%d exceeds the plan", B, T);
+  attach();
+
+  // The lm head's gradients were made in the forward for d(mean loss): scale them now.
+  scale_add(grad(P_WTE), b_.dwte_chunk, loss_scale, (size_t)Vp * C, st);
+  if (loss_scale != 1.0f) scale_floatX(b_.dl_btc, loss_scale, (size_t)N * C, st);
+  CUDA_CHECK(cudaMemsetAsync(b_.dresidual, 0, (size_t)N * C * sizeof(floatX), st));
+  layernorm_backward(b_.dresidual, grad(P_LNFW), grad(P_LNFB), b_.dl_btc, b_.residual3 + (L - 1) * NC,
+                     param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C, ks, st);
+  for (int l = L - 1; l >= 0; l--) {
+    // Recompute what was not kept. The last layer's one-deep buffers still hold its forward.
+    if (recompute_layer_ && l < L - 1) {
+      block_forward(l, B, T, -1);
+    } else if (recompute_gelu_ && !recompute_layer_ && l < L - 1) {
+      gelu_forward(acts(l).fch_gelu, acts(l).fch, (size_t)N * 4 * C, st);
+    }
+    const LayerActs a = acts(l);
+    // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
+    // d(fch) = (dresidual @ fcprojw) * gelu'(fch): the GELU backward rides in the epilogue.
+    matmul_backward(b_.dl_bt4c, grad(P_FCPROJW) + (size_t)l * C * 4 * C, grad(P_FCPROJB) + l * C,
+                    b_.dresidual, a.fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C, C,
+                    ks, st, 1.0f, a.fch);
+    matmul_backward(b_.dl_btc, grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C,
+                    b_.dl_bt4c, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C, ks, st);
+    // dresidual += ln2 path: now d(residual2[l])
+    layernorm_backward(b_.dresidual, grad(P_LN2W) + l * C, grad(P_LN2B) + l * C, b_.dl_btc,
+                       a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C, ks, st);
+    matmul_backward(b_.dl_btc, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
+                    b_.dresidual, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C, ks, st);
+    floatX* dqkv = b_.dl_bt4c;
+    AttnBackwardArgs ba{dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty, a.att_saved, s, deterministic_};
+    attention_timer(true);
+    attn_->backward(ba, st);
+    attention_timer(false);
+    // qkv holds rotated Q, K: take dQ, dK back through the rotation.
+    if (cfg_.rope)
+      rope_backward(dqkv, b_.rope_table, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(),
+                    0, st);
+    matmul_backward(b_.dl_btc, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv,
+                    a.ln1, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV, ks, st);
+    // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
+    layernorm_backward(b_.dresidual, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, b_.dl_btc,
+                       a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C, ks, st);
+    if (overlap) comm_->layer_done(l);  // layer l's gradients are final
+  }
+  encoder_backward(grad(P_WTE), cfg_.rope ? nullptr : grad(P_WPE), b_.dresidual, b_.inputs, B, T, C,
+                   b_.kscratch, st);
+  if (overlap) comm_->backward_done();
+  have_targets_ = false;
+}
+
+void GptCuda::zero_grad() {
+  CUDA_CHECK(cudaMemsetAsync(b_.grads, 0, comm_->params_alloc() * sizeof(float), stream_));
+}
+
+float GptCuda::grad_norm() {
+  // Sum of squares of what this rank holds averaged (all of it, or its ZeRO-1 slice, whose
+  // padding holds zeros), summed over the ranks with ZeRO-1.
+  global_norm_squared(b_.norm, b_.grads + comm_->norm_begin(), comm_->norm_count(),
+                      reinterpret_cast<double*>(b_.kscratch), stream_);
+  comm_->sum_norm(b_.norm);
+  CUDA_CHECK(cudaMemcpyAsync(h_norm_, b_.norm, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  sync();
+  return (float)std::sqrt(*h_norm_);
+}
+
+void GptCuda::adamw_step(const AdamWHyper& h, float grad_scale, int step) {
+  for (const GradComm::UpdateRange& r : comm_->update_ranges()) {  // tensors, or ZeRO-1 pieces
+    const size_t g = r.begin, o = r.opt_offset;
+    const float wd = ParamLayout::decayed(r.tensor) ? h.weight_decay : 0.0f;
+    adamw_update(b_.master + g, b_.params + g, b_.grads + g, b_.m + o, b_.v + o, r.count, h.lr,
+                 h.beta1, h.beta2, h.eps, wd, grad_scale, step, stream_);
+  }
+  comm_->after_update();
+}
+
+}  // namespace gpt_cuda

@@ -1,0 +1,154 @@
+// test_memory_plan.cpp — the CUDA model's buffer table summed on the host (model/memory_plan.h):
+// lines, offsets, what each recompute mode keeps, the optional lines, the kernels' scratch from
+// their CUDA-free headers, guards, and sizes past 2^64. No GPU needed: the plan is host code.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "kernels/attention/backends.h"
+#include "kernels/encoder.h"
+#include "kernels/global_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/memory_plan.h"
+#include "test_helpers.h"
+
+namespace {
+
+ModelOptions d12(int B, int T, const std::string& attn = "flash") {
+  ModelOptions o;
+  o.config = gpt_preset("d12", 50257, T);
+  o.config.rope = 1;
+  o.B = B;
+  o.T = T;
+  o.attn = attn;
+  return o;
+}
+
+std::map<std::string, size_t> lines(const MemoryPlan& p) {
+  std::map<std::string, size_t> m;
+  for (const MemoryLine& l : p.lines) m[l.what] = l.bytes;
+  return m;
+}
+
+}  // namespace
+
+// Every buffer of the table has its place: 256-aligned, in table order, not overlapping, and
+// the lines (one per category, in order) add up to the total.
+TEST(MemoryPlan, BuffersTileTheAllocation) {
+  for (const char* attn : {"flash", "naive"}) {
+    const MemoryPlan p = plan_memory(memory_plan_inputs_host(d12(2, 1024, attn)));
+    size_t end = 0, kept = 0;
+    for (const PlannedBuffer& b : p.buffers) {
+      EXPECT_EQ(b.offset % 256, 0u) << b.name;
+      EXPECT_GE(b.offset, end) << b.name << " overlaps the buffer before it";
+      if (b.bytes) end = b.offset + b.bytes;
+      if (b.kept) kept += (b.bytes + 255) / 256 * 256;
+    }
+    EXPECT_LE(end, p.total);
+    size_t sum = 0;
+    for (const MemoryLine& l : p.lines) sum += l.bytes;
+    EXPECT_EQ(sum, p.total) << attn;
+    EXPECT_EQ(kept, p.kept_bytes) << attn;
+    const std::vector<std::string> want = {"parameters", "gradients", "optimizer", "activations",
+                                           "attention saved", "attention scratch", "logits",
+                                           "backward scratch", "RoPE table", "cuBLASLt workspace"};
+    ASSERT_EQ(p.lines.size(), want.size()) << attn;
+    for (size_t i = 0; i < want.size(); i++) EXPECT_EQ(p.lines[i].what, want[i]);
+  }
+}
+
+// The sizes come from the model's shape, the attention spec and the kernels' headers.
+TEST(MemoryPlan, SizesFromTheirSources) {
+  const ModelOptions o = d12(2, 1024, "naive");
+  const MemoryPlanInputs in = memory_plan_inputs_host(o);
+  const MemoryPlan p = plan_memory(in);
+  const size_t P = ParamLayout(o.config).total, N = 2 * 1024, C = 768;
+  EXPECT_EQ(p.buffers[kBuf_params].bytes, P * 2);  // bf16
+  EXPECT_EQ(p.buffers[kBuf_master].bytes, P * 4);
+  EXPECT_EQ(p.buffers[kBuf_m].bytes, P * 4);
+  EXPECT_EQ(p.buffers[kBuf_ln1].bytes, 12 * N * C * 2);
+  EXPECT_EQ(p.buffers[kBuf_qkv].bytes, 12 * N * 3 * C * 2);
+  EXPECT_EQ(p.buffers[kBuf_residual3].bytes, 12 * N * C * 2);
+  const AttnShape s{2, 1024, 12, 12, 64};
+  EXPECT_EQ(p.buffers[kBuf_att_saved].bytes, 12 * attention_spec("naive").saved_bytes(s, 2));
+  EXPECT_EQ(p.buffers[kBuf_att_scratch].bytes, attention_spec("naive").scratch_bytes(s, 2));
+  EXPECT_EQ(in.kernel_scratch,
+            std::max({layernorm_backward_scratch_bytes(768),
+                      matmul_backward_scratch_bytes((int)N, 4 * 768),
+                      encoder_backward_scratch_bytes(2, 1024, encoder_sort_temp_bytes_estimate(2, 1024)),
+                      global_norm_scratch_bytes()}));
+  EXPECT_EQ(p.buffers[kBuf_workspace].bytes, matmul_workspace_bytes());
+  EXPECT_EQ(p.buffers[kBuf_kscratch].bytes, in.kernel_scratch);
+  // The FP32 build: floatX buffers double, fp32 ones stay.
+  const MemoryPlan p4 = plan_memory(memory_plan_inputs_for(o, 4, 0));
+  EXPECT_EQ(p4.buffers[kBuf_ln1].bytes, 2 * p.buffers[kBuf_ln1].bytes);
+  EXPECT_EQ(p4.buffers[kBuf_ln1_mean].bytes, p.buffers[kBuf_ln1_mean].bytes);
+}
+
+// none keeps every layer's activations; gelu one fch_gelu instead of L; layer one layer of
+// everything but residual3 (and one layer of attention's saved state).
+TEST(MemoryPlan, RecomputeModesKeepLess) {
+  ModelOptions o = d12(4, 1024);
+  const MemoryPlan none = plan_memory(memory_plan_inputs_host(o));
+  o.recompute = "gelu";
+  const MemoryPlan gelu = plan_memory(memory_plan_inputs_host(o));
+  o.recompute = "layer";
+  const MemoryPlan layer = plan_memory(memory_plan_inputs_host(o));
+  EXPECT_GT(none.kept_bytes, gelu.kept_bytes);
+  EXPECT_GT(gelu.kept_bytes, layer.kept_bytes);
+  EXPECT_EQ(none.buffers[kBuf_fch_gelu].bytes, 12 * gelu.buffers[kBuf_fch_gelu].bytes);
+  EXPECT_EQ(gelu.buffers[kBuf_fch].bytes, none.buffers[kBuf_fch].bytes);
+  EXPECT_EQ(none.buffers[kBuf_ln1].bytes, 12 * layer.buffers[kBuf_ln1].bytes);
+  EXPECT_EQ(none.buffers[kBuf_residual3].bytes, layer.buffers[kBuf_residual3].bytes);
+  EXPECT_EQ(none.buffers[kBuf_att_saved].bytes, 12 * layer.buffers[kBuf_att_saved].bytes);
+  EXPECT_EQ(layer.layers_kept, 1);
+  EXPECT_EQ(none.layers_kept, 12);
+  o.recompute = "all";
+  expect_error([&] { plan_memory(memory_plan_inputs_host(o)); }, "--recompute");
+  o = d12(4, 1024, "fast");
+  expect_error([&] { plan_memory(memory_plan_inputs_host(o)); }, "--attn 'fast'");
+}
+
+// The KV cache and the RoPE table are lines only when the model has them.
+TEST(MemoryPlan, OptionalLines) {
+  ModelOptions o = d12(1, 256);
+  EXPECT_EQ(lines(plan_memory(memory_plan_inputs_host(o))).count("KV cache"), 0u);
+  o.kv_cache = 512;
+  const MemoryPlan kv = plan_memory(memory_plan_inputs_host(o));
+  EXPECT_EQ(kv.buffers[kBuf_kv_cache].bytes, size_t(12) * 512 * 2 * 12 * 64 * 2);
+  EXPECT_GT(kv.buffers[kBuf_decode_scratch].bytes, 0u);
+  EXPECT_EQ(lines(kv)["KV cache"], (kv.buffers[kBuf_kv_cache].bytes + 255) / 256 * 256 +
+                                       (kv.buffers[kBuf_decode_scratch].bytes + 255) / 256 * 256);
+  EXPECT_EQ(kv.rope_rows, 512u);  // the table covers the cache's positions
+  o.config.rope = 0;
+  EXPECT_EQ(lines(plan_memory(memory_plan_inputs_host(o))).count("RoPE table"), 0u);
+}
+
+// Guards (tests of the CUDA model): every buffer's next neighbour starts at least guard_bytes
+// after its end.
+TEST(MemoryPlan, GuardsFollowEveryBuffer) {
+  ModelOptions o = d12(1, 512);
+  o.guard_bytes = 4096;
+  const MemoryPlan g = plan_memory(memory_plan_inputs_host(o));
+  const MemoryPlan plain = plan_memory(memory_plan_inputs_host(d12(1, 512)));
+  for (size_t i = 0; i + 1 < g.buffers.size(); i++) {
+    if (g.buffers[i].bytes == 0) continue;
+    EXPECT_GE(g.buffers[i + 1].offset, g.buffers[i].offset + g.buffers[i].bytes + 4096)
+        << g.buffers[i].name;
+  }
+  EXPECT_GT(g.total, plain.total);
+  EXPECT_LT(g.total, plain.total + kNumBuffers * (4096 + 256));
+}
+
+// A plan past 2^64 bytes is an error naming the flags, not a wrapped-around size.
+TEST(MemoryPlan, PastTwoToTheSixtyFourIsAnError) {
+  expect_error([&] { plan_memory(memory_plan_inputs_host(d12(1, 2000000000, "naive"))); },
+               "--seq-len");
+  const MemoryPlan f = plan_memory(memory_plan_inputs_host(d12(1, 2000000000, "flash")));
+  EXPECT_GT(f.total, f.buffers[kBuf_residual3].bytes);
+}
