@@ -153,6 +153,8 @@ void measure_point(const ProfileOptions& opt, ProfilePoint& p) {
 
 void fill_speedups(const ProfileOptions& opt, const DeviceCeilings* ceil, ProfileReport& r) {
   for (ProfilePoint& p : r.points) {
+    if (ceil && p.ran && p.attn_ms > 0)
+      p.gemm_fraction = p.attn_flops_step / (p.attn_ms * 1e-3) / ceil->bf16_flops;
     if (p.backend == "naive") continue;
     if (ceil && p.roof_attn_ms > 0) {
       const ModelOptions mo = model_options(opt, "naive", p.T);

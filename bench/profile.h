@@ -116,6 +116,9 @@ struct ProfilePoint {
   double mem_ratio = 0;                 // peak / plan
   double ms_step = 0, tokens_per_s = 0, attn_ms = -1, attn_share = 0, loss = 0;
   double meas_speedup = 0;              // naive attention ms / this one's at this T; 0: n/a
+  // Measured attention rate (attn_flops_step / attn_ms) over the measured bf16 GEMM ceiling
+  // (cuBLAS on wgmma): how much of the tensor cores' rate attention reaches; 0: n/a.
+  double gemm_fraction = 0;
 };
 
 struct ProfileReport {

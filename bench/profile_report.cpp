@@ -127,6 +127,7 @@ std::vector<std::pair<std::string, std::string>> point_fields(const ProfilePoint
   f.push_back({"roofline_attn_ms", num(p.roof_attn_ms, roof, "%.4f")});
   f.push_back({"pred_speedup_vs_naive", num(p.pred_speedup, p.pred_speedup > 0, "%.3f")});
   f.push_back({"meas_speedup_vs_naive", num(p.meas_speedup, p.meas_speedup > 0, "%.3f")});
+  f.push_back({"attn_gemm_fraction", num(p.gemm_fraction, p.gemm_fraction > 0, "%.4f")});
   return f;
 }
 
@@ -371,14 +372,14 @@ void print_plan(const ProfileOptions& opt, const ProfileReport& r, const std::st
 // The GPU sweep's table
 
 void print_sweep_header(std::FILE* out) {
-  std::fprintf(out, "%-7s %7s %4s %8s %8s %6s %9s %9s %8s %6s %8s  %s\n", "backend", "T", "B",
-               "pred GiB", "meas GiB", "ratio", "ms/step", "tok/s", "attn ms", "attn%", "roof ms",
-               "status");
+  std::fprintf(out, "%-7s %7s %4s %8s %8s %6s %9s %9s %8s %6s %8s %6s  %s\n", "backend", "T",
+               "B", "pred GiB", "meas GiB", "ratio", "ms/step", "tok/s", "attn ms", "attn%",
+               "roof ms", "gemm%", "status");
 }
 
 void print_sweep_row(const ProfilePoint& p, std::FILE* out) {
   const bool a = p.ran && p.attn_ms >= 0;
-  std::fprintf(out, "%-7s %7d %4d %8.2f %8s %6s %9s %9s %8s %6s %8s  %s\n", p.backend.c_str(), p.T,
+  std::fprintf(out, "%-7s %7d %4d %8.2f %8s %6s %9s %9s %8s %6s %8s %6s  %s\n", p.backend.c_str(), p.T,
                p.B, gib((double)p.pred_bytes),
                fmt_or_dash(gib((double)p.peak_bytes), p.ran, "%.2f").c_str(),
                fmt_or_dash(p.mem_ratio, p.ran, "%.3f").c_str(),
@@ -386,7 +387,9 @@ void print_sweep_row(const ProfilePoint& p, std::FILE* out) {
                fmt_or_dash(p.tokens_per_s, p.ran, "%.0f").c_str(),
                fmt_or_dash(p.attn_ms, a, "%.1f").c_str(),
                fmt_or_dash(p.attn_share * 100, a, "%.1f%%").c_str(),
-               fmt_or_dash(p.roof_attn_ms, p.roof_attn_ms > 0, "%.1f").c_str(), p.status.c_str());
+               fmt_or_dash(p.roof_attn_ms, p.roof_attn_ms > 0, "%.1f").c_str(),
+               fmt_or_dash(p.gemm_fraction * 100, p.gemm_fraction > 0, "%.0f%%").c_str(),
+               p.status.c_str());
   std::fflush(out);
 }
 
