@@ -52,7 +52,6 @@ GptCpu<real>::GptCpu(const ModelOptions& opt)
   // "auto": every CPU backend supports every shape; flash keeps the least (LSE, not P).
   attn_name_ = opt.attn == "auto" ? "flash" : opt.attn;
   attn_ = make_cpu_attention<real>(attn_name_);
-  validate_recompute(opt.recompute);
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());
   kv_cap_ = opt.kv_cache;

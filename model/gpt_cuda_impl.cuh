@@ -117,7 +117,7 @@ class GptCuda : public Model {
   // long context and generation: b_.kv_cache (L, 2, kv_cap_, NKV, HS), per layer K then V
   int kv_cap_ = 0, kv_len_ = 0;  // cache capacity and positions filled
   bool kv_fill_ = false;         // the running forward is a prefill: copy K, V into the cache
-  bool recompute_gelu_ = false, recompute_layer_ = false;
+  Recompute recompute_ = Recompute::kNone;  // ModelOptions.recompute
   bool deterministic_ = false;  // ModelOptions.deterministic
   // ModelOptions.time_attention: CUDA events around every attention call
   std::unique_ptr<CudaEventTimer> att_timer_;

@@ -42,7 +42,7 @@ namespace gpt_cuda {
 
 GptCuda::LayerActs GptCuda::acts(int l) const {
   const size_t NC = maxN() * cfg_.channels, NQKV = maxN() * cfg_.qkv_channels(), Nrows = maxN();
-  const int k = recompute_layer_ ? 0 : l, g = recompute_gelu_ ? 0 : l;
+  const int k = plan_.layers_kept == 1 ? 0 : l, g = plan_.fch_gelu_layers == 1 ? 0 : l;
   LayerActs a;
   a.residual = l == 0 ? b_.encoded : b_.residual3 + (l - 1) * NC;
   a.ln1 = b_.ln1 + k * NC;
@@ -185,9 +185,9 @@ void GptCuda::backward(float loss_scale) {
                      param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C, ks, st);
   for (int l = L - 1; l >= 0; l--) {
     // Recompute what was not kept. The last layer's one-deep buffers still hold its forward.
-    if (recompute_layer_ && l < L - 1) {
+    if (recompute_ == Recompute::kLayer && l < L - 1) {
       block_forward(l, B, T, -1);
-    } else if (recompute_gelu_ && !recompute_layer_ && l < L - 1) {
+    } else if (recompute_ == Recompute::kGelu && l < L - 1) {
       gelu_forward(acts(l).fch_gelu, acts(l).fch, (size_t)N * 4 * C, st);
     }
     const LayerActs a = acts(l);

@@ -20,11 +20,6 @@ size_t align(size_t n) { return round_up(n, 256); }
 
 }  // namespace
 
-void validate_recompute(const std::string& mode) {
-  CHECK(mode == "none" || mode == "gelu" || mode == "layer",
-        "--recompute '%s' is unknown; use none, gelu or layer", mode.c_str());
-}
-
 void check_prefill(int n, int kv_cap, int maxT) {
   CHECK(kv_cap > 0, "internal: prefill() on a model made without a KV cache");
   CHECK(n >= 1 && n <= kv_cap && n <= maxT,
@@ -45,14 +40,14 @@ void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token) {
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const ModelOptions& o = in.opt;
   const GPTConfig& cfg = o.config;
-  validate_recompute(o.recompute);
   const AttnBackendSpec& attn = attention_spec(o.attn);  // throws naming --attn
   const AttnShape shape{o.B, o.T, cfg.num_heads, cfg.num_kv_heads, cfg.head_size()};
   const size_t L = cfg.num_layers, N = (size_t)o.B * o.T;
 
   MemoryPlan p{};
-  p.layers_kept = o.recompute == "layer" ? 1 : (int)L;
-  p.fch_gelu_layers = o.recompute == "none" ? (int)L : 1;
+  const RecomputeDepths depth = recompute_depths(o.recompute, (int)L);
+  p.layers_kept = depth.acts;
+  p.fch_gelu_layers = depth.fch_gelu;
   p.chunk_rows = (int)std::min(N, (size_t)(o.classifier_chunk > 0 ? o.classifier_chunk
                                                                       : kDefaultClassifierChunk));
   p.att_saved_per_layer = align(attn.saved_bytes(shape, in.es));

@@ -130,7 +130,7 @@ struct MemoryPlan {
   std::vector<MemoryLine> lines;  // bytes per category, table order; empty categories left out
 };
 
-// Throws (naming --recompute, --attn) on a bad mode or backend, and (naming --seq-len or
+// Throws (naming --attn) on an unknown backend, and (naming --seq-len or
 // --batch) when the plan passes 2^64 bytes.
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 

@@ -1,6 +1,7 @@
 // test_memory_plan.cpp — the CUDA model's buffer table summed on the host (model/memory_plan.h):
 // lines, offsets, what each recompute mode keeps, the optional lines, the kernels' scratch from
-// their CUDA-free headers, guards, and sizes past 2^64. No GPU needed: the plan is host code.
+// their CUDA-free headers, guards, sizes past 2^64, and parsing --recompute. No GPU needed: the
+// plan is host code.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,9 +96,9 @@ TEST(MemoryPlan, SizesFromTheirSources) {
 TEST(MemoryPlan, RecomputeModesKeepLess) {
   ModelOptions o = d12(4, 1024);
   const MemoryPlan none = plan_memory(memory_plan_inputs_host(o));
-  o.recompute = "gelu";
+  o.recompute = Recompute::kGelu;
   const MemoryPlan gelu = plan_memory(memory_plan_inputs_host(o));
-  o.recompute = "layer";
+  o.recompute = Recompute::kLayer;
   const MemoryPlan layer = plan_memory(memory_plan_inputs_host(o));
   EXPECT_GT(none.kept_bytes, gelu.kept_bytes);
   EXPECT_GT(gelu.kept_bytes, layer.kept_bytes);
@@ -108,8 +109,6 @@ TEST(MemoryPlan, RecomputeModesKeepLess) {
   EXPECT_EQ(none.buffers[kBuf_att_saved].bytes, 12 * layer.buffers[kBuf_att_saved].bytes);
   EXPECT_EQ(layer.layers_kept, 1);
   EXPECT_EQ(none.layers_kept, 12);
-  o.recompute = "all";
-  expect_error([&] { plan_memory(memory_plan_inputs_host(o)); }, "--recompute");
   o = d12(4, 1024, "fast");
   expect_error([&] { plan_memory(memory_plan_inputs_host(o)); }, "--attn 'fast'");
 }
@@ -151,4 +150,15 @@ TEST(MemoryPlan, PastTwoToTheSixtyFourIsAnError) {
                "--seq-len");
   const MemoryPlan f = plan_memory(memory_plan_inputs_host(d12(1, 2000000000, "flash")));
   EXPECT_GT(f.total, f.buffers[kBuf_residual3].bytes);
+}
+
+// --recompute is parsed once (model/recompute.h): every mode from its own name, anything else
+// one line naming the flag and listing the modes.
+TEST(Recompute, ParsedFromItsNames) {
+  for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kLayer})
+    EXPECT_EQ(parse_recompute(recompute_name(r)), r) << recompute_name(r);
+  const std::string msg = expect_error([] { parse_recompute("Layer"); }, "--recompute 'Layer'");
+  EXPECT_NE(msg.find(recompute_names_list()), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  expect_error([] { parse_recompute(""); }, "--recompute");
 }

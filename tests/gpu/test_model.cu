@@ -382,9 +382,9 @@ TEST_F(CudaModel, RecomputeMatchesPlain) {
     std::printf("attn %s:\n", attn);
     // Noise floor: two plain runs (0 for a deterministic backend).
     expect_same_step("none vs none (run to run)", o, one_step(o, inp, tgt), plain, det ? 0 : 1e-2);
-    o.recompute = "layer";
+    o.recompute = Recompute::kLayer;
     expect_same_step("--recompute layer vs none", o, one_step(o, inp, tgt), plain, det ? 0 : 1e-2);
-    o.recompute = "gelu";
+    o.recompute = Recompute::kGelu;
     expect_same_step("--recompute gelu vs none", o, one_step(o, inp, tgt), plain, 1e-2);
   }
 }
@@ -404,7 +404,7 @@ TEST_F(CudaModel, RopeFlashGqaRecomputeMatchesCpu) {
   o.config.num_heads = 2;
   o.config.num_kv_heads = 1;
   o.attn = lse_attention();
-  o.recompute = "layer";
+  o.recompute = Recompute::kLayer;
   o.classifier_chunk = 10;
   check_forward_backward(o);
 }
@@ -493,7 +493,7 @@ TEST_F(CudaModel, KvCacheSamplingMatchesRecomputeRope) {
 TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
   bool checked_detection = false;
   for (const char* attn : {lse_attention(), "naive"}) {
-    for (const char* rc : {"none", "layer"}) {
+    for (Recompute rc : {Recompute::kNone, Recompute::kLayer}) {
       ModelOptions o;
       o.config = gpt_preset("d12", 50257, 2048);
       o.config.rope = 1;
@@ -502,7 +502,7 @@ TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
       o.attn = attn;
       o.recompute = rc;
       o.guard_bytes = 4096;
-      const bool generate = std::string(rc) == "none" && std::string(attn) == "naive";
+      const bool generate = rc == Recompute::kNone && std::string(attn) == "naive";
       if (generate) o.kv_cache = 64;
       const MemoryPlan plan = plan_memory(memory_plan_inputs(o));
       auto m = make_cuda_model(o);
@@ -518,11 +518,11 @@ TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
       }
       const double measured = (double)m->peak_memory_bytes(), predicted = (double)plan.total;
       std::printf("d12 B2 T2048 %-6s recompute %-5s plan %.3f GiB measured %.3f GiB (%+.2f%%)%s\n",
-                  attn, rc, predicted / (1 << 30), measured / (1 << 30),
+                  attn, recompute_name(rc), predicted / (1 << 30), measured / (1 << 30),
                   100 * (measured / predicted - 1), generate ? ", with KV-cache decoding" : "");
-      EXPECT_LE(std::fabs(measured / predicted - 1), 0.05) << attn << " " << rc;
+      EXPECT_LE(std::fabs(measured / predicted - 1), 0.05) << attn << " " << recompute_name(rc);
       for (const std::string& v : cuda_model_guard_violations(*m))
-        ADD_FAILURE() << attn << " " << rc << ": " << v;
+        ADD_FAILURE() << attn << " " << recompute_name(rc) << ": " << v;
       if (!checked_detection) {
         checked_detection = true;
         cuda_model_write_past_end(*m, "att_scratch", 1);
