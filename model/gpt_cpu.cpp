@@ -123,7 +123,7 @@ float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T)
   for (int l = 0; l < L; l++) {
     block_qkv(l, B, T);
     block_attention(l, B, T);
-    block_mlp(l, B, T, true);
+    block_after_attention(l, B, T, true);
   }
   layernorm_forward_ref(lnf_, lnf_mean_, lnf_rstd_, acts(L - 1).residual3, param(P_LNFW),
                         param(P_LNFB), N, C);
@@ -184,7 +184,7 @@ void GptCpu<real>::block_attention(int l, int B, int T) {
 // residual2 = residual + attproj(atty) -> ln2 -> fc -> GELU, then (write_residual3) the block's
 // output residual3 = residual2 + fcproj(fch_gelu).
 template <typename real>
-void GptCpu<real>::block_mlp(int l, int B, int T, bool write_residual3) {
+void GptCpu<real>::block_after_attention(int l, int B, int T, bool write_residual3) {
   const int C = cfg_.channels, N = B * T;
   const LayerActs a = acts(l);
   matmul_forward_ref(a.attproj, a.atty, param(P_ATTPROJW) + (size_t)l * C * C,
@@ -235,7 +235,7 @@ void GptCpu<real>::recompute(int l, int B, int T) {
   if (depth_.acts < L) {
     block_qkv(l, B, T);
     if (depth_.attn < L) block_attention(l, B, T);
-    block_mlp(l, B, T, false);  // the block's output, the next block's input, is kept
+    block_after_attention(l, B, T, false);  // residual3[l], the next block's input, is kept
   } else if (depth_.fch_gelu < L) {
     const LayerActs a = acts(l);
     gelu_forward_ref(a.fch_gelu, a.fch, (size_t)B * T * 4 * cfg_.channels);

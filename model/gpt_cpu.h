@@ -101,7 +101,8 @@ class GptCpu : public Model {
   // One block's forward in three parts, so that the backward can recompute a part alone:
   void block_qkv(int l, int B, int T);        // ln1 -> qkv -> RoPE
   void block_attention(int l, int B, int T);  // atty and attention's saved state
-  void block_mlp(int l, int B, int T, bool write_residual3);  // residual2 -> ln2 -> fc -> GELU
+  // residual2 = residual + attproj(atty) -> ln2 -> fc -> GELU [-> residual3 = residual2 + fcproj]
+  void block_after_attention(int l, int B, int T, bool write_residual3);
   void forget_unkept(int B, int T);
   void recompute(int l, int B, int T);
 };
