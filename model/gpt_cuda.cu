@@ -90,11 +90,14 @@ void GptCuda::init(const ModelOptions& opt) {
   const size_t headroom = 256ull << 20;
   if (total_bytes_ + headroom > free_b) {
     const bool naive = std::string(attn_->name()) == "naive";
+    const char* less = recompute_ == Recompute::kLayer ? ""
+                       : recompute_ == Recompute::kLayerButAttn
+                           ? ", or --recompute layer"
+                           : ", or --recompute layer-but-attn or layer";
     FAIL("the CUDA model needs %.2f GiB of GPU memory (%.2f GiB of it attention's saved state), "
          "%.2f GiB free on %s; lower --batch or --seq-len%s%s",
          (total_bytes_ + headroom) / kGiB, plan_.buffers[kBuf_att_saved].bytes / kGiB,
-         free_b / kGiB, device_name_.c_str(), naive ? ", use --attn flash" : "",
-         recompute_ == Recompute::kLayer ? "" : ", or --recompute layer");
+         free_b / kGiB, device_name_.c_str(), naive ? ", use --attn flash" : "", less);
   }
   cudaError_t err = cudaMalloc(&mem_, total_bytes_);
   if (err != cudaSuccess) {

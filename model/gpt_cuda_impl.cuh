@@ -107,8 +107,8 @@ class GptCuda : public Model {
   std::unique_ptr<GradComm> comm_;  // multi-GPU gradient traffic (no-ops on one process)
 
   // Device memory: one allocation laid out by plan_memory() (model/memory_plan.h). Shapes for
-  // (maxB, maxT), N = maxB*maxT; K = layers kept (L, or 1 with --recompute layer), KG = layers
-  // of fch_gelu kept (L with --recompute none, else 1).
+  // (maxB, maxT), N = maxB*maxT; K, KA, KG = layers kept (L, or 1) of activations, of atty and
+  // attention's saved state, of fch_gelu, by the recompute mode (model/recompute.h).
   MemoryPlan plan_;
   char* mem_ = nullptr;
   DeviceBuffers b_;

@@ -30,8 +30,11 @@
 // layer keeps only residual3 (each block's output = the next block's input) per layer, every
 // other activation and attention's saved state one layer deep, and re-runs block l's forward
 // before layer l's backward (recompute(): all but the fcproj product, whose output residual3[l]
-// is kept; the last layer's buffers still hold its forward: not re-run).
-// Per layer kept: 16 N x C floatX + 4 N fp32 (none), 12 N x C + 4 N (gelu), N x C (layer).
+// is kept; the last layer's buffers still hold its forward: not re-run). layer-but-attn keeps
+// atty and attention's saved state (LSE) for every layer too, and recompute() re-runs the same
+// parts but attention: attention's backward reads the kept atty and LSE, and the forward runs
+// once. Per layer kept: 16 N x C floatX + 4 N fp32 (none), 12 N x C + 4 N (gelu), 2 N x C
+// (layer-but-attn), N x C (layer), plus attention's saved state in all but layer.
 //
 // Measured before the long-context changes (H200, bf16, d12, B=32, T=1024, --attn naive; the
 // step that `flashgpt bench-kernels --only step` now times): 69.1 ms per step (forward + loss
@@ -43,15 +46,17 @@ namespace gpt_cuda {
 
 GptCuda::LayerActs GptCuda::acts(int l) const {
   const size_t NC = maxN() * cfg_.channels, NQKV = maxN() * cfg_.qkv_channels(), Nrows = maxN();
-  const int k = plan_.layers_kept == 1 ? 0 : l, g = plan_.fch_gelu_layers == 1 ? 0 : l;
+  // Slot l of a buffer kept for every layer, slot 0 of a one-layer one.
+  const int k = plan_.layers_kept == 1 ? 0 : l, ka = plan_.attn_layers_kept == 1 ? 0 : l,
+            g = plan_.fch_gelu_layers == 1 ? 0 : l;
   LayerActs a;
   a.residual = l == 0 ? b_.encoded : b_.residual3 + (l - 1) * NC;
   a.ln1 = b_.ln1 + k * NC;
   a.ln1_mean = b_.ln1_mean + k * Nrows;
   a.ln1_rstd = b_.ln1_rstd + k * Nrows;
   a.qkv = b_.qkv + k * NQKV;
-  a.atty = b_.atty + k * NC;
-  a.att_saved = b_.att_saved + k * plan_.att_saved_per_layer;
+  a.atty = b_.atty + ka * NC;
+  a.att_saved = b_.att_saved + ka * plan_.att_saved_per_layer;
   a.residual2 = b_.residual2 + k * NC;
   a.ln2 = b_.ln2 + k * NC;
   a.ln2_mean = b_.ln2_mean + k * Nrows;
@@ -129,7 +134,7 @@ void GptCuda::recompute(int l, int B, int T) {
   if (l == L - 1) return;
   if (plan_.layers_kept < L) {
     block_qkv(l, B, T, -1);
-    block_attention(l, B, T, -1);
+    if (plan_.attn_layers_kept < L) block_attention(l, B, T, -1);  // else atty[l], LSE[l] kept
     block_after_attention(l, B * T, false);  // residual3[l], the next block's input, is kept
   } else if (plan_.fch_gelu_layers < L) {
     const LayerActs a = acts(l);

@@ -5,7 +5,8 @@
 
 namespace {
 
-constexpr Recompute kAll[] = {Recompute::kNone, Recompute::kGelu, Recompute::kLayer};
+constexpr Recompute kAll[] = {Recompute::kNone, Recompute::kGelu, Recompute::kLayerButAttn,
+                              Recompute::kLayer};
 
 }  // namespace
 
@@ -13,6 +14,7 @@ const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kNone: return "none";
     case Recompute::kGelu: return "gelu";
+    case Recompute::kLayerButAttn: return "layer-but-attn";
     case Recompute::kLayer: return "layer";
   }
   return "?";
@@ -34,6 +36,7 @@ RecomputeDepths recompute_depths(Recompute r, int L) {
   switch (r) {
     case Recompute::kNone: return {L, L, L};
     case Recompute::kGelu: return {L, L, 1};
+    case Recompute::kLayerButAttn: return {1, L, 1};
     case Recompute::kLayer: return {1, 1, 1};
   }
   return {L, L, L};

@@ -85,7 +85,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(d.pos))
     ("rope-theta", "RoPE base", cxxopts::value<float>()->default_value("10000"))
-    ("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer (keep only each block's input)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
+    ("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
     ("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", cxxopts::value<int>()->default_value("0"))
     ("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)");
   o.add_options("optimisation")

@@ -101,6 +101,14 @@ TEST(ModelGradients, FiniteDifferencesRopeNaive) { check_model_gradients("naive"
 TEST(ModelGradients, FiniteDifferencesRecomputeLayer) {
   check_model_gradients("flash", 1, true, Recompute::kLayer);
 }
+// Around attention: ln1, qkv, RoPE and the MLP side remade, attention's backward on the kept
+// output and LSE (flash) or P (naive).
+TEST(ModelGradients, FiniteDifferencesRecomputeLayerButAttn) {
+  check_model_gradients("flash", 1, true, Recompute::kLayerButAttn);
+}
+TEST(ModelGradients, FiniteDifferencesRecomputeLayerButAttnNaive) {
+  check_model_gradients("naive", 2, false, Recompute::kLayerButAttn);
+}
 
 namespace {
 
@@ -120,7 +128,7 @@ CpuStep cpu_step(const ModelOptions& mo, const std::vector<int>& in, const std::
   return r;
 }
 
-const Recompute kRecomputeModes[] = {Recompute::kGelu, Recompute::kLayer};
+const Recompute kRecomputeModes[] = {Recompute::kGelu, Recompute::kLayerButAttn, Recompute::kLayer};
 
 }  // namespace
 
@@ -167,7 +175,8 @@ TEST(ModelRecompute, ForgetsWhatItDoesNotKeep) {
   std::vector<int> in(14), tg(14);
   random_tokens(in, mo.config.vocab_size, 23);
   random_tokens(tg, mo.config.vocab_size, 24);
-  for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kLayer}) {
+  for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kLayerButAttn,
+                      Recompute::kLayer}) {
     SCOPED_TRACE(recompute_name(r));
     mo.recompute = r;
     GptCpu<float> m(mo);
