@@ -91,7 +91,7 @@ double roof_step_ms(const ProfileOptions& opt, const GPTConfig& cfg, const AttnC
   if (!ceil) return 0;
   const double f = roofline_seconds(c.fwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
   const double b = roofline_seconds(c.bwd, ceil->bf16_flops, ceil->copy_bytes_per_s) * 1e3;
-  const int nf = opt.recompute == "layer" ? 2 : 1;
+  const int nf = attention_forwards_per_step(opt.recompute);
   return cfg.num_layers * (nf * f + b);
 }
 
@@ -192,7 +192,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
     ("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", cxxopts::value<int>()->default_value("0"))
     ("warmup", "untimed training steps per point", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
     ("steps", "timed training steps per point (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
-    ("recompute", "activation recomputation: none | gelu | layer", cxxopts::value<std::string>()->default_value(d.recompute))
+    ("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
     ("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", cxxopts::value<std::string>()->default_value(d.pos))
     ("vocab", "vocabulary size", cxxopts::value<int>()->default_value(std::to_string(d.vocab)))
     ("out", "output directory (profile.csv, profile.json, PNG plots)", cxxopts::value<std::string>()->default_value(d.out_dir))
@@ -224,7 +224,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   opt.batch = get<int>(r, "batch");
   opt.warmup = get<int>(r, "warmup");
   opt.steps = get<int>(r, "steps");
-  opt.recompute = get<std::string>(r, "recompute");
+  opt.recompute = parse_recompute(get<std::string>(r, "recompute"));
   opt.pos = get<std::string>(r, "pos");
   opt.vocab = get<int>(r, "vocab");
   opt.out_dir = get<std::string>(r, "out");
@@ -250,8 +250,6 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
           "(2^31 - 1); lower --batch", batch_for(opt, T), T, (long long)batch_for(opt, T) * T);
   CHECK(opt.warmup >= 0, "profile: --warmup %d must be >= 0", opt.warmup);
   CHECK(opt.steps >= 1, "profile: --steps %d must be >= 1", opt.steps);
-  CHECK(opt.recompute == "none" || opt.recompute == "gelu" || opt.recompute == "layer",
-        "profile: --recompute '%s' is unknown; use none, gelu or layer", opt.recompute.c_str());
   CHECK(opt.pos == "rope" || opt.pos == "learned",
         "profile: --pos '%s' is unknown; use rope or learned", opt.pos.c_str());
   CHECK(opt.vocab >= 2, "profile: --vocab %d must be >= 2", opt.vocab);
@@ -286,7 +284,7 @@ ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string&
   const GPTConfig& c = mo.config;
   p.shape = AttnShape{p.B, T, c.num_heads, c.num_kv_heads, c.head_size()};
   p.cost = attention_cost(backend, p.shape, in.es);
-  const int nf = opt.recompute == "layer" ? 2 : 1;
+  const int nf = attention_forwards_per_step(opt.recompute);
   p.attn_flops_step = c.num_layers * (nf * p.cost.fwd.flops + p.cost.bwd.flops);
   p.attn_bytes_step = c.num_layers * (nf * p.cost.fwd.bytes + p.cost.bwd.bytes);
   if (ceil) {

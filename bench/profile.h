@@ -12,7 +12,7 @@
 //   --seq-lens 1024,...,131072   T values (default: powers of two 1K..128K)
 //   --tokens 16384         tokens per step: B = max(1, tokens / T);  --batch B overrides it
 //   --warmup 1 --steps 3   untimed steps, then timed steps (median wall time reported)
-//   --recompute none       none | gelu | layer (ModelOptions.recompute)
+//   --recompute none       none | gelu | layer (ModelOptions.recompute, model/recompute.h)
 //   --pos rope             rope | learned. Default rope: learned positions would add a
 //                          (maxT, C) table per point (T*C parameters, with gradients and AdamW
 //                          state: 16 bytes each, 6 GiB at T = 128K for d12), which mixes a
@@ -33,7 +33,8 @@
 //      recompute, time_attention), plan = plan_memory(memory_plan_inputs(mo)) (the same plan
 //      the CUDA model allocates from), and per layer the attention FLOPs and minimum HBM bytes
 //      (kernels/attention/backends.h); roofline attention ms per step = L x (forward +
-//      backward) roofline, plus L more forwards with --recompute layer, with the ceilings
+//      backward) roofline, plus L more forwards where the backward re-runs attention
+//      (attention_forwards_per_step: --recompute layer), with the ceilings
 //      measured once at the start (bench/ceilings.h); predicted flash-over-naive speedup =
 //      naive's roofline attention time / the backend's at the same T.
 //   2. fit: plan.total + 256 MiB (cuBLAS handles, allocator slack) > free device memory ->
@@ -75,7 +76,7 @@ struct ProfileOptions {
   int tokens = 16384;  // per step; B = max(1, tokens / T)
   int batch = 0;       // > 0: overrides --tokens
   int warmup = 1, steps = 3;
-  std::string recompute = "none";
+  Recompute recompute = Recompute::kNone;
   std::string pos = "rope";  // rope | learned
   int vocab = 50257;
   std::string out_dir = "runs/profile";

@@ -215,7 +215,7 @@ void write_profile_outputs(const ProfileOptions& opt, const ProfileReport& r, co
   js += "  \"options\": {\"model\": " + json_string(opt.model) + ", \"attn\": " +
         json_string(join(opt.attn, ",")) + ", \"tokens\": " + std::to_string(opt.tokens) +
         ", \"batch\": " + std::to_string(opt.batch) + ", \"warmup\": " + std::to_string(opt.warmup) +
-        ", \"steps\": " + std::to_string(opt.steps) + ", \"recompute\": " + json_string(opt.recompute) +
+        ", \"steps\": " + std::to_string(opt.steps) + ", \"recompute\": " + json_string(recompute_name(opt.recompute)) +
         ", \"pos\": " + json_string(opt.pos) + ", \"vocab\": " + std::to_string(opt.vocab) +
         ", \"max_step_seconds\": " + strformat("%g", opt.max_step_seconds) +
         ", \"seed\": " + std::to_string(opt.seed) + "},\n";
@@ -298,7 +298,7 @@ std::string model_description(const ProfileOptions& opt) {
                    "recompute %s)",
                    opt.model.c_str(), c.num_layers, c.channels, c.num_heads, c.head_size(),
                    ParamLayout(c).total / 1e6, opt.seq_lens.front(),
-                   c.rope ? "rotary" : "learned", opt.recompute.c_str());
+                   c.rope ? "rotary" : "learned", recompute_name(opt.recompute));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,7 +334,7 @@ void print_plan(const ProfileOptions& opt, const ProfileReport& r, const std::st
   }
   std::fprintf(out, "\n");
   const int L = gpt_preset(opt.model, opt.vocab, 1).num_layers;
-  const int kept = opt.recompute == "layer" ? 1 : L;
+  const int kept = recompute_depths(opt.recompute, L).attn;
   for (const std::string& be : opt.attn) {
     int largest_fit = 0, n = 0, nfit = 0;
     for (const ProfilePoint& p : r.points)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/adamw.h"
 #include "kernels/classifier.h"
@@ -52,7 +53,7 @@ GptCpu<real>::GptCpu(const ModelOptions& opt)
   // "auto": every CPU backend supports every shape; flash keeps the least (LSE, not P).
   attn_name_ = opt.attn == "auto" ? "flash" : opt.attn;
   attn_ = make_cpu_attention<real>(attn_name_);
-  validate_recompute(opt.recompute);
+  depth_ = recompute_depths(opt.recompute, cfg_.num_layers);
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());
   kv_cap_ = opt.kv_cache;
@@ -101,10 +102,8 @@ float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T)
   CHECK(B >= 1 && B <= maxB_ && T >= 1 && T <= maxT_,
         "batch %dx%d exceeds the model's allocation %dx%d", B, T, maxB_, maxT_);
   const int C = cfg_.channels, L = cfg_.num_layers, V = cfg_.vocab_size,
-            Vp = cfg_.padded_vocab_size, QKV = cfg_.qkv_channels();
+            Vp = cfg_.padded_vocab_size;
   const int N = B * T;
-  const size_t NC = (size_t)maxB_ * maxT_ * C, NQKV = (size_t)maxB_ * maxT_ * QKV;
-  const size_t Nrows = (size_t)maxB_ * maxT_;
   for (int i = 0; i < N; i++)
     CHECK(inputs[i] >= 0 && inputs[i] < V, "token id %d at position %d is outside the vocabulary "
           "(%d); the data does not match the model's tokenizer", inputs[i], i, V);
@@ -118,43 +117,15 @@ float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T)
   }
   B_ = B;
   T_ = T;
-  AttnShape s = shape(B, T);
 
   encoder_forward_ref(encoded_, inputs, param(P_WTE), cfg_.rope ? (real*)nullptr : param(P_WPE), B,
                       T, C);
   for (int l = 0; l < L; l++) {
-    real* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, NC);
-    real* ln1 = layer(ln1_, l, NC);
-    real* qkv = layer(qkv_, l, NQKV);
-    real* atty = layer(atty_, l, NC);
-    real* attproj = layer(attproj_, l, NC);
-    real* residual2 = layer(residual2_, l, NC);
-    real* ln2 = layer(ln2_, l, NC);
-    real* fch = layer(fch_, l, 4 * NC);
-    real* fch_gelu = layer(fch_gelu_, l, 4 * NC);
-    real* fcproj = layer(fcproj_, l, NC);
-    real* residual3 = layer(residual3_, l, NC);
-    layernorm_forward_ref(ln1, layer(ln1_mean_, l, Nrows), layer(ln1_rstd_, l, Nrows), residual,
-                          param(P_LN1W) + l * C, param(P_LN1B) + l * C, N, C);
-    matmul_forward_ref(qkv, ln1, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, N, C,
-                       QKV);
-    if (cfg_.rope)
-      rope_forward_ref(qkv, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), 0,
-                       cfg_.rope_theta);
-    attn_->forward(atty, layer(att_saved_, l, att_saved_per_layer_), qkv, s);
-    matmul_forward_ref(attproj, atty, param(P_ATTPROJW) + (size_t)l * C * C,
-                       param(P_ATTPROJB) + l * C, N, C, C);
-    residual_forward_ref(residual2, residual, attproj, (size_t)N * C);
-    layernorm_forward_ref(ln2, layer(ln2_mean_, l, Nrows), layer(ln2_rstd_, l, Nrows), residual2,
-                          param(P_LN2W) + l * C, param(P_LN2B) + l * C, N, C);
-    matmul_forward_ref(fch, ln2, param(P_FCW) + (size_t)l * 4 * C * C, param(P_FCB) + l * 4 * C, N,
-                       C, 4 * C);
-    gelu_forward_ref(fch_gelu, fch, (size_t)N * 4 * C);
-    matmul_forward_ref(fcproj, fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C,
-                       param(P_FCPROJB) + l * C, N, 4 * C, C);
-    residual_forward_ref(residual3, residual2, fcproj, (size_t)N * C);
+    block_qkv(l, B, T);
+    block_attention(l, B, T);
+    block_after_attention(l, B, T, true);
   }
-  layernorm_forward_ref(lnf_, lnf_mean_, lnf_rstd_, layer(residual3_, L - 1, NC), param(P_LNFW),
+  layernorm_forward_ref(lnf_, lnf_mean_, lnf_rstd_, acts(L - 1).residual3, param(P_LNFW),
                         param(P_LNFB), N, C);
   matmul_forward_ref(logits_, lnf_, param(P_WTE), (const real*)nullptr, N, C, Vp);
   if (!have_targets_) return 0.0f;
@@ -162,7 +133,113 @@ float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T)
   double sum = 0;
   for (int i = 0; i < N; i++) sum += losses_[i];
   mean_loss_ = sum / N;
+  forget_unkept(B, T);
   return (float)mean_loss_;
+}
+
+// Layer l's slices of the activation buffers.
+template <typename real>
+typename GptCpu<real>::LayerActs GptCpu<real>::acts(int l) const {
+  const size_t NC = (size_t)maxB_ * maxT_ * cfg_.channels, Nrows = (size_t)maxB_ * maxT_;
+  LayerActs a;
+  a.residual = l == 0 ? encoded_ : layer(residual3_, l - 1, NC);
+  a.ln1 = layer(ln1_, l, NC);
+  a.ln1_mean = layer(ln1_mean_, l, Nrows);
+  a.ln1_rstd = layer(ln1_rstd_, l, Nrows);
+  a.qkv = layer(qkv_, l, Nrows * cfg_.qkv_channels());
+  a.atty = layer(atty_, l, NC);
+  a.att_saved = layer(att_saved_, l, att_saved_per_layer_);
+  a.attproj = layer(attproj_, l, NC);
+  a.residual2 = layer(residual2_, l, NC);
+  a.ln2 = layer(ln2_, l, NC);
+  a.ln2_mean = layer(ln2_mean_, l, Nrows);
+  a.ln2_rstd = layer(ln2_rstd_, l, Nrows);
+  a.fch = layer(fch_, l, 4 * NC);
+  a.fch_gelu = layer(fch_gelu_, l, 4 * NC);
+  a.fcproj = layer(fcproj_, l, NC);
+  a.residual3 = layer(residual3_, l, NC);
+  return a;
+}
+
+// ln1 -> qkv -> RoPE on Q and K.
+template <typename real>
+void GptCpu<real>::block_qkv(int l, int B, int T) {
+  const int C = cfg_.channels, QKV = cfg_.qkv_channels(), N = B * T;
+  const LayerActs a = acts(l);
+  layernorm_forward_ref(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, param(P_LN1W) + l * C,
+                        param(P_LN1B) + l * C, N, C);
+  matmul_forward_ref(a.qkv, a.ln1, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV,
+                     N, C, QKV);
+  if (cfg_.rope)
+    rope_forward_ref(a.qkv, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), 0,
+                     cfg_.rope_theta);
+}
+
+template <typename real>
+void GptCpu<real>::block_attention(int l, int B, int T) {
+  const LayerActs a = acts(l);
+  attn_->forward(a.atty, a.att_saved, a.qkv, shape(B, T));
+}
+
+// residual2 = residual + attproj(atty) -> ln2 -> fc -> GELU, then (write_residual3) the block's
+// output residual3 = residual2 + fcproj(fch_gelu).
+template <typename real>
+void GptCpu<real>::block_after_attention(int l, int B, int T, bool write_residual3) {
+  const int C = cfg_.channels, N = B * T;
+  const LayerActs a = acts(l);
+  matmul_forward_ref(a.attproj, a.atty, param(P_ATTPROJW) + (size_t)l * C * C,
+                     param(P_ATTPROJB) + l * C, N, C, C);
+  residual_forward_ref(a.residual2, a.residual, a.attproj, (size_t)N * C);
+  layernorm_forward_ref(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(P_LN2W) + l * C,
+                        param(P_LN2B) + l * C, N, C);
+  matmul_forward_ref(a.fch, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C, param(P_FCB) + l * 4 * C,
+                     N, C, 4 * C);
+  gelu_forward_ref(a.fch_gelu, a.fch, (size_t)N * 4 * C);
+  if (!write_residual3) return;
+  matmul_forward_ref(a.fcproj, a.fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C,
+                     param(P_FCPROJB) + l * C, N, 4 * C, C);
+  residual_forward_ref(a.residual3, a.residual2, a.fcproj, (size_t)N * C);
+}
+
+// The recompute mode's memory, simulated: what the CUDA model holds one layer deep (recompute.h:
+// depth 1 of L) is overwritten with NaN in every layer but the last, whose values the CUDA
+// model's one-layer buffers still hold after the forward. A backward that used a value it did not
+// recompute gives NaN gradients.
+template <typename real>
+void GptCpu<real>::forget_unkept(int B, int T) {
+  const int L = cfg_.num_layers;
+  const size_t N = (size_t)B * T, C = cfg_.channels, QKV = cfg_.qkv_channels();
+  const real nan = std::numeric_limits<real>::quiet_NaN();
+  auto forget = [&](real* p, size_t n) { std::fill(p, p + n, nan); };
+  for (int l = 0; l < L - 1; l++) {
+    const LayerActs a = acts(l);
+    if (depth_.acts < L) {
+      for (real* p : {a.ln1, a.attproj, a.residual2, a.ln2, a.fcproj}) forget(p, N * C);
+      for (real* p : {a.ln1_mean, a.ln1_rstd, a.ln2_mean, a.ln2_rstd}) forget(p, N);
+      forget(a.qkv, N * QKV);
+      forget(a.fch, N * 4 * C);
+    }
+    if (depth_.attn < L) {
+      forget(a.atty, N * C);
+      forget(a.att_saved, att_saved_per_layer_);
+    }
+    if (depth_.fch_gelu < L) forget(a.fch_gelu, N * 4 * C);
+  }
+}
+
+// Before layer l's backward: remake what the mode did not keep (the last layer's is all there).
+template <typename real>
+void GptCpu<real>::recompute(int l, int B, int T) {
+  const int L = cfg_.num_layers;
+  if (l == L - 1) return;
+  if (depth_.acts < L) {
+    block_qkv(l, B, T);
+    if (depth_.attn < L) block_attention(l, B, T);
+    block_after_attention(l, B, T, false);  // residual3[l], the next block's input, is kept
+  } else if (depth_.fch_gelu < L) {
+    const LayerActs a = acts(l);
+    gelu_forward_ref(a.fch_gelu, a.fch, (size_t)B * T * 4 * cfg_.channels);
+  }
 }
 
 template <typename real>
@@ -170,43 +247,38 @@ void GptCpu<real>::backward(float loss_scale) {
   CHECK(have_targets_, "backward() needs a forward() with targets first");
   const int B = B_, T = T_, N = B * T, C = cfg_.channels, L = cfg_.num_layers,
             V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, QKV = cfg_.qkv_channels();
-  const size_t NC = (size_t)maxB_ * maxT_ * C, NQKV = (size_t)maxB_ * maxT_ * QKV;
-  const size_t Nrows = (size_t)maxB_ * maxT_;
-  AttnShape s = shape(B, T);
+  const AttnShape s = shape(B, T);
 
   // d(loss_scale * mean loss)/dlogits, in place over the logits (so logits_at() is invalid now).
   classifier_ref(losses_, dlogits_, logits_, targets_.data(), (real)(loss_scale / N), N, V, Vp);
   matmul_backward_ref(dln_, grad(P_WTE), (real*)nullptr, dlogits_, lnf_, param(P_WTE), N, C, Vp);
   std::fill(dresidual_, dresidual_ + (size_t)N * C, (real)0);
-  layernorm_backward_ref(dresidual_, grad(P_LNFW), grad(P_LNFB), dln_, layer(residual3_, L - 1, NC),
+  layernorm_backward_ref(dresidual_, grad(P_LNFW), grad(P_LNFB), dln_, acts(L - 1).residual3,
                          param(P_LNFW), lnf_mean_, lnf_rstd_, N, C);
   for (int l = L - 1; l >= 0; l--) {
+    recompute(l, B, T);
+    const LayerActs a = acts(l);
     // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
-    real* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, NC);
     matmul_backward_ref(dfch_gelu_, grad(P_FCPROJW) + (size_t)l * C * 4 * C, grad(P_FCPROJB) + l * C,
-                        dresidual_, layer(fch_gelu_, l, 4 * NC),
-                        param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C, C);
-    gelu_backward_ref(dfch_, layer(fch_, l, 4 * NC), dfch_gelu_, (size_t)N * 4 * C);
+                        dresidual_, a.fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C,
+                        C);
+    gelu_backward_ref(dfch_, a.fch, dfch_gelu_, (size_t)N * 4 * C);
     matmul_backward_ref(dln_, grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C, dfch_,
-                        layer(ln2_, l, NC), param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C);
+                        a.ln2, param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C);
     // now dresidual += ln2 path: d(residual2[l])
     layernorm_backward_ref(dresidual_, grad(P_LN2W) + l * C, grad(P_LN2B) + l * C, dln_,
-                           layer(residual2_, l, NC), param(P_LN2W) + l * C,
-                           layer(ln2_mean_, l, Nrows), layer(ln2_rstd_, l, Nrows), N, C);
+                           a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C);
     matmul_backward_ref(datty_, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
-                        dresidual_, layer(atty_, l, NC), param(P_ATTPROJW) + (size_t)l * C * C, N,
-                        C, C);
-    attn_->backward(dqkv_, datty_, layer(qkv_, l, NQKV), layer(atty_, l, NC),
-                    layer(att_saved_, l, att_saved_per_layer_), s);
+                        dresidual_, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C);
+    attn_->backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, s);
     if (cfg_.rope)  // qkv holds rotated Q, K: take dQ, dK back through the rotation
       rope_backward_ref(dqkv_, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), 0,
                         cfg_.rope_theta);
     matmul_backward_ref(dln_, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv_,
-                        layer(ln1_, l, NC), param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV);
+                        a.ln1, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV);
     // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
-    layernorm_backward_ref(dresidual_, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, dln_, residual,
-                           param(P_LN1W) + l * C, layer(ln1_mean_, l, Nrows),
-                           layer(ln1_rstd_, l, Nrows), N, C);
+    layernorm_backward_ref(dresidual_, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, dln_,
+                           a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C);
   }
   encoder_backward_ref(grad(P_WTE), cfg_.rope ? (real*)nullptr : grad(P_WPE), dresidual_,
                        inputs_.data(), B, T, C);

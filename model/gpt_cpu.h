@@ -11,9 +11,14 @@
 //   logits = lnf(x) @ wte^T                                      (N, Vp), tied embedding
 //   loss = mean cross-entropy over the V real tokens
 // Backward walks the same list in reverse with one residual-stream gradient buffer.
-// It keeps every activation (ModelOptions.recompute and classifier_chunk are CUDA-model memory
-// choices with the same maths; they are ignored here). prefill()/decode(): the KV cache path
-// of model.h, one token at a time through the same ops with attention_decode_ref.
+// Recompute (ModelOptions.recompute, model/recompute.h) as the CUDA model does it: every layer's
+// buffers exist here, but after a forward with targets what the mode does not keep is overwritten
+// with NaN (forget_unkept; all layers but the last, as the CUDA model's one-layer buffers hold
+// the last), and the backward recomputes it before each layer (recompute): a value the backward
+// uses without recomputing makes the gradients NaN. Same ops on the same inputs, so the
+// gradients equal those of `none` bit for bit. classifier_chunk is a CUDA-model memory choice
+// (same maths; ignored here). prefill()/decode(): the KV cache path of model.h, one token at a
+// time through the same ops with attention_decode_ref.
 // All activations for (maxB, maxT) are one allocation, sized at construction; attention's
 // saved state comes from the backend (naive: P (B,NH,T,T); flash: LSE (B,NH,T)).
 #pragma once
@@ -55,6 +60,13 @@ class GptCpu : public Model {
   real* grad(int i) { return grads.data() + layout_.offsets[i]; }
   const ParamLayout& layout() const { return layout_; }
   double last_loss() const { return mean_loss_; }
+  // Layer l's slices of the activation buffers (the recompute tests look at what is forgotten).
+  struct LayerActs {
+    real* residual;  // (N, C) block input: encoded or residual3[l-1]
+    real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_saved, *attproj, *residual2, *ln2,
+        *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
+  };
+  LayerActs acts(int l) const;
 
  private:
   GPTConfig cfg_;
@@ -82,6 +94,15 @@ class GptCpu : public Model {
   int B_ = 0, T_ = 0;
   bool have_targets_ = false;
   double mean_loss_ = 0;
+  RecomputeDepths depth_;  // layers of each kind the recompute mode keeps (model/recompute.h)
   AttnShape shape(int B, int T) const;
   real* layer(real* base, int l, size_t per_layer) const { return base + (size_t)l * per_layer; }
+
+  // One block's forward in three parts, so that the backward can recompute a part alone:
+  void block_qkv(int l, int B, int T);        // ln1 -> qkv -> RoPE
+  void block_attention(int l, int B, int T);  // atty and attention's saved state
+  // residual2 = residual + attproj(atty) -> ln2 -> fc -> GELU [-> residual3 = residual2 + fcproj]
+  void block_after_attention(int l, int B, int T, bool write_residual3);
+  void forget_unkept(int B, int T);
+  void recompute(int l, int B, int T);
 };

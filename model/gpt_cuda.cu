@@ -65,9 +65,7 @@ void GptCuda::init(const ModelOptions& opt) {
   const AttnShape s = shape(maxB_, maxT_);
   const std::string why = attn_->unsupported_reason(s);
   CHECK(why.empty(), "--attn %s cannot run this model: %s", opt.attn.c_str(), why.c_str());
-  validate_recompute(opt.recompute);
-  recompute_gelu_ = opt.recompute != "none";
-  recompute_layer_ = opt.recompute == "layer";
+  recompute_ = opt.recompute;
   deterministic_ = opt.deterministic;
   CHECK(opt.kv_cache >= 0, "internal: negative KV cache length");
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
@@ -92,11 +90,14 @@ void GptCuda::init(const ModelOptions& opt) {
   const size_t headroom = 256ull << 20;
   if (total_bytes_ + headroom > free_b) {
     const bool naive = std::string(attn_->name()) == "naive";
+    const char* less = recompute_ == Recompute::kLayer ? ""
+                       : recompute_ == Recompute::kLayerButAttn
+                           ? ", or --recompute layer"
+                           : ", or --recompute layer-but-attn or layer";
     FAIL("the CUDA model needs %.2f GiB of GPU memory (%.2f GiB of it attention's saved state), "
          "%.2f GiB free on %s; lower --batch or --seq-len%s%s",
          (total_bytes_ + headroom) / kGiB, plan_.buffers[kBuf_att_saved].bytes / kGiB,
-         free_b / kGiB, device_name_.c_str(), naive ? ", use --attn flash" : "",
-         recompute_layer_ ? "" : ", or --recompute layer");
+         free_b / kGiB, device_name_.c_str(), naive ? ", use --attn flash" : "", less);
   }
   cudaError_t err = cudaMalloc(&mem_, total_bytes_);
   if (err != cudaSuccess) {

@@ -107,8 +107,8 @@ class GptCuda : public Model {
   std::unique_ptr<GradComm> comm_;  // multi-GPU gradient traffic (no-ops on one process)
 
   // Device memory: one allocation laid out by plan_memory() (model/memory_plan.h). Shapes for
-  // (maxB, maxT), N = maxB*maxT; K = layers kept (L, or 1 with --recompute layer), KG = layers
-  // of fch_gelu kept (L with --recompute none, else 1).
+  // (maxB, maxT), N = maxB*maxT; K, KA, KG = layers kept (L, or 1) of activations, of atty and
+  // attention's saved state, of fch_gelu, by the recompute mode (model/recompute.h).
   MemoryPlan plan_;
   char* mem_ = nullptr;
   DeviceBuffers b_;
@@ -117,7 +117,7 @@ class GptCuda : public Model {
   // long context and generation: b_.kv_cache (L, 2, kv_cap_, NKV, HS), per layer K then V
   int kv_cap_ = 0, kv_len_ = 0;  // cache capacity and positions filled
   bool kv_fill_ = false;         // the running forward is a prefill: copy K, V into the cache
-  bool recompute_gelu_ = false, recompute_layer_ = false;
+  Recompute recompute_ = Recompute::kNone;  // ModelOptions.recompute
   bool deterministic_ = false;  // ModelOptions.deterministic
   // ModelOptions.time_attention: CUDA events around every attention call
   std::unique_ptr<CudaEventTimer> att_timer_;
@@ -149,8 +149,19 @@ class GptCuda : public Model {
   // One transformer block's forward over B x T rows. decode_pos < 0: a sequence from position
   // 0 (training, eval, prefill: attention over it; a prefill also copies its keys and values
   // into the cache). decode_pos >= 0: one token (B = T = 1) at that position, attention over
-  // the KV cache.
+  // the KV cache. In three parts, so that the backward can recompute a part alone:
   void block_forward(int l, int B, int T, int decode_pos);
+  void block_qkv(int l, int B, int T, int decode_pos);        // ln1 -> qkv -> RoPE (-> KV cache)
+  void block_attention(int l, int B, int T, int decode_pos);  // atty (and attention's saved state)
+  // residual2 = residual + attproj(atty) -> ln2 -> fc + GELU [-> residual3 = residual2 + fcproj]
+  void block_after_attention(int l, int N, bool write_residual3);
+  void recompute(int l, int B, int T);  // before layer l's backward: what the mode did not keep
+  floatX* k_cache(int l) const {  // (kv_cap_, NKV, HS) of layer l, then its values
+    return b_.kv_cache + (size_t)l * 2 * kv_cap_ * cfg_.num_kv_heads * cfg_.head_size();
+  }
+  floatX* v_cache(int l) const {
+    return k_cache(l) + (size_t)kv_cap_ * cfg_.num_kv_heads * cfg_.head_size();
+  }
   void attention_timer(bool start) {  // CUDA event before / after an attention call
     if (att_timer_) start ? att_timer_->start(stream_) : att_timer_->stop(stream_);
   }

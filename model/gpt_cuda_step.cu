@@ -28,9 +28,13 @@
 // Recompute (ModelOptions.recompute): gelu keeps one fch_gelu buffer and recomputes it from
 // fch with the elementwise kernel before each layer's backward (saves L-1 of L x N x 4C);
 // layer keeps only residual3 (each block's output = the next block's input) per layer, every
-// other activation and attention's saved state one layer deep, and re-runs block_forward(l)
-// before layer l's backward (the last layer's buffers still hold its forward: not re-run).
-// Per layer kept: 16 N x C floatX + 4 N fp32 (none), 12 N x C + 4 N (gelu), N x C (layer).
+// other activation and attention's saved state one layer deep, and re-runs block l's forward
+// before layer l's backward (recompute(): all but the fcproj product, whose output residual3[l]
+// is kept; the last layer's buffers still hold its forward: not re-run). layer-but-attn keeps
+// atty and attention's saved state (LSE) for every layer too, and recompute() re-runs the same
+// parts but attention: attention's backward reads the kept atty and LSE, and the forward runs
+// once. Per layer kept: 16 N x C floatX + 4 N fp32 (none), 12 N x C + 4 N (gelu), 2 N x C
+// (layer-but-attn), N x C (layer), plus attention's saved state in all but layer.
 //
 // Measured before the long-context changes (H200, bf16, d12, B=32, T=1024, --attn naive; the
 // step that `flashgpt bench-kernels --only step` now times): 69.1 ms per step (forward + loss
@@ -42,15 +46,17 @@ namespace gpt_cuda {
 
 GptCuda::LayerActs GptCuda::acts(int l) const {
   const size_t NC = maxN() * cfg_.channels, NQKV = maxN() * cfg_.qkv_channels(), Nrows = maxN();
-  const int k = recompute_layer_ ? 0 : l, g = recompute_gelu_ ? 0 : l;
+  // Slot l of a buffer kept for every layer, slot 0 of a one-layer one.
+  const int k = plan_.layers_kept == 1 ? 0 : l, ka = plan_.attn_layers_kept == 1 ? 0 : l,
+            g = plan_.fch_gelu_layers == 1 ? 0 : l;
   LayerActs a;
   a.residual = l == 0 ? b_.encoded : b_.residual3 + (l - 1) * NC;
   a.ln1 = b_.ln1 + k * NC;
   a.ln1_mean = b_.ln1_mean + k * Nrows;
   a.ln1_rstd = b_.ln1_rstd + k * Nrows;
   a.qkv = b_.qkv + k * NQKV;
-  a.atty = b_.atty + k * NC;
-  a.att_saved = b_.att_saved + k * plan_.att_saved_per_layer;
+  a.atty = b_.atty + ka * NC;
+  a.att_saved = b_.att_saved + ka * plan_.att_saved_per_layer;
   a.residual2 = b_.residual2 + k * NC;
   a.ln2 = b_.ln2 + k * NC;
   a.ln2_mean = b_.ln2_mean + k * Nrows;
@@ -64,6 +70,12 @@ GptCuda::LayerActs GptCuda::acts(int l) const {
 double GptCuda::attention_ms() { return att_timer_ ? att_timer_->take_ms() : -1.0; }
 
 void GptCuda::block_forward(int l, int B, int T, int decode_pos) {
+  block_qkv(l, B, T, decode_pos);
+  block_attention(l, B, T, decode_pos);
+  block_after_attention(l, B * T, true);
+}
+
+void GptCuda::block_qkv(int l, int B, int T, int decode_pos) {
   const int C = cfg_.channels, QKV = cfg_.qkv_channels(), NH = cfg_.num_heads,
             NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
   const int N = B * T;
@@ -76,34 +88,58 @@ void GptCuda::block_forward(int l, int B, int T, int decode_pos) {
   if (cfg_.rope)
     rope_forward(a.qkv, b_.rope_table, B, T, NH, NKV, HS, decode_pos < 0 ? 0 : decode_pos, st);
   // Keys and values (after RoPE) into the cache: K rows at qkv + NH*HS, V at + (NH+NKV)*HS.
-  const size_t es = sizeof(floatX), kv_row = (size_t)NKV * HS;
-  floatX* k_cache = b_.kv_cache ? b_.kv_cache + (size_t)l * 2 * kv_cap_ * kv_row : nullptr;
-  floatX* v_cache = k_cache ? k_cache + (size_t)kv_cap_ * kv_row : nullptr;
   if (decode_pos >= 0 || kv_fill_) {
+    const size_t es = sizeof(floatX), kv_row = (size_t)NKV * HS;
     const int pos0 = decode_pos >= 0 ? decode_pos : 0;
-    CUDA_CHECK(cudaMemcpy2DAsync(k_cache + pos0 * kv_row, kv_row * es, a.qkv + (size_t)NH * HS,
+    CUDA_CHECK(cudaMemcpy2DAsync(k_cache(l) + pos0 * kv_row, kv_row * es, a.qkv + (size_t)NH * HS,
                                  (size_t)QKV * es, kv_row * es, T, cudaMemcpyDeviceToDevice, st));
-    CUDA_CHECK(cudaMemcpy2DAsync(v_cache + pos0 * kv_row, kv_row * es,
+    CUDA_CHECK(cudaMemcpy2DAsync(v_cache(l) + pos0 * kv_row, kv_row * es,
                                  a.qkv + (size_t)(NH + NKV) * HS, (size_t)QKV * es, kv_row * es, T,
                                  cudaMemcpyDeviceToDevice, st));
   }
+}
+
+void GptCuda::block_attention(int l, int B, int T, int decode_pos) {
+  const LayerActs a = acts(l);
   attention_timer(true);
   if (decode_pos >= 0) {
-    attention_decode(a.atty, a.qkv, k_cache, v_cache, decode_pos + 1, NH, NKV, HS,
-                     b_.decode_scratch, st);
+    attention_decode(a.atty, a.qkv, k_cache(l), v_cache(l), decode_pos + 1, cfg_.num_heads,
+                     cfg_.num_kv_heads, cfg_.head_size(), b_.decode_scratch, stream_);
   } else {
     AttnForwardArgs fa{a.atty, a.att_saved, b_.att_scratch, a.qkv, shape(B, T)};
-    attn_->forward(fa, st);
+    attn_->forward(fa, stream_);
   }
   attention_timer(false);
+}
+
+void GptCuda::block_after_attention(int l, int N, bool write_residual3) {
+  const int C = cfg_.channels;
+  const LayerActs a = acts(l);
+  cudaStream_t st = stream_;
   matmul_forward_residual(a.residual2, a.atty, param(P_ATTPROJW) + (size_t)l * C * C,
                           param(P_ATTPROJB) + l * C, a.residual, N, C, C, st);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(P_LN2W) + l * C,
                     param(P_LN2B) + l * C, N, C, st);
   matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C,
                       param(P_FCB) + l * 4 * C, N, C, 4 * C, st);
+  if (!write_residual3) return;
   matmul_forward_residual(a.residual3, a.fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C,
                           param(P_FCPROJB) + l * C, a.residual2, N, 4 * C, C, st);
+}
+
+// Before layer l's backward: remake what the recompute mode holds one layer deep (the plan's
+// depths, model/recompute.h's table). The last layer's one-layer buffers still hold its forward.
+void GptCuda::recompute(int l, int B, int T) {
+  const int L = cfg_.num_layers;
+  if (l == L - 1) return;
+  if (plan_.layers_kept < L) {
+    block_qkv(l, B, T, -1);
+    if (plan_.attn_layers_kept < L) block_attention(l, B, T, -1);  // else atty[l], LSE[l] kept
+    block_after_attention(l, B * T, false);  // residual3[l], the next block's input, is kept
+  } else if (plan_.fch_gelu_layers < L) {
+    const LayerActs a = acts(l);
+    gelu_forward(a.fch_gelu, a.fch, (size_t)B * T * 4 * cfg_.channels, stream_);
+  }
 }
 
 float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
@@ -184,12 +220,7 @@ void GptCuda::backward(float loss_scale) {
   layernorm_backward(b_.dresidual, grad(P_LNFW), grad(P_LNFB), b_.dl_btc, b_.residual3 + (L - 1) * NC,
                      param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C, ks, st);
   for (int l = L - 1; l >= 0; l--) {
-    // Recompute what was not kept. The last layer's one-deep buffers still hold its forward.
-    if (recompute_layer_ && l < L - 1) {
-      block_forward(l, B, T, -1);
-    } else if (recompute_gelu_ && !recompute_layer_ && l < L - 1) {
-      gelu_forward(acts(l).fch_gelu, acts(l).fch, (size_t)N * 4 * C, st);
-    }
+    recompute(l, B, T);
     const LayerActs a = acts(l);
     // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
     // d(fch) = (dresidual @ fcprojw) * gelu'(fch): the GELU backward rides in the epilogue.

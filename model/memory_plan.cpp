@@ -20,11 +20,6 @@ size_t align(size_t n) { return round_up(n, 256); }
 
 }  // namespace
 
-void validate_recompute(const std::string& mode) {
-  CHECK(mode == "none" || mode == "gelu" || mode == "layer",
-        "--recompute '%s' is unknown; use none, gelu or layer", mode.c_str());
-}
-
 void check_prefill(int n, int kv_cap, int maxT) {
   CHECK(kv_cap > 0, "internal: prefill() on a model made without a KV cache");
   CHECK(n >= 1 && n <= kv_cap && n <= maxT,
@@ -45,14 +40,15 @@ void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token) {
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const ModelOptions& o = in.opt;
   const GPTConfig& cfg = o.config;
-  validate_recompute(o.recompute);
   const AttnBackendSpec& attn = attention_spec(o.attn);  // throws naming --attn
   const AttnShape shape{o.B, o.T, cfg.num_heads, cfg.num_kv_heads, cfg.head_size()};
   const size_t L = cfg.num_layers, N = (size_t)o.B * o.T;
 
   MemoryPlan p{};
-  p.layers_kept = o.recompute == "layer" ? 1 : (int)L;
-  p.fch_gelu_layers = o.recompute == "none" ? (int)L : 1;
+  const RecomputeDepths depth = recompute_depths(o.recompute, (int)L);
+  p.layers_kept = depth.acts;
+  p.attn_layers_kept = depth.attn;
+  p.fch_gelu_layers = depth.fch_gelu;
   p.chunk_rows = (int)std::min(N, (size_t)(o.classifier_chunk > 0 ? o.classifier_chunk
                                                                       : kDefaultClassifierChunk));
   p.att_saved_per_layer = align(attn.saved_bytes(shape, in.es));
@@ -67,7 +63,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   d.L = L, d.N = N, d.C = cfg.channels, d.Vp = cfg.padded_vocab_size;
   d.QKV = cfg.qkv_channels();
   d.C4 = std::max(4 * d.C, d.QKV);
-  d.K = p.layers_kept, d.KG = p.fch_gelu_layers, d.chunk = p.chunk_rows;
+  d.K = p.layers_kept, d.KA = p.attn_layers_kept, d.KG = p.fch_gelu_layers;
+  d.chunk = p.chunk_rows;
   d.att_saved = p.att_saved_per_layer, d.att_scratch = p.att_scratch_bytes;
   d.kscratch = in.kernel_scratch;
   d.kv = p.kv_per_layer;
@@ -80,9 +77,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const BufferDimsOf<double> dd{(double)d.P,     (double)d.S,        (double)d.L,
                                 (double)d.N,     (double)d.C,        (double)d.QKV,
                                 (double)d.C4,    (double)d.Vp,       (double)d.K,
-                                (double)d.KG,    (double)d.chunk,    (double)d.att_saved,
-                                (double)d.att_scratch, (double)d.kscratch, (double)d.kv,
-                                (double)d.decode_scratch, (double)d.rope, (double)d.workspace};
+                                (double)d.KA,    (double)d.KG,       (double)d.chunk,
+                                (double)d.att_saved, (double)d.att_scratch, (double)d.kscratch,
+                                (double)d.kv,    (double)d.decode_scratch, (double)d.rope,
+                                (double)d.workspace};
   const size_t fx = in.es, f32 = 4, f64 = 8, i32 = 4, byte = 1;
   auto too_big = [&]() {
     FAIL("the memory plan at --seq-len %d, --batch %d passes 2^64 bytes; lower --seq-len or "

@@ -6,15 +6,19 @@
 // prints, what `flashgpt profile` predicts and what `--plan-only` prints on a machine without
 // a GPU are the same numbers, and a buffer is added in one place.
 //
-// What each recompute mode keeps (N = B*T rows, K = layers of activations kept, KG = layers of
-// fch_gelu kept):
-//   none:  K = KG = L: per layer ln1, atty, residual2, ln2, residual3 (N*C each), qkv (N*QKV),
-//          fch, fch_gelu (N*4C each), 4 LayerNorm statistics (N fp32)
-//   gelu:  K = L, KG = 1: fch_gelu is recomputed in the backward from the saved pre-GELU fch
-//   layer: K = KG = 1: per layer only residual3 (the next block's input); everything else one
-//          layer deep, the block's forward re-run in the backward
-// Attention's saved state is K layers deep; its sizes come from the backend's spec
-// (kernels/attention/backends.h), the kernels' scratch sizes from their CUDA-free headers.
+// What each recompute mode keeps (model/recompute.h; N = B*T rows, K = layers of activations
+// kept, KA = layers of the attention output and attention's saved state kept, KG = layers of
+// fch_gelu kept; residual3, each block's output and the next block's input, is always L deep):
+//   none:           K = KA = KG = L: per layer ln1, atty, residual2, ln2, residual3 (N*C each),
+//                   qkv (N*QKV), fch, fch_gelu (N*4C each), 4 LayerNorm statistics (N fp32),
+//                   attention's saved state
+//   gelu:           K = KA = L, KG = 1: fch_gelu is recomputed in the backward from the saved fch
+//   layer-but-attn: KA = L, K = KG = 1: per layer residual3, atty and attention's saved state
+//                   (LSE); the rest one layer deep, recomputed in the backward around attention
+//   layer:          K = KA = KG = 1: per layer only residual3; everything else one layer deep,
+//                   the block's forward re-run in the backward
+// Attention's saved sizes come from the backend's spec (kernels/attention/backends.h), the
+// kernels' scratch sizes from their CUDA-free headers.
 // Each buffer is rounded up to 256 bytes. Not in the plan: the CUDA context, cuBLAS handles and
 // library code (the measured peak counts them; they are tens of MiB).
 #pragma once
@@ -34,7 +38,7 @@ struct BufferDimsOf {
   T L, N, C;  // layers, rows (maxB * maxT), channels
   T QKV, C4;  // qkv channels (NH + 2*NKV) * HS; max(4C, QKV)
   T Vp;       // padded vocabulary
-  T K, KG;    // layers of activations / of fch_gelu kept (see above)
+  T K, KA, KG;  // layers of activations / of atty and attention saved / of fch_gelu kept (above)
   T chunk;    // classifier rows at once
   T att_saved, att_scratch;  // bytes: attention's saved state per layer, its scratch
   T kscratch;                // bytes: the reducing kernels' shared scratch
@@ -58,7 +62,7 @@ using BufferDims = BufferDimsOf<size_t>;
   X(ln1_mean, "activations", f32, 1, d.K * d.N)          /* (K, N) */                           \
   X(ln1_rstd, "activations", f32, 1, d.K * d.N)          /* (K, N) */                           \
   X(qkv, "activations", fx, 1, d.K * d.N * d.QKV)        /* (K, N, QKV) after RoPE */           \
-  X(atty, "activations", fx, 1, d.K * d.N * d.C)         /* (K, N, C) attention output */       \
+  X(atty, "activations", fx, 1, d.KA * d.N * d.C)        /* (KA, N, C) attention output */      \
   X(residual2, "activations", fx, 1, d.K * d.N * d.C)    /* (K, N, C) */                        \
   X(ln2, "activations", fx, 1, d.K * d.N * d.C)          /* (K, N, C) */                        \
   X(ln2_mean, "activations", f32, 1, d.K * d.N)          /* (K, N) */                           \
@@ -71,7 +75,7 @@ using BufferDims = BufferDimsOf<size_t>;
   X(lnf_rstd, "activations", f32, 1, d.N)                /* (N) */                              \
   X(inputs, "activations", i32, 1, d.N)                  /* (N) token ids */                    \
   X(targets, "activations", i32, 0, d.N)                 /* (N) */                              \
-  X(att_saved, "attention saved", byte, 1, d.K * d.att_saved) /* (K, saved per layer) */        \
+  X(att_saved, "attention saved", byte, 1, d.KA * d.att_saved) /* (KA, saved per layer) */      \
   X(att_scratch, "attention scratch", byte, 0, d.att_scratch)                                   \
   X(logits, "logits", fx, 0, d.chunk * d.Vp)             /* (chunk, Vp) dlogits in place */     \
   X(losses, "logits", f32, 0, d.N)                       /* (N) */                              \
@@ -120,17 +124,18 @@ struct MemoryPlanInputs {
 
 struct MemoryPlan {
   std::array<PlannedBuffer, kNumBuffers> buffers;  // the table, sized and placed
-  // Derived sizes the model indexes with: layers kept (L, or 1 when recomputed), the classifier
-  // chunk, attention's per-layer saved bytes (256-aligned) and scratch bytes, KV-cache elements
-  // per layer, RoPE table rows.
-  int layers_kept = 0, fch_gelu_layers = 0, chunk_rows = 0;
+  // Derived sizes the model indexes with: layers kept (L, or 1 when recomputed) of activations,
+  // of atty and attention's saved state, of fch_gelu; the classifier chunk, attention's
+  // per-layer saved bytes (256-aligned) and scratch bytes, KV-cache elements per layer, RoPE
+  // table rows.
+  int layers_kept = 0, attn_layers_kept = 0, fch_gelu_layers = 0, chunk_rows = 0;
   size_t att_saved_per_layer = 0, att_scratch_bytes = 0, kv_per_layer = 0, rope_rows = 0;
   size_t kept_bytes = 0;  // what the backward reads from the forward (the "kept" lines)
   size_t total = 0;
   std::vector<MemoryLine> lines;  // bytes per category, table order; empty categories left out
 };
 
-// Throws (naming --recompute, --attn) on a bad mode or backend, and (naming --seq-len or
+// Throws (naming --attn) on an unknown backend, and (naming --seq-len or
 // --batch) when the plan passes 2^64 bytes.
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 

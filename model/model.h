@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recompute.h"
 
 struct AdamWHyper {
   float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
@@ -91,8 +92,7 @@ struct ModelOptions {
   int zero = 0;                 // 1: ZeRO-1, AdamW state sharded over the ranks
   bool overlap_comm = true;     // multi-GPU without ZeRO: all-reduce per layer during backward
   // Long context (model/memory_plan.h has what each choice keeps):
-  std::string recompute = "none";  // none | gelu (recompute GELU in backward) | layer (keep
-                                   // only each block's input, recompute the block in backward)
+  Recompute recompute = Recompute::kNone;  // what the backward recomputes (model/recompute.h)
   int classifier_chunk = 0;        // logits rows at once; 0 = kDefaultClassifierChunk
   int kv_cache = 0;                // positions of KV cache for prefill()/decode(); 0 = none
   bool time_attention = false;     // attention_ms(): CUDA events around attention calls
@@ -106,8 +106,6 @@ constexpr int kDefaultClassifierChunk = 8192;
 // The KV-cache preconditions both models check (one error line each; model/memory_plan.cpp).
 void check_prefill(int n, int kv_cap, int maxT);
 void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token);
-// Throws naming --recompute for anything but none, gelu, layer.
-void validate_recompute(const std::string& mode);
 
 // GPT-2 initialisation (llm.c/nanoGPT): weights N(0, 0.02), residual projections
 // (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.

@@ -85,7 +85,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("device", "auto|cpu|cuda (auto = cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(d.pos))
     ("rope-theta", "RoPE base", cxxopts::value<float>()->default_value("10000"))
-    ("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer (keep only each block's input)", cxxopts::value<std::string>()->default_value(d.recompute))
+    ("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
     ("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", cxxopts::value<int>()->default_value("0"))
     ("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)");
   o.add_options("optimisation")
@@ -142,14 +142,13 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   opt.device = get<std::string>(r, "device");
   opt.pos = get<std::string>(r, "pos");
   opt.rope_theta = get<float>(r, "rope-theta");
-  opt.recompute = get<std::string>(r, "recompute");
+  opt.recompute = parse_recompute(get<std::string>(r, "recompute"));
   opt.deterministic = r.count("deterministic") > 0;
   opt.classifier_chunk = get<int>(r, "classifier-chunk");
   CHECK(opt.pos == "learned" || opt.pos == "rope", "--pos '%s' is unknown; use learned or rope",
         opt.pos.c_str());
   CHECK(std::isfinite(opt.rope_theta) && opt.rope_theta > 1.0f,
         "--rope-theta must be a finite number greater than 1 (got %g)", opt.rope_theta);
-  validate_recompute(opt.recompute);
   CHECK(opt.classifier_chunk >= 0, "--classifier-chunk must be >= 0 (got %d)",
         opt.classifier_chunk);
   opt.seq_len = get<int>(r, "seq-len");

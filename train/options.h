@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/recompute.h"
 #include "train/dist.h"
 
 struct TrainOptions {
@@ -23,7 +24,7 @@ struct TrainOptions {
   std::string attn = "auto";  // auto: the first backend that supports the model (model.h)
   std::string pos = "learned";  // --pos learned|rope
   float rope_theta = 10000.0f;
-  std::string recompute = "none";  // --recompute none|gelu|layer
+  Recompute recompute = Recompute::kNone;  // --recompute (model/recompute.h)
   int classifier_chunk = 0;        // --classifier-chunk rows (0 = 8192)
   bool deterministic = false;      // --deterministic: bitwise-reproducible attention backward
   std::string device = "auto";

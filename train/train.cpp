@@ -335,7 +335,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
                 cfg.max_seq_len, cfg.rope ? "rotary" : "learned", model->num_parameters() / 1e6));
   say(flashgpt::strformat("device: %s | attention: %s | recompute: %s | batch %d x %d, %d "
                 "micro-steps -> %lld tokens/step", model->device_name(), model->attention_name(),
-                opt.recompute.c_str(), B, T, accum, (long long)opt.total_batch));
+                recompute_name(opt.recompute), B, T, accum, (long long)opt.total_batch));
   if (world > 1)
     say(flashgpt::strformat("data parallel: %d processes (NCCL), %d x %d per rank per micro-step, %s",
                             world, B, T, zero ? "ZeRO-1 (AdamW state sharded)"

@@ -1,6 +1,7 @@
 // test_memory_plan.cpp — the CUDA model's buffer table summed on the host (model/memory_plan.h):
 // lines, offsets, what each recompute mode keeps, the optional lines, the kernels' scratch from
-// their CUDA-free headers, guards, and sizes past 2^64. No GPU needed: the plan is host code.
+// their CUDA-free headers, guards, sizes past 2^64, and parsing --recompute. No GPU needed: the
+// plan is host code.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,17 +91,39 @@ TEST(MemoryPlan, SizesFromTheirSources) {
   EXPECT_EQ(p4.buffers[kBuf_ln1_mean].bytes, p.buffers[kBuf_ln1_mean].bytes);
 }
 
-// none keeps every layer's activations; gelu one fch_gelu instead of L; layer one layer of
-// everything but residual3 (and one layer of attention's saved state).
+// none keeps every layer's activations; gelu one fch_gelu instead of L; layer-but-attn one layer
+// of everything but residual3, atty and attention's saved state; layer one layer of everything
+// but residual3 (and one layer of attention's saved state).
 TEST(MemoryPlan, RecomputeModesKeepLess) {
   ModelOptions o = d12(4, 1024);
   const MemoryPlan none = plan_memory(memory_plan_inputs_host(o));
-  o.recompute = "gelu";
+  o.recompute = Recompute::kGelu;
   const MemoryPlan gelu = plan_memory(memory_plan_inputs_host(o));
-  o.recompute = "layer";
+  o.recompute = Recompute::kLayerButAttn;
+  const MemoryPlan lba = plan_memory(memory_plan_inputs_host(o));
+  o.recompute = Recompute::kLayer;
   const MemoryPlan layer = plan_memory(memory_plan_inputs_host(o));
   EXPECT_GT(none.kept_bytes, gelu.kept_bytes);
-  EXPECT_GT(gelu.kept_bytes, layer.kept_bytes);
+  EXPECT_GT(gelu.kept_bytes, lba.kept_bytes);
+  EXPECT_GT(lba.kept_bytes, layer.kept_bytes);
+  // layer-but-attn: every layer's atty and LSE, one layer of the rest.
+  EXPECT_EQ(lba.buffers[kBuf_atty].bytes, none.buffers[kBuf_atty].bytes);
+  EXPECT_EQ(lba.buffers[kBuf_att_saved].bytes, none.buffers[kBuf_att_saved].bytes);
+  EXPECT_EQ(lba.buffers[kBuf_residual3].bytes, none.buffers[kBuf_residual3].bytes);
+  for (BufferId b : {kBuf_ln1, kBuf_ln1_mean, kBuf_qkv, kBuf_residual2, kBuf_ln2, kBuf_ln2_rstd,
+                     kBuf_fch, kBuf_fch_gelu})
+    EXPECT_EQ(lba.buffers[b].bytes, layer.buffers[b].bytes) << lba.buffers[b].name;
+  EXPECT_EQ(lba.layers_kept, 1);
+  EXPECT_EQ(lba.attn_layers_kept, 12);
+  EXPECT_EQ(layer.attn_layers_kept, 1);
+  // Per token per layer kept at d12 (issue 12's "about 3 KB"): the block input and atty, C bf16
+  // each, and the LSE, NH fp32: 2 * 768 * 2 + 12 * 4 = 3120 bytes; layer keeps 1536 of them.
+  const size_t N = 4 * 1024;
+  EXPECT_EQ(lba.buffers[kBuf_residual3].bytes + lba.buffers[kBuf_atty].bytes +
+                lba.buffers[kBuf_att_saved].bytes,
+            12 * N * 3120);
+  EXPECT_EQ(lba.kept_bytes - layer.kept_bytes, 11 * N * (768 * 2 + 12 * 4));
+  EXPECT_EQ(lba.total - layer.total, 11 * N * (768 * 2 + 12 * 4));
   EXPECT_EQ(none.buffers[kBuf_fch_gelu].bytes, 12 * gelu.buffers[kBuf_fch_gelu].bytes);
   EXPECT_EQ(gelu.buffers[kBuf_fch].bytes, none.buffers[kBuf_fch].bytes);
   EXPECT_EQ(none.buffers[kBuf_ln1].bytes, 12 * layer.buffers[kBuf_ln1].bytes);
@@ -108,8 +131,6 @@ TEST(MemoryPlan, RecomputeModesKeepLess) {
   EXPECT_EQ(none.buffers[kBuf_att_saved].bytes, 12 * layer.buffers[kBuf_att_saved].bytes);
   EXPECT_EQ(layer.layers_kept, 1);
   EXPECT_EQ(none.layers_kept, 12);
-  o.recompute = "all";
-  expect_error([&] { plan_memory(memory_plan_inputs_host(o)); }, "--recompute");
   o = d12(4, 1024, "fast");
   expect_error([&] { plan_memory(memory_plan_inputs_host(o)); }, "--attn 'fast'");
 }
@@ -151,4 +172,16 @@ TEST(MemoryPlan, PastTwoToTheSixtyFourIsAnError) {
                "--seq-len");
   const MemoryPlan f = plan_memory(memory_plan_inputs_host(d12(1, 2000000000, "flash")));
   EXPECT_GT(f.total, f.buffers[kBuf_residual3].bytes);
+}
+
+// --recompute is parsed once (model/recompute.h): every mode from its own name, anything else
+// one line naming the flag and listing the modes.
+TEST(Recompute, ParsedFromItsNames) {
+  for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kLayerButAttn,
+                      Recompute::kLayer})
+    EXPECT_EQ(parse_recompute(recompute_name(r)), r) << recompute_name(r);
+  const std::string msg = expect_error([] { parse_recompute("Layer"); }, "--recompute 'Layer'");
+  EXPECT_NE(msg.find(recompute_names_list()), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  expect_error([] { parse_recompute(""); }, "--recompute");
 }

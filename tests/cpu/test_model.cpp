@@ -3,6 +3,7 @@
 //  - naive and flash attention give the same loss and gradients (float);
 //  - init is deterministic and follows the GPT-2 recipe;
 //  - RoPE models: finite differences too, and no wpe;
+//  - --recompute modes: what each forgets, and gradients equal to none's bit for bit;
 //  - the KV cache (prefill + decode) gives the logits and tokens of full recomputation;
 //  - sampling past the window (1-token prompt, prompt longer than the window, 3x the window).
 #include <gtest/gtest.h>
@@ -36,7 +37,8 @@ void random_tokens(std::vector<int>& v, int V, uint64_t seed) {
 
 // Compares analytic gradients of the mean loss with central differences on every parameter
 // of every tensor (the model is small enough), reporting the worst relative error per tensor.
-void check_model_gradients(const std::string& attn, int NKV, bool rope = false) {
+void check_model_gradients(const std::string& attn, int NKV, bool rope = false,
+                           Recompute recompute = Recompute::kNone) {
   GPTConfig c = tiny_config();
   c.num_kv_heads = NKV;
   c.rope = rope;
@@ -46,6 +48,7 @@ void check_model_gradients(const std::string& attn, int NKV, bool rope = false) 
   mo.B = B;
   mo.T = T;
   mo.attn = attn;
+  mo.recompute = recompute;
   GptCpu<double> model(mo);
   // Non-trivial LayerNorm/bias values so every path carries gradient.
   Rng rng(7);
@@ -94,6 +97,106 @@ TEST(ModelGradients, FiniteDifferencesFlashAttention) { check_model_gradients("f
 TEST(ModelGradients, FiniteDifferencesMultiQuery) { check_model_gradients("flash", 1); }
 TEST(ModelGradients, FiniteDifferencesRope) { check_model_gradients("flash", 1, true); }
 TEST(ModelGradients, FiniteDifferencesRopeNaive) { check_model_gradients("naive", 2, true); }
+// Through a recompute mode's backward (model/recompute.h): the whole block remade from its input.
+TEST(ModelGradients, FiniteDifferencesRecomputeLayer) {
+  check_model_gradients("flash", 1, true, Recompute::kLayer);
+}
+// Around attention: ln1, qkv, RoPE and the MLP side remade, attention's backward on the kept
+// output and LSE (flash) or P (naive).
+TEST(ModelGradients, FiniteDifferencesRecomputeLayerButAttn) {
+  check_model_gradients("flash", 1, true, Recompute::kLayerButAttn);
+}
+TEST(ModelGradients, FiniteDifferencesRecomputeLayerButAttnNaive) {
+  check_model_gradients("naive", 2, false, Recompute::kLayerButAttn);
+}
+
+namespace {
+
+// One forward + backward(0.5) of a fresh model, at a batch smaller than its allocation.
+struct CpuStep {
+  float loss;
+  std::vector<float> grads;
+};
+CpuStep cpu_step(const ModelOptions& mo, const std::vector<int>& in, const std::vector<int>& tg,
+                 int B, int T) {
+  GptCpu<float> m(mo);
+  CpuStep r;
+  m.zero_grad();
+  r.loss = m.forward(in.data(), tg.data(), B, T);
+  m.backward(0.5f);
+  r.grads = m.grads;
+  return r;
+}
+
+const Recompute kRecomputeModes[] = {Recompute::kGelu, Recompute::kLayerButAttn, Recompute::kLayer};
+
+}  // namespace
+
+// --recompute: the CPU model forgets (NaN) what a mode does not keep and recomputes it in the
+// backward with the same ops on the same inputs, so the loss and every gradient equal none's bit
+// for bit (tolerance 0), with every CPU backend, learned and rotary positions, grouped-query
+// attention, and a batch smaller than the model's allocation.
+TEST(ModelRecompute, GradientsEqualNone) {
+  for (const std::string& attn : cpu_attention_names())
+    for (bool rope : {false, true}) {
+      SCOPED_TRACE(attn + (rope ? " rope" : " learned"));
+      ModelOptions mo;
+      mo.config = tiny_config();
+      mo.config.num_layers = 3;
+      mo.config.num_kv_heads = 1;
+      mo.config.rope = rope;
+      mo.B = 3;
+      mo.T = 8;
+      mo.attn = attn;
+      const int B = 2, T = 7;
+      std::vector<int> in(B * T), tg(B * T);
+      random_tokens(in, mo.config.vocab_size, 21);
+      random_tokens(tg, mo.config.vocab_size, 22);
+      const CpuStep none = cpu_step(mo, in, tg, B, T);
+      for (Recompute r : kRecomputeModes) {
+        mo.recompute = r;
+        const CpuStep got = cpu_step(mo, in, tg, B, T);
+        EXPECT_EQ(got.loss, none.loss) << recompute_name(r);
+        EXPECT_TRUE(got.grads == none.grads) << recompute_name(r) << ": gradients differ from none";
+      }
+    }
+}
+
+// What each mode forgets after a forward with targets, in every layer but the last (the
+// recompute.h table): NaN where it does not keep, values where it does. Without this the test
+// above could pass with nothing forgotten and nothing recomputed.
+TEST(ModelRecompute, ForgetsWhatItDoesNotKeep) {
+  ModelOptions mo;
+  mo.config = tiny_config();
+  mo.config.num_layers = 3;
+  mo.B = 2;
+  mo.T = 7;
+  mo.attn = "flash";
+  std::vector<int> in(14), tg(14);
+  random_tokens(in, mo.config.vocab_size, 23);
+  random_tokens(tg, mo.config.vocab_size, 24);
+  for (Recompute r : {Recompute::kNone, Recompute::kGelu, Recompute::kLayerButAttn,
+                      Recompute::kLayer}) {
+    SCOPED_TRACE(recompute_name(r));
+    mo.recompute = r;
+    GptCpu<float> m(mo);
+    m.forward(in.data(), tg.data(), mo.B, mo.T);
+    const RecomputeDepths d = recompute_depths(r, 3);
+    for (int l = 0; l < 3; l++) {
+      const auto a = m.acts(l);
+      const bool last = l == 2;
+      EXPECT_EQ(std::isnan(a.ln1[0]), !last && d.acts < 3) << "ln1 of layer " << l;
+      EXPECT_EQ(std::isnan(a.qkv[0]), !last && d.acts < 3) << "qkv of layer " << l;
+      EXPECT_EQ(std::isnan(a.fch[0]), !last && d.acts < 3) << "fch of layer " << l;
+      EXPECT_EQ(std::isnan(a.atty[0]), !last && d.attn < 3) << "atty of layer " << l;
+      EXPECT_EQ(std::isnan(a.att_saved[0]), !last && d.attn < 3) << "LSE of layer " << l;
+      EXPECT_EQ(std::isnan(a.fch_gelu[0]), !last && d.fch_gelu < 3) << "fch_gelu of layer " << l;
+      EXPECT_FALSE(std::isnan(a.residual3[0])) << "residual3 of layer " << l;  // always kept
+    }
+    m.forward(in.data(), nullptr, mo.B, mo.T);  // without targets (eval, prefill): all kept
+    EXPECT_FALSE(std::isnan(m.acts(0).ln1[0]));
+  }
+}
 
 TEST(Model, RopeHasNoPositionTable) {
   GPTConfig c = tiny_config();

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "model/memory_plan.h"
@@ -133,6 +134,36 @@ TEST(Profile, PlanOnlyOptions) {
   // With --recompute layer the attention forward runs twice per step.
   EXPECT_NEAR(p.attn_flops_step / (12 * 4.5 * p.cost.fwd.flops), 1.0, 1e-12);
   EXPECT_NE(text.find("recompute layer"), std::string::npos) << text;
+}
+
+// d12 at T = 1M, the three long-context modes: layer-but-attn keeps every layer's LSE and runs
+// attention's forward once per step; layer keeps one layer of LSE and runs it twice; the plan
+// lies between layer's and none's, 11 x (atty + LSE) = 11 x 1584 bytes per token above layer's.
+TEST(Profile, PlanOnlyLayerButAttnAtOneMillion) {
+  TempDir dir;
+  const int T = 1048576;
+  std::map<std::string, ProfilePoint> at;
+  std::map<std::string, std::string> text;
+  for (const char* rc : {"none", "layer-but-attn", "layer"}) {
+    ProfileOptions opt = parse({"--plan-only", "--plot=false", "--out", dir.path, "--attn",
+                                "flash", "--seq-lens", std::to_string(T), "--recompute", rc,
+                                "--gpu-memory", "80"});
+    ProfileReport r;
+    text[rc] = run_plan(opt, r);
+    ASSERT_EQ(r.points.size(), 1u);
+    at[rc] = r.points[0];
+  }
+  EXPECT_NE(text["layer-but-attn"].find("recompute layer-but-attn"), std::string::npos)
+      << text["layer-but-attn"];
+  const ProfilePoint &none = at["none"], &lba = at["layer-but-attn"], &layer = at["layer"];
+  EXPECT_EQ(lba.attn_saved_bytes, size_t(12) * 12 * T * 4);  // LSE of every layer
+  EXPECT_EQ(layer.attn_saved_bytes, size_t(12) * T * 4);
+  EXPECT_NEAR(lba.attn_flops_step / (12 * 3.5 * lba.cost.fwd.flops), 1.0, 1e-12);
+  EXPECT_NEAR(layer.attn_flops_step / (12 * 4.5 * layer.cost.fwd.flops), 1.0, 1e-12);
+  EXPECT_EQ(lba.pred_bytes - layer.pred_bytes, size_t(11) * T * (768 * 2 + 12 * 4));
+  EXPECT_LT(lba.pred_bytes, none.pred_bytes);
+  EXPECT_TRUE(lba.fits) << "d12 at 1M with layer-but-attn should plan under 80 GiB";
+  EXPECT_FALSE(none.fits);
 }
 
 TEST(Profile, SweepWithoutGpuSaysPlanOnly) {

@@ -175,7 +175,7 @@ TEST(Train, RopeModelTrainsResumesAndSamples) {
   TempDir out;
   TrainOptions o = tiny_options("flash", 4);
   o.pos = "rope";
-  o.recompute = "layer";  // the CPU model keeps everything; the flag must still be accepted
+  o.recompute = Recompute::kLayer;  // the CPU model recomputes each block in the backward too
   o.out_dir = out.path;
   o.checkpoint_every = 2;
   TrainResult r = run_train(o);

@@ -7,7 +7,8 @@
 //   CudaModel.OutOfMemoryIsAnError       a plan that cannot fit says so, with the flags to lower
 //   CudaModel.ChunkedClassifier*         logits in chunks of 7 rows: same as the CPU model and
 //                                        as one chunk
-//   CudaModel.Recompute*                 --recompute gelu / layer: same loss and gradients as none
+//   CudaModel.Recompute*                 --recompute gelu / layer-but-attn / layer: same loss and
+//                                        gradients as none
 //   CudaModel.Rope*                      RoPE models against the CPU RoPE model
 //   CudaModel.KvCache*                   prefill + decode logits vs full recomputation; sampled
 //                                        tokens identical
@@ -358,9 +359,11 @@ TEST_F(CudaModel, ChunkedClassifierMatchesOneChunk) {
 }
 
 // --recompute layer re-runs each block's forward with the same kernels: with a deterministic
-// backend (naive) the gradients are bit-identical. --recompute gelu recomputes GELU with the
-// elementwise kernel instead of the matmul epilogue: equal up to bf16 rounding of fch_gelu.
-// flash runs --deterministic (dQ summed in a fixed order): bit-identical too.
+// backend (naive) the gradients are bit-identical. --recompute layer-but-attn re-runs the same
+// kernels but attention's forward, whose output and saved state (naive: P; flash: LSE) it kept:
+// bit-identical too. --recompute gelu recomputes GELU with the elementwise kernel instead of
+// the matmul epilogue: equal up to bf16 rounding of fch_gelu. flash runs --deterministic (dQ
+// summed in a fixed order): bit-identical too.
 TEST_F(CudaModel, RecomputeMatchesPlain) {
   SEED_TRACE();
   for (const char* attn : {"naive", lse_attention()}) {
@@ -382,9 +385,12 @@ TEST_F(CudaModel, RecomputeMatchesPlain) {
     std::printf("attn %s:\n", attn);
     // Noise floor: two plain runs (0 for a deterministic backend).
     expect_same_step("none vs none (run to run)", o, one_step(o, inp, tgt), plain, det ? 0 : 1e-2);
-    o.recompute = "layer";
+    o.recompute = Recompute::kLayer;
     expect_same_step("--recompute layer vs none", o, one_step(o, inp, tgt), plain, det ? 0 : 1e-2);
-    o.recompute = "gelu";
+    o.recompute = Recompute::kLayerButAttn;
+    expect_same_step("--recompute layer-but-attn vs none", o, one_step(o, inp, tgt), plain,
+                     det ? 0 : 1e-2);
+    o.recompute = Recompute::kGelu;
     expect_same_step("--recompute gelu vs none", o, one_step(o, inp, tgt), plain, 1e-2);
   }
 }
@@ -404,7 +410,22 @@ TEST_F(CudaModel, RopeFlashGqaRecomputeMatchesCpu) {
   o.config.num_heads = 2;
   o.config.num_kv_heads = 1;
   o.attn = lse_attention();
-  o.recompute = "layer";
+  o.recompute = Recompute::kLayer;
+  o.classifier_chunk = 10;
+  check_forward_backward(o);
+}
+
+// The same with --recompute layer-but-attn (the CPU oracle runs that mode too, gpt_cpu.h).
+TEST_F(CudaModel, RopeFlashGqaRecomputeLayerButAttnMatchesCpu) {
+  SEED_TRACE();
+  ModelOptions o = small_options();
+  o.config.rope = 1;
+  o.config.num_layers = 3;
+  o.config.channels = 128;
+  o.config.num_heads = 2;
+  o.config.num_kv_heads = 1;
+  o.attn = lse_attention();
+  o.recompute = Recompute::kLayerButAttn;
   o.classifier_chunk = 10;
   check_forward_backward(o);
 }
@@ -482,7 +503,7 @@ TEST_F(CudaModel, KvCacheSamplingMatchesRecomputeRope) {
 }
 
 // The plan (what --plan-only and profile predict) against the measured peak after a training
-// step, for two recompute modes and both attentions, at a size where what the plan leaves out
+// step, for three recompute modes and both attentions, at a size where what the plan leaves out
 // (cuBLAS handles and workspaces, kernel code and local memory: tens of MiB) is small next to
 // it: d12 at B=2, T=2048 plans 3 GiB or more. (At d6 B2 T2048 naive + layer, 1.2 GiB, the
 // left-out part measured 5.1% on an H100.) The peak comes from the one allocation the plan
@@ -493,7 +514,7 @@ TEST_F(CudaModel, KvCacheSamplingMatchesRecomputeRope) {
 TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
   bool checked_detection = false;
   for (const char* attn : {lse_attention(), "naive"}) {
-    for (const char* rc : {"none", "layer"}) {
+    for (Recompute rc : {Recompute::kNone, Recompute::kLayerButAttn, Recompute::kLayer}) {
       ModelOptions o;
       o.config = gpt_preset("d12", 50257, 2048);
       o.config.rope = 1;
@@ -502,7 +523,7 @@ TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
       o.attn = attn;
       o.recompute = rc;
       o.guard_bytes = 4096;
-      const bool generate = std::string(rc) == "none" && std::string(attn) == "naive";
+      const bool generate = rc == Recompute::kNone && std::string(attn) == "naive";
       if (generate) o.kv_cache = 64;
       const MemoryPlan plan = plan_memory(memory_plan_inputs(o));
       auto m = make_cuda_model(o);
@@ -517,12 +538,12 @@ TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
         for (int t = 0; t < 3; t++) m->decode(inp[20 + t], logits.data());
       }
       const double measured = (double)m->peak_memory_bytes(), predicted = (double)plan.total;
-      std::printf("d12 B2 T2048 %-6s recompute %-5s plan %.3f GiB measured %.3f GiB (%+.2f%%)%s\n",
-                  attn, rc, predicted / (1 << 30), measured / (1 << 30),
+      std::printf("d12 B2 T2048 %-6s recompute %-14s plan %.3f GiB measured %.3f GiB (%+.2f%%)%s\n",
+                  attn, recompute_name(rc), predicted / (1 << 30), measured / (1 << 30),
                   100 * (measured / predicted - 1), generate ? ", with KV-cache decoding" : "");
-      EXPECT_LE(std::fabs(measured / predicted - 1), 0.05) << attn << " " << rc;
+      EXPECT_LE(std::fabs(measured / predicted - 1), 0.05) << attn << " " << recompute_name(rc);
       for (const std::string& v : cuda_model_guard_violations(*m))
-        ADD_FAILURE() << attn << " " << rc << ": " << v;
+        ADD_FAILURE() << attn << " " << recompute_name(rc) << ": " << v;
       if (!checked_detection) {
         checked_detection = true;
         cuda_model_write_past_end(*m, "att_scratch", 1);
