@@ -58,7 +58,7 @@ int bench_attention_main(int argc, char** argv) {
   try {
     r = o.parse(argc, argv);
   } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
+    THROW_ERROR("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
   }
   if (r.count("help")) {
     std::printf("%s\n", o.help().c_str());
@@ -83,7 +83,7 @@ int bench_attention_main(int argc, char** argv) {
     budget_ms = r["budget-ms"].as<float>();
     csv_path = r["csv"].as<std::string>();
   } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
+    THROW_ERROR("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
   }
   CHECK(tokens >= 1, "--tokens %d must be >= 1", tokens);
   CHECK(warmup >= 0 && iters >= 1, "--warmup must be >= 0 and --iters >= 1");

@@ -323,7 +323,7 @@ int bench_kernels_main(int argc, char** argv) {
     attn = r["attn"].as<std::string>();
     batch = r["batch"].as<int>();
   } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("bench-kernels: %s; see `flashgpt bench-kernels --help`", e.what());
+    THROW_ERROR("bench-kernels: %s; see `flashgpt bench-kernels --help`", e.what());
   }
   CHECK(r.unmatched().empty(), "bench-kernels: unexpected argument '%s'; see --help",
         r.unmatched().front().c_str());

@@ -44,10 +44,10 @@ double gib(double bytes) { return bytes / kGiB; }
                               : i + 1 < argc        ? std::string(argv[i + 1])
                                                     : std::string();
     if (given == value || ("," + given + ",").find("," + value + ",") != std::string::npos)
-      FAIL("profile: '%s' is not a valid value for %s; see `flashgpt profile --help`",
-           value.c_str(), flag.c_str());
+      THROW_ERROR("profile: '%s' is not a valid value for %s; see `flashgpt profile --help`",
+                  value.c_str(), flag.c_str());
   }
-  FAIL("profile: %s; see `flashgpt profile --help`", what.c_str());
+  THROW_ERROR("profile: %s; see `flashgpt profile --help`", what.c_str());
 }
 
 template <typename T>
@@ -55,7 +55,7 @@ T get(const cxxopts::ParseResult& r, const char* name) {
   try {
     return r[name].as<T>();
   } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("profile: --%s: %s; see `flashgpt profile --help`", name, e.what());
+    THROW_ERROR("profile: --%s: %s; see `flashgpt profile --help`", name, e.what());
   }
 }
 
@@ -207,7 +207,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
     explain_bad_value(e.what(), argc, argv);
   } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("profile: %s; see `flashgpt profile --help`", e.what());
+    THROW_ERROR("profile: %s; see `flashgpt profile --help`", e.what());
   }
   if (r.count("help")) {
     std::cout << o.help() << std::endl;

@@ -32,4 +32,4 @@ inline std::string strformat(const char* fmt, ...) {
     if (!(cond)) throw ::flashgpt::Error(::flashgpt::strformat(__VA_ARGS__)); \
   } while (0)
 
-#define FAIL(...) throw ::flashgpt::Error(::flashgpt::strformat(__VA_ARGS__))
+#define THROW_ERROR(...) throw ::flashgpt::Error(::flashgpt::strformat(__VA_ARGS__))

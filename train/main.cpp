@@ -42,8 +42,8 @@ static void usage() {
 // Output that could not be written (a full disk, a closed pipe) is an error, not a success.
 static int finish_stdout(int rc) {
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
-    FAIL("writing to standard output failed (%s); is the disk full or the pipe closed?",
-         std::strerror(errno));
+    THROW_ERROR("writing to standard output failed (%s); is the disk full or the pipe closed?",
+                std::strerror(errno));
   return rc;
 }
 
@@ -86,9 +86,9 @@ int main(int argc, char** argv) {
     if (cmd == "bench-attention") return bench_attention_main(argc - 1, argv + 1);
     if (cmd == "bench-kernels") return bench_kernels_main(argc - 1, argv + 1);
     if (cmd == "profile") return profile_main(argc - 1, argv + 1);
-    FAIL("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention, "
-         "bench-kernels or profile",
-         cmd.c_str());
+    THROW_ERROR("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention, "
+                "bench-kernels or profile",
+                cmd.c_str());
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "flashgpt: error: %s\n", describe_failure(cmd, e).c_str());

@@ -32,13 +32,13 @@ cxxopts::ParseResult parse_or_explain(cxxopts::Options& o, const char* cmd, int 
       if (inline_value || next_value) {
         std::string flag = inline_value ? a.substr(0, eq) : a;
         std::string value = inline_value ? a.substr(eq + 1) : argv[i + 1];
-        FAIL("%s: '%s' is not a valid value for %s; see `flashgpt %s --help`", cmd, value.c_str(),
-             flag.c_str(), cmd);
+        THROW_ERROR("%s: '%s' is not a valid value for %s; see `flashgpt %s --help`", cmd, value.c_str(),
+                    flag.c_str(), cmd);
       }
     }
-    FAIL("%s: %s; see `flashgpt %s --help`", cmd, what.c_str(), cmd);
+    THROW_ERROR("%s: %s; see `flashgpt %s --help`", cmd, what.c_str(), cmd);
   } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("%s: %s; see `flashgpt %s --help`", cmd, e.what(), cmd);
+    THROW_ERROR("%s: %s; see `flashgpt %s --help`", cmd, e.what(), cmd);
   }
 }
 
@@ -47,7 +47,7 @@ T get(const cxxopts::ParseResult& r, const char* name) {
   try {
     return r[name].as<T>();
   } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("--%s: %s", name, e.what());
+    THROW_ERROR("--%s: %s", name, e.what());
   }
 }
 

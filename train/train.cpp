@@ -161,7 +161,7 @@ TrainResult run_train(const TrainOptions& opt) {
     std::string msg = e.what();
     write_failure_marker(opt.dist, msg);
     if (comm) comm->abort();
-    FAIL("rank %d: %s", opt.dist.rank, msg.c_str());
+    THROW_ERROR("rank %d: %s", opt.dist.rank, msg.c_str());
   }
 }
 
