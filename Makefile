@@ -18,13 +18,12 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 MARCH ?= $(shell grep -q avx2 /proc/cpuinfo 2>/dev/null && echo x86-64-v3 || echo x86-64-v2)
 CXXFLAGS ?= -O3 -march=$(MARCH) -g
-# GTEST_DONT_DEFINE_FAIL: our FAIL(...) (kernels/common.h) throws; gtest's is GTEST_FAIL().
-CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP -DGTEST_DONT_DEFINE_FAIL=1
+CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP
 LDFLAGS_CPU = -fopenmp -lpthread
 GTEST_LIBS = -lgtest -lpthread
 
 NVCCFLAGS ?= -O3 -g -lineinfo
-NVCCFLAGS += -std=c++17 -I. -MMD -MP -DGTEST_DONT_DEFINE_FAIL=1 --expt-relaxed-constexpr -Xcompiler -fopenmp \
+NVCCFLAGS += -std=c++17 -I. -MMD -MP --expt-relaxed-constexpr -Xcompiler -fopenmp \
   -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -DENABLE_$(PRECISION)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lgomp -lpthread
 

@@ -15,12 +15,12 @@
 //
 //   flashgpt bench-attention --backends naive,flash --hs 64,128 --seq-lens 512,1024,4096 \
 //       --tokens 16384 --csv bench.csv
+// Options: BenchAttentionOptions, parsed by train/options.cpp.
 #include "bench/bench_attention.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdint>
-#include <cxxopts.hpp>
 #include <string>
 #include <vector>
 
@@ -34,80 +34,25 @@ double gib(size_t bytes) { return double(bytes) / double(1ull << 30); }
 
 }  // namespace
 
-int bench_attention_main(int argc, char** argv) {
-  cxxopts::Options o("bench-attention",
-                     "flashgpt bench-attention: time the GPU attention backends (forward, "
-                     "backward, forward+backward; TFLOP/s and extra memory)");
-  // clang-format off
-  o.add_options()
-    ("backends", "comma-separated backends (registry names)", cxxopts::value<std::vector<std::string>>()->default_value("naive,flash"))
-    ("hs", "head sizes", cxxopts::value<std::vector<int>>()->default_value("64,128"))
-    ("seq-lens", "sequence lengths T", cxxopts::value<std::vector<int>>()->default_value("512,1024,2048,4096,8192,16384,32768,65536,131072"))
-    ("tokens", "tokens per batch: B = max(1, tokens / T)", cxxopts::value<int>()->default_value("16384"))
-    ("causal", "1 causal, 0 not (our backends are causal only)", cxxopts::value<std::vector<int>>()->default_value("1"))
-    ("heads", "query heads NH (0: 12 for HS 64, 16 for HS 128, else C/HS with C = 768)", cxxopts::value<int>()->default_value("0"))
-    ("kv-heads", "key/value heads NKV (0: = NH)", cxxopts::value<int>()->default_value("0"))
-    ("warmup", "untimed runs before each measurement", cxxopts::value<int>()->default_value("5"))
-    ("iters", "timed runs per measurement (median reported)", cxxopts::value<int>()->default_value("20"))
-    ("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", cxxopts::value<float>()->default_value("3000"))
-    ("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)")
-    ("csv", "also write the results to this CSV file", cxxopts::value<std::string>()->default_value(""))
-    ("h,help", "this help");
-  // clang-format on
-  cxxopts::ParseResult r;
-  try {
-    r = o.parse(argc, argv);
-  } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
-  }
-  if (r.count("help")) {
-    std::printf("%s\n", o.help().c_str());
-    return 0;
-  }
-  std::vector<std::string> backends;
-  std::vector<int> hss, seq_lens, causals;
-  int tokens, heads_opt, kv_opt, warmup, iters;
-  float budget_ms;
-  std::string csv_path;
-  const bool deterministic = r.count("deterministic") > 0;
-  try {
-    backends = r["backends"].as<std::vector<std::string>>();
-    hss = r["hs"].as<std::vector<int>>();
-    seq_lens = r["seq-lens"].as<std::vector<int>>();
-    causals = r["causal"].as<std::vector<int>>();
-    tokens = r["tokens"].as<int>();
-    heads_opt = r["heads"].as<int>();
-    kv_opt = r["kv-heads"].as<int>();
-    warmup = r["warmup"].as<int>();
-    iters = r["iters"].as<int>();
-    budget_ms = r["budget-ms"].as<float>();
-    csv_path = r["csv"].as<std::string>();
-  } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("bench-attention: %s; see `flashgpt bench-attention --help`", e.what());
-  }
-  CHECK(tokens >= 1, "--tokens %d must be >= 1", tokens);
-  CHECK(warmup >= 0 && iters >= 1, "--warmup must be >= 0 and --iters >= 1");
-  for (int hs : hss) CHECK(hs >= 1, "--hs %d must be >= 1", hs);
-  for (int T : seq_lens) CHECK(T >= 1, "--seq-lens: %d must be >= 1", T);
-  for (int c : causals) CHECK(c == 0 || c == 1, "--causal takes 1 and/or 0, not %d", c);
+void run_bench_attention(const BenchAttentionOptions& opt) {
   std::vector<std::unique_ptr<AttentionBackend>> bes;
-  for (const std::string& n : backends) bes.push_back(make_attention(n));  // unknown: error
+  for (const std::string& n : opt.backends) bes.push_back(make_attention(n));
 
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   std::printf("bench-attention on %s (%d SMs), %s, tokens %d, warmup %d, iters %d (median)%s\n",
-              prop.name, prop.multiProcessorCount, PRECISION_NAME, tokens, warmup, iters,
-              deterministic ? ", --deterministic backward" : "");
+              prop.name, prop.multiProcessorCount, PRECISION_NAME, opt.tokens, opt.warmup, opt.iters,
+              opt.deterministic ? ", --deterministic backward" : "");
   std::printf("TFLOP/s: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x forward\n\n");
   std::printf("%-8s %4s %4s %4s %4s %7s %3s | %9s %7s | %9s %7s | %9s %7s | %9s  %s\n",
               "backend", "HS", "NH", "NKV", "B", "T", "cau", "fwd ms", "TF/s", "bwd ms", "TF/s",
               "f+b ms", "TF/s", "extra MiB", "status");
   FILE* csv = nullptr;
-  if (!csv_path.empty()) {
-    csv = std::fopen(csv_path.c_str(), "w");
-    CHECK(csv, "--csv %s: cannot open for writing", csv_path.c_str());
+  if (!opt.csv_path.empty()) {
+    csv = std::fopen(opt.csv_path.c_str(), "w");
+    CHECK(csv, "--csv %s: cannot open for writing", opt.csv_path.c_str());
     std::fprintf(csv, "# gpu: %s\n", prop.name);
     std::fprintf(csv,
                  "backend,hs,heads,kv_heads,batch,seq_len,causal,fwd_ms,bwd_ms,fwdbwd_ms,"
@@ -117,12 +62,12 @@ int bench_attention_main(int argc, char** argv) {
 
   for (size_t bi = 0; bi < bes.size(); bi++) {
     const AttentionBackend& be = *bes[bi];
-    for (int HS : hss)
-      for (int T : seq_lens)
-        for (int causal : causals) {
-          const int NH = heads_opt > 0 ? heads_opt : HS == 64 ? 12 : HS == 128 ? 16 : std::max(1, 768 / HS);
-          const int NKV = kv_opt > 0 ? kv_opt : NH;
-          const int B = std::max(1, tokens / T);
+    for (int HS : opt.head_sizes)
+      for (int T : opt.seq_lens)
+        for (int causal : opt.causal) {
+          const int NH = opt.heads > 0 ? opt.heads : HS == 64 ? 12 : HS == 128 ? 16 : std::max(1, 768 / HS);
+          const int NKV = opt.kv_heads > 0 ? opt.kv_heads : NH;
+          const int B = std::max(1, opt.tokens / T);
           const AttnShape s{B, T, NH, NKV, HS};
           std::string status = "ok";
           size_t extra = 0;
@@ -153,13 +98,13 @@ int bench_attention_main(int argc, char** argv) {
               fill_uniform(qkv, n_qkv, 1234u + T, -1.5f, 1.5f);
               fill_uniform(dout, n_out, 5678u + T, -1.5f, 1.5f);
               const AttnForwardArgs fa{out, saved, scratch, qkv, s};
-              const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s, deterministic};
+              const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s, opt.deterministic};
               try {
-                f_ms = median_ms([&] { be.forward(fa, st); }, warmup, iters, budget_ms);
+                f_ms = median_ms([&] { be.forward(fa, st); }, opt.warmup, opt.iters, opt.budget_ms);
                 be.forward(fa, st);
-                b_ms = median_ms([&] { be.backward(ba, st); }, warmup, iters, budget_ms);
-                fb_ms = median_ms([&] { be.forward(fa, st); be.backward(ba, st); }, warmup, iters,
-                                  budget_ms);
+                b_ms = median_ms([&] { be.backward(ba, st); }, opt.warmup, opt.iters, opt.budget_ms);
+                fb_ms = median_ms([&] { be.forward(fa, st); be.backward(ba, st); }, opt.warmup,
+                                  opt.iters, opt.budget_ms);
                 CUDA_CHECK(cudaDeviceSynchronize());
               } catch (const flashgpt::Error& e) {
                 status = std::string("error: ") + e.what();
@@ -187,5 +132,4 @@ int bench_attention_main(int argc, char** argv) {
         }
   }
   if (csv) std::fclose(csv);
-  return 0;
 }

@@ -3,7 +3,8 @@
 // and sequence lengths, printing TFLOP/s and the extra device memory. CUDA builds only.
 // scripts/bench_attention.py runs it next to PyTorch's SDPA backends on the same GPU.
 #pragma once
+#include "train/options.h"  // BenchAttentionOptions, parse_bench_attention_options
 
-// argv[0] is the subcommand's name; the options follow (see --help). Returns the exit code;
-// errors throw flashgpt::Error.
-int bench_attention_main(int argc, char** argv);
+// Runs the sweep that opt describes (parsed and validated). Errors throw flashgpt::Error; the
+// CPU-only build's stub (bench/cuda_unavailable.cpp) says it needs the CUDA build.
+void run_bench_attention(const BenchAttentionOptions& opt);

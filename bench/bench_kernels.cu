@@ -14,11 +14,11 @@
 //   flashgpt bench-kernels                          all sections
 //   flashgpt bench-kernels --only decode,rope
 //   flashgpt bench-kernels --only step --attn flash --batch 16
+// Options: BenchKernelsOptions, parsed by train/options.cpp.
 #include "bench/bench_kernels.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cxxopts.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -298,49 +298,17 @@ void bench_step(const std::string& attn, int B) {
 
 }  // namespace
 
-int bench_kernels_main(int argc, char** argv) {
-  cxxopts::Options o("bench-kernels",
-                     "flashgpt bench-kernels: time the model's kernels (besides attention), decode "
-                     "attention and a d12 training step on the GPU");
-  // clang-format off
-  o.add_options()
-    ("only", "sections, comma-separated: kernels, rope, decode, step", cxxopts::value<std::vector<std::string>>()->default_value("kernels,rope,decode,step"))
-    ("attn", "attention backend of the step section", cxxopts::value<std::string>()->default_value("naive"))
-    ("batch", "sequences of 1024 tokens in the step section", cxxopts::value<int>()->default_value("32"))
-    ("h,help", "this help");
-  // clang-format on
-  cxxopts::ParseResult r;
-  std::vector<std::string> only;
-  std::string attn;
-  int batch = 0;
-  try {
-    r = o.parse(argc, argv);
-    if (r.count("help")) {
-      std::printf("%s\n", o.help().c_str());
-      return 0;
-    }
-    only = r["only"].as<std::vector<std::string>>();
-    attn = r["attn"].as<std::string>();
-    batch = r["batch"].as<int>();
-  } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("bench-kernels: %s; see `flashgpt bench-kernels --help`", e.what());
-  }
-  CHECK(r.unmatched().empty(), "bench-kernels: unexpected argument '%s'; see --help",
-        r.unmatched().front().c_str());
-  for (const std::string& s : only)
-    CHECK(s == "kernels" || s == "rope" || s == "decode" || s == "step",
-          "bench-kernels: --only '%s' is unknown; use kernels, rope, decode or step", s.c_str());
-  CHECK(batch >= 1, "bench-kernels: --batch %d must be >= 1", batch);
-  attention_spec(attn);  // an unknown --attn throws, listing the backends
+void run_bench_kernels(const BenchKernelsOptions& opt) {
   CHECK(cuda_device_available(), "bench-kernels: no CUDA GPU found");
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("bench-kernels on %s (%d SMs), %s\n", prop.name, prop.multiProcessorCount,
               PRECISION_NAME);
-  auto want = [&](const char* s) { return std::find(only.begin(), only.end(), s) != only.end(); };
+  auto want = [&](const char* s) {
+    return std::find(opt.only.begin(), opt.only.end(), s) != opt.only.end();
+  };
   if (want("kernels")) bench_d12_kernels();
   if (want("rope")) bench_rope();
   if (want("decode")) bench_decode();
-  if (want("step")) bench_step(attn, batch);
-  return 0;
+  if (want("step")) bench_step(opt.attn, opt.batch);
 }

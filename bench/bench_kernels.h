@@ -2,7 +2,8 @@
 // backends (those are `flashgpt bench-attention`'s), decode attention over a KV cache, and a
 // whole d12 training step, on the GPU. CUDA builds only (the CPU build says so).
 #pragma once
+#include "train/options.h"  // BenchKernelsOptions, parse_bench_kernels_options
 
-// argv[0] is the subcommand's name; the options follow (see --help). Returns the exit code;
-// errors throw flashgpt::Error.
-int bench_kernels_main(int argc, char** argv);
+// Runs the sections that opt names (parsed and validated). Errors throw flashgpt::Error; the
+// CPU-only build's stub (bench/cuda_unavailable.cpp) says it needs the CUDA build.
+void run_bench_kernels(const BenchKernelsOptions& opt);

@@ -10,9 +10,9 @@
 bool measure_device_ceilings(DeviceCeilings&) { return false; }
 std::string cuda_clear_error() { return ""; }
 
-int bench_attention_main(int, char**) {
-  FAIL("bench-attention needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
+void run_bench_attention(const BenchAttentionOptions&) {
+  THROW_ERROR("bench-attention needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
 }
-int bench_kernels_main(int, char**) {
-  FAIL("bench-kernels needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
+void run_bench_kernels(const BenchKernelsOptions&) {
+  THROW_ERROR("bench-kernels needs the CUDA build; install the CUDA toolkit and rebuild with `make`");
 }

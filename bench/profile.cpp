@@ -1,15 +1,11 @@
-// profile.cpp — `flashgpt profile`: its options, the predicted half of each point (memory plan,
-// attention cost, roofline) and the measured half (training steps on the GPU); profile.h says
-// what each is. The files and tables it writes: profile_report.cpp.
+// profile.cpp — `flashgpt profile`: the predicted half of each point (memory plan, attention
+// cost, roofline) and the measured half (training steps on the GPU); profile.h says what each
+// is. Its options: train/options.cpp. The files and tables it writes: profile_report.cpp.
 #include "bench/profile.h"
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cmath>
-#include <cstdlib>
-#include <cxxopts.hpp>
-#include <iostream>
 #include <memory>
 
 #include "bench/profile_report.h"
@@ -28,56 +24,14 @@ constexpr double kGiB = double(1ull << 30);
 double gib(double bytes) { return bytes / kGiB; }
 
 // ---------------------------------------------------------------------------------------------
-// Options
-
-// cxxopts names a bad value but not its flag: find the flag that carried it.
-[[noreturn]] void explain_bad_value(const std::string& what, int argc, char** argv) {
-  std::string value;
-  const size_t a = what.find("\xe2\x80\x98"), b = what.find("\xe2\x80\x99");  // ‘ ’
-  if (a != std::string::npos && b != std::string::npos && b > a) value = what.substr(a + 3, b - a - 3);
-  for (int i = 1; i < argc && !value.empty(); i++) {
-    const std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) continue;
-    const size_t eq = arg.find('=');
-    const std::string flag = eq == std::string::npos ? arg : arg.substr(0, eq);
-    const std::string given = eq != std::string::npos ? arg.substr(eq + 1)
-                              : i + 1 < argc        ? std::string(argv[i + 1])
-                                                    : std::string();
-    if (given == value || ("," + given + ",").find("," + value + ",") != std::string::npos)
-      FAIL("profile: '%s' is not a valid value for %s; see `flashgpt profile --help`",
-           value.c_str(), flag.c_str());
-  }
-  FAIL("profile: %s; see `flashgpt profile --help`", what.c_str());
-}
-
-template <typename T>
-T get(const cxxopts::ParseResult& r, const char* name) {
-  try {
-    return r[name].as<T>();
-  } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("profile: --%s: %s; see `flashgpt profile --help`", name, e.what());
-  }
-}
-
-int batch_for(const ProfileOptions& opt, int T) {
-  return opt.batch > 0 ? opt.batch : std::max(1, opt.tokens / T);
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); i++) s += (i ? sep : "") + v[i];
-  return s;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Points
 
 ModelOptions model_options(const ProfileOptions& opt, const std::string& backend, int T) {
   ModelOptions mo;
   mo.config = gpt_preset(opt.model, opt.vocab, T);
-  mo.config.rope = opt.pos == "rope" ? 1 : 0;
+  mo.config.rope = opt.pos == PosEncoding::rope ? 1 : 0;
   validate_config(mo.config);
-  mo.B = batch_for(opt, T);
+  mo.B = profile_batch(opt, T);
   mo.T = T;
   mo.attn = backend;
   mo.seed = opt.seed;
@@ -175,102 +129,12 @@ void fill_speedups(const ProfileOptions& opt, const DeviceCeilings* ceil, Profil
 
 // ---------------------------------------------------------------------------------------------
 
-bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
-  cxxopts::Options o("profile",
-                     "flashgpt profile: sweep the context length for a model and attention "
-                     "backends; measured peak memory, step time and attention time beside the "
-                     "memory plan and a roofline");
-  const ProfileOptions d;
-  std::string seq_default;
-  for (int T : d.seq_lens) seq_default += (seq_default.empty() ? "" : ",") + std::to_string(T);
-  // clang-format off
-  o.add_options()
-    ("model", "model preset: tiny|d6|d12|d24|d36|d48", cxxopts::value<std::string>()->default_value(d.model))
-    ("attn", "attention backends, comma-separated: " + attention_names_list(), cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn, ",")))
-    ("seq-lens", "sequence lengths T, comma-separated", cxxopts::value<std::vector<int>>()->default_value(seq_default))
-    ("tokens", "tokens per step: B = max(1, tokens / T)", cxxopts::value<int>()->default_value(std::to_string(d.tokens)))
-    ("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", cxxopts::value<int>()->default_value("0"))
-    ("warmup", "untimed training steps per point", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
-    ("steps", "timed training steps per point (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
-    ("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
-    ("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", cxxopts::value<std::string>()->default_value(d.pos))
-    ("vocab", "vocabulary size", cxxopts::value<int>()->default_value(std::to_string(d.vocab)))
-    ("out", "output directory (profile.csv, profile.json, PNG plots)", cxxopts::value<std::string>()->default_value(d.out_dir))
-    ("plan-only", "print the predicted table only; no GPU needed")
-    ("plot", "make the PNG plots with scripts/plot_profile.py (--plot=false: no plots)", cxxopts::value<bool>()->default_value("true"))
-    ("gpu-memory", "GiB of device memory for --plan-only (0: the GPU's, else 80)", cxxopts::value<double>()->default_value("0"))
-    ("max-step-seconds", "skip a backend's larger T once its predicted step time exceeds this", cxxopts::value<double>()->default_value("60"))
-    ("seed", "random seed (parameters and tokens)", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))
-    ("h,help", "this help");
-  // clang-format on
-  cxxopts::ParseResult r;
-  try {
-    r = o.parse(argc, argv);
-  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
-    explain_bad_value(e.what(), argc, argv);
-  } catch (const cxxopts::exceptions::exception& e) {
-    FAIL("profile: %s; see `flashgpt profile --help`", e.what());
-  }
-  if (r.count("help")) {
-    std::cout << o.help() << std::endl;
-    return false;
-  }
-  CHECK(r.unmatched().empty(), "profile: unexpected argument '%s'; see `flashgpt profile --help`",
-        r.unmatched().front().c_str());
-  opt.model = get<std::string>(r, "model");
-  opt.attn = get<std::vector<std::string>>(r, "attn");
-  opt.seq_lens = get<std::vector<int>>(r, "seq-lens");
-  opt.tokens = get<int>(r, "tokens");
-  opt.batch = get<int>(r, "batch");
-  opt.warmup = get<int>(r, "warmup");
-  opt.steps = get<int>(r, "steps");
-  opt.recompute = parse_recompute(get<std::string>(r, "recompute"));
-  opt.pos = get<std::string>(r, "pos");
-  opt.vocab = get<int>(r, "vocab");
-  opt.out_dir = get<std::string>(r, "out");
-  opt.plan_only = r.count("plan-only") > 0;
-  opt.plot = get<bool>(r, "plot");
-  opt.gpu_memory_gib = get<double>(r, "gpu-memory");
-  opt.max_step_seconds = get<double>(r, "max-step-seconds");
-  opt.seed = get<uint64_t>(r, "seed");
-  opt.command_line = "flashgpt";
-  for (int i = 0; i < argc; i++) opt.command_line += std::string(" ") + argv[i];
-
-  CHECK(!opt.attn.empty(), "profile: --attn is empty; give one or more of %s",
-        attention_names_list().c_str());
-  for (const std::string& a : opt.attn) attention_spec(a);  // unknown: throws naming --attn
-  CHECK(!opt.seq_lens.empty(), "profile: --seq-lens is empty; give one or more lengths");
-  for (int T : opt.seq_lens)
-    CHECK(T >= 1, "profile: --seq-lens: %d is not a valid sequence length (must be >= 1)", T);
-  CHECK(opt.tokens >= 1, "profile: --tokens %d must be >= 1", opt.tokens);
-  CHECK(opt.batch >= 0, "profile: --batch %d must be >= 1 (or 0: from --tokens)", opt.batch);
-  for (int T : opt.seq_lens)
-    CHECK((long long)batch_for(opt, T) * T <= INT_MAX,
-          "profile: --batch %d x --seq-lens %d = %lld tokens is more than one step can hold "
-          "(2^31 - 1); lower --batch", batch_for(opt, T), T, (long long)batch_for(opt, T) * T);
-  CHECK(opt.warmup >= 0, "profile: --warmup %d must be >= 0", opt.warmup);
-  CHECK(opt.steps >= 1, "profile: --steps %d must be >= 1", opt.steps);
-  CHECK(opt.pos == "rope" || opt.pos == "learned",
-        "profile: --pos '%s' is unknown; use rope or learned", opt.pos.c_str());
-  CHECK(opt.vocab >= 2, "profile: --vocab %d must be >= 2", opt.vocab);
-  CHECK(!opt.out_dir.empty(), "profile: --out is empty; give a directory");
-  CHECK(opt.gpu_memory_gib >= 0 && std::isfinite(opt.gpu_memory_gib),
-        "profile: --gpu-memory %g must be a number of GiB >= 0 (0: the GPU's)", opt.gpu_memory_gib);
-  CHECK(opt.gpu_memory_gib <= kMaxGpuMemoryGiB,
-        "profile: --gpu-memory %g GiB is more than any GPU holds; give the device's memory in GiB "
-        "(at most %.0f)", opt.gpu_memory_gib, kMaxGpuMemoryGiB);
-  CHECK(opt.max_step_seconds > 0, "profile: --max-step-seconds %g must be > 0",
-        opt.max_step_seconds);
-  gpt_preset(opt.model, opt.vocab, 1);  // throws naming --model
-  return true;
-}
-
 ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string& backend, int T,
                                    const DeviceCeilings* ceil) {
   ProfilePoint p;
   p.backend = backend;
   p.T = T;
-  p.B = batch_for(opt, T);
+  p.B = profile_batch(opt, T);
   const ModelOptions mo = model_options(opt, backend, T);
   // --plan-only touches no GPU: the host estimate of the kernels' scratch (memory_plan.h).
   const MemoryPlanInputs in = opt.plan_only ? memory_plan_inputs_host(mo) : memory_plan_inputs(mo);
@@ -329,7 +193,7 @@ ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
           p = predict_profile_point(opt, be, T, nullptr);
         } catch (const flashgpt::Error& e) {  // e.g. a plan past 2^64 bytes: that point only
           p = ProfilePoint{};
-          p.backend = be, p.T = T, p.B = batch_for(opt, T);
+          p.backend = be, p.T = T, p.B = profile_batch(opt, T);
           p.status = std::string("error: ") + e.what();
           r.points.push_back(p);
           continue;
@@ -399,7 +263,7 @@ ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
       try {
         p = predict_profile_point(opt, be, T, ceil);
       } catch (const std::exception& e) {
-        p.backend = be, p.T = T, p.B = batch_for(opt, T);
+        p.backend = be, p.T = T, p.B = profile_batch(opt, T);
         p.status = std::string("error: ") + e.what();
         r.points.push_back(p);
         print_sweep_row(r.points.back(), out);
@@ -465,11 +329,4 @@ ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
   print_sweep_summary(opt, r, out);
   if (opt.plot) run_plot_script(r.csv_path, opt.out_dir, out);
   return r;
-}
-
-int profile_main(int argc, char** argv) {
-  ProfileOptions opt;
-  if (!parse_profile_options(argc, argv, opt)) return 0;
-  run_profile(opt, stdout);
-  return 0;
 }

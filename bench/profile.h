@@ -1,14 +1,14 @@
 // profile — `flashgpt profile`: sweeps the context length T for one model (default d12) and a
-// list of attention backends (default flash and naive), runs real training steps at every
-// (backend, T) and sets what it measured beside what the host-side models predict.
+// list of attention backends (default flash3, flash and naive), runs real training steps at
+// every (backend, T) and sets what it measured beside what the host-side models predict.
 //
 //   flashgpt profile                                  the sweep on the GPU (minutes)
 //   flashgpt profile --plan-only                      the predicted table only; no GPU needed
 //   flashgpt profile --attn flash,naive,flash1 --seq-lens 1024,4096,16384 --tokens 16384
 //
-// Options (flashgpt profile --help):
+// Options (flashgpt profile --help; ProfileOptions and its parser are in train/options.h):
 //   --model d12            preset (model/config.h); --vocab 50257
-//   --attn flash,naive     backends, comma-separated (naive, flash, flash1)
+//   --attn flash3,flash,naive  backends, comma-separated (registry names, backends.h)
 //   --seq-lens 1024,...,131072   T values (default: powers of two 1K..128K)
 //   --tokens 16384         tokens per step: B = max(1, tokens / T);  --batch B overrides it
 //   --warmup 1 --steps 3   untimed steps, then timed steps (median wall time reported)
@@ -68,29 +68,7 @@
 #include "kernels/attention/backends.h"
 #include "model/model.h"
 #include "bench/ceilings.h"
-
-struct ProfileOptions {
-  std::string model = "d12";
-  std::vector<std::string> attn = {"flash3", "flash", "naive"};
-  std::vector<int> seq_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
-  int tokens = 16384;  // per step; B = max(1, tokens / T)
-  int batch = 0;       // > 0: overrides --tokens
-  int warmup = 1, steps = 3;
-  Recompute recompute = Recompute::kNone;
-  std::string pos = "rope";  // rope | learned
-  int vocab = 50257;
-  std::string out_dir = "runs/profile";
-  bool plan_only = false;
-  bool plot = true;           // run scripts/plot_profile.py at the end
-  double gpu_memory_gib = 0;  // --plan-only capacity; 0: the GPU's, else 80
-  double max_step_seconds = 60;
-  uint64_t seed = 1337;
-  std::string command_line;  // for the CSV/JSON metadata
-};
-
-// Parses and validates `flashgpt profile` options (argv[0] is "profile"); false after --help.
-// A bad value throws flashgpt::Error naming its flag.
-bool parse_profile_options(int argc, char** argv, ProfileOptions& opt);
+#include "train/options.h"  // ProfileOptions, parse_profile_options
 
 struct ProfilePoint {
   std::string backend;
@@ -132,8 +110,6 @@ struct ProfileReport {
 
 // Margin the fit check keeps beside the plan (cuBLAS handles, allocator slack).
 constexpr size_t kProfileMarginBytes = size_t(256) << 20;
-// The largest --gpu-memory (1 PiB): far beyond any device, and within what a byte count holds.
-constexpr double kMaxGpuMemoryGiB = double(1 << 20);
 
 // The predicted half of a point (no GPU). ceilings may be null (no roofline times).
 ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string& backend, int T,
@@ -143,6 +119,3 @@ ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string&
 // into opt.out_dir (and the plots when opt.plot). Throws only for bad options, an unwritable
 // --out, or no GPU without --plan-only; every per-point failure is that point's status.
 ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out = stdout);
-
-// `flashgpt profile ...` (argv[0] = "profile"); returns the exit code.
-int profile_main(int argc, char** argv);

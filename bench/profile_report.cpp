@@ -216,7 +216,7 @@ void write_profile_outputs(const ProfileOptions& opt, const ProfileReport& r, co
         json_string(join(opt.attn, ",")) + ", \"tokens\": " + std::to_string(opt.tokens) +
         ", \"batch\": " + std::to_string(opt.batch) + ", \"warmup\": " + std::to_string(opt.warmup) +
         ", \"steps\": " + std::to_string(opt.steps) + ", \"recompute\": " + json_string(recompute_name(opt.recompute)) +
-        ", \"pos\": " + json_string(opt.pos) + ", \"vocab\": " + std::to_string(opt.vocab) +
+        ", \"pos\": " + json_string(pos_name(opt.pos)) + ", \"vocab\": " + std::to_string(opt.vocab) +
         ", \"max_step_seconds\": " + strformat("%g", opt.max_step_seconds) +
         ", \"seed\": " + std::to_string(opt.seed) + "},\n";
   js += "  \"points\": [";
@@ -293,7 +293,7 @@ void run_plot_script(const std::string& csv, const std::string& out_dir, std::FI
 
 std::string model_description(const ProfileOptions& opt) {
   GPTConfig c = gpt_preset(opt.model, opt.vocab, opt.seq_lens.front());
-  c.rope = opt.pos == "rope";
+  c.rope = opt.pos == PosEncoding::rope;
   return strformat("%s (L=%d C=%d NH=%d HS=%d, %.1fM parameters at T=%d, %s positions, "
                    "recompute %s)",
                    opt.model.c_str(), c.num_layers, c.channels, c.num_heads, c.head_size(),

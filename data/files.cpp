@@ -24,13 +24,13 @@ void write_file_atomically(const std::string& path, const std::function<bool(FIL
   }
   if (!ok) {
     remove(tmp.c_str());
-    FAIL("writing '%s' failed: %s%s; the file under that name (if any) is untouched", path.c_str(),
-         err ? strerror(err) : "short write", err == ENOSPC || err == 0 ? " (disk full?)" : "");
+    THROW_ERROR("writing '%s' failed: %s%s; the file under that name (if any) is untouched", path.c_str(),
+                err ? strerror(err) : "short write", err == ENOSPC || err == 0 ? " (disk full?)" : "");
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     err = errno;
     remove(tmp.c_str());
-    FAIL("cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(), strerror(err));
+    THROW_ERROR("cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(), strerror(err));
   }
 }
 

@@ -90,10 +90,10 @@ std::vector<uint16_t> read_shard(const std::string& path, int vocab_size) {
   if (vocab_size > 0) {
     for (size_t i = 0; i < n; i++) {
       if (tokens[i] >= vocab_size)
-        FAIL("shard %s: token id %d at position %zu is >= the vocab size %d; the shard was made "
-             "with a larger vocabulary: use the tokenizer.bin it was prepared with (--vocab-size "
-             "of at least %d)",
-             path.c_str(), (int)tokens[i], i, vocab_size, (int)tokens[i] + 1);
+        THROW_ERROR("shard %s: token id %d at position %zu is >= the vocab size %d; the shard was made "
+                    "with a larger vocabulary: use the tokenizer.bin it was prepared with (--vocab-size "
+                    "of at least %d)",
+                    path.c_str(), (int)tokens[i], i, vocab_size, (int)tokens[i] + 1);
     }
   }
   return tokens;

@@ -379,5 +379,5 @@ Tokenizer Tokenizer::load(const std::string& path) {
           p, data.size() - pos, V);
     return tok;  // no merges: decode only
   }
-  FAIL("%s is not a tokenizer file (magic %d)", p, h[0]);  // unreachable: checked above
+  THROW_ERROR("%s is not a tokenizer file (magic %d)", p, h[0]);  // unreachable: checked above
 }

@@ -17,19 +17,19 @@ typedef __nv_bfloat16 floatX;
 #define PRECISION_NAME "bf16"
 #endif
 
-#define CUDA_CHECK(call)                                                                 \
-  do {                                                                                   \
-    cudaError_t err_ = (call);                                                           \
-    if (err_ != cudaSuccess)                                                             \
-      FAIL("CUDA error %s at %s:%d: %s", cudaGetErrorName(err_), __FILE__, __LINE__,     \
-           cudaGetErrorString(err_));                                                    \
+#define CUDA_CHECK(call)                                                                    \
+  do {                                                                                      \
+    cudaError_t err_ = (call);                                                              \
+    if (err_ != cudaSuccess)                                                                \
+      THROW_ERROR("CUDA error %s at %s:%d: %s", cudaGetErrorName(err_), __FILE__, __LINE__, \
+                  cudaGetErrorString(err_));                                                \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                               \
-  do {                                                                                   \
-    cublasStatus_t st_ = (call);                                                         \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                    \
-      FAIL("cuBLAS error %d at %s:%d", (int)st_, __FILE__, __LINE__);                    \
+#define CUBLAS_CHECK(call)                                                   \
+  do {                                                                       \
+    cublasStatus_t st_ = (call);                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                        \
+      THROW_ERROR("cuBLAS error %d at %s:%d", (int)st_, __FILE__, __LINE__); \
   } while (0)
 
 // After every kernel launch.

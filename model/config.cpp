@@ -21,7 +21,7 @@ GPTConfig gpt_preset(const std::string& name, int vocab_size, int max_seq_len) {
       return c;
     }
   }
-  FAIL("--model '%s' is unknown; use one of tiny, d6, d12, d24, d36, d48", name.c_str());
+  THROW_ERROR("--model '%s' is unknown; use one of tiny, d6, d12, d24, d36, d48", name.c_str());
 }
 
 void validate_config(const GPTConfig& c) {

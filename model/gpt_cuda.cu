@@ -54,7 +54,7 @@ void GptCuda::init(const ModelOptions& opt) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();
-    FAIL("--device cuda: no CUDA GPU is visible (cudaGetDeviceCount found none); use --device cpu");
+    THROW_ERROR("--device cuda: no CUDA GPU is visible (cudaGetDeviceCount found none); use --device cpu");
   }
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -94,16 +94,16 @@ void GptCuda::init(const ModelOptions& opt) {
                        : recompute_ == Recompute::kLayerButAttn
                            ? ", or --recompute layer"
                            : ", or --recompute layer-but-attn or layer";
-    FAIL("the CUDA model needs %.2f GiB of GPU memory (%.2f GiB of it attention's saved state), "
-         "%.2f GiB free on %s; lower --batch or --seq-len%s%s",
-         (total_bytes_ + headroom) / kGiB, plan_.buffers[kBuf_att_saved].bytes / kGiB,
-         free_b / kGiB, device_name_.c_str(), naive ? ", use --attn flash" : "", less);
+    THROW_ERROR("the CUDA model needs %.2f GiB of GPU memory (%.2f GiB of it attention's saved state), "
+                "%.2f GiB free on %s; lower --batch or --seq-len%s%s",
+                (total_bytes_ + headroom) / kGiB, plan_.buffers[kBuf_att_saved].bytes / kGiB,
+                free_b / kGiB, device_name_.c_str(), naive ? ", use --attn flash" : "", less);
   }
   cudaError_t err = cudaMalloc(&mem_, total_bytes_);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    FAIL("cudaMalloc of %.2f GiB failed (%s) with %.2f GiB reported free; lower --batch or "
-         "--seq-len", total_bytes_ / kGiB, cudaGetErrorString(err), free_b / kGiB);
+    THROW_ERROR("cudaMalloc of %.2f GiB failed (%s) with %.2f GiB reported free; lower --batch or "
+                "--seq-len", total_bytes_ / kGiB, cudaGetErrorString(err), free_b / kGiB);
   }
   b_.carve(mem_, plan_);
   comm_->attach(b_.grads, b_.params, b_.master, stream_);
@@ -172,7 +172,7 @@ void GptCuda::write_past_end(const std::string& name, size_t bytes) {
       CUDA_CHECK(cudaMemsetAsync(mem_ + pb.offset + pb.bytes, 0, bytes, stream_));
       return;
     }
-  FAIL("write_past_end: no buffer '%s' in the plan", name.c_str());
+  THROW_ERROR("write_past_end: no buffer '%s' in the plan", name.c_str());
 }
 
 std::vector<std::string> GptCuda::guard_violations() const {

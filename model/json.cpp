@@ -14,7 +14,7 @@ struct Parser {
   int depth = 0;
 
   [[noreturn]] void fail(const char* problem) const {
-    FAIL("%s: %s at byte %zu", what.c_str(), problem, i);
+    THROW_ERROR("%s: %s at byte %zu", what.c_str(), problem, i);
   }
   void ws() {
     while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;

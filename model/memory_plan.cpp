@@ -83,8 +83,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                 (double)d.workspace};
   const size_t fx = in.es, f32 = 4, f64 = 8, i32 = 4, byte = 1;
   auto too_big = [&]() {
-    FAIL("the memory plan at --seq-len %d, --batch %d passes 2^64 bytes; lower --seq-len or "
-         "--batch", o.T, o.B);
+    THROW_ERROR("the memory plan at --seq-len %d, --batch %d passes 2^64 bytes; lower --seq-len or "
+                "--batch", o.T, o.B);
   };
 #define FLASHGPT_PLAN_ROW(name, cat, type, kept_, count_)               \
   {                                                                     \

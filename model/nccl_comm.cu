@@ -30,7 +30,7 @@ class NcclComm : public DistComm {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
       cudaGetLastError();
-      FAIL("no CUDA GPU is visible; multi-GPU training needs one GPU per process");
+      THROW_ERROR("no CUDA GPU is visible; multi-GPU training needs one GPU per process");
     }
     CHECK(local_rank < ndev, "local rank %d but only %d GPU(s) are visible to this process; "
           "start at most %d processes per node (or set CUDA_VISIBLE_DEVICES / --local-rank)",
@@ -110,14 +110,14 @@ class NcclComm : public DistComm {
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(comm_, &async);
         if (async != ncclSuccess && async != ncclInProgress)
-          FAIL("NCCL reported %s while waiting for a collective (%s); another rank probably "
-               "failed", ncclGetErrorString(async), ncclGetLastError(comm_));
+          THROW_ERROR("NCCL reported %s while waiting for a collective (%s); another rank probably "
+                      "failed", ncclGetErrorString(async), ncclGetLastError(comm_));
       }
       auto now = Clock::now();
       if (peer_failed_ && std::chrono::duration<double>(now - last_marker_check).count() > 0.2) {
         last_marker_check = now;
         std::string why = peer_failed_();
-        if (!why.empty()) FAIL("%s", why.c_str());  // "rank R failed: cause"
+        if (!why.empty()) THROW_ERROR("%s", why.c_str());  // "rank R failed: cause"
       }
       double waited = std::chrono::duration<double>(now - t0).count();
       CHECK(waited < limit, "waited %.0f s for the GPU work of a step that includes collectives "

@@ -6,13 +6,13 @@
 #include "kernels/common.h"
 #include "model/dist_comm.h"
 
-#define NCCL_CHECK(call)                                                                 \
-  do {                                                                                   \
-    ncclResult_t nccl_status_ = (call);                                                  \
-    if (nccl_status_ != ncclSuccess)                                                     \
-      FAIL("NCCL error %s (%s:%d): %s%s%s", ncclGetErrorString(nccl_status_), __FILE__,  \
-           __LINE__, #call, ncclGetLastError(nullptr) ? "; " : "",                       \
-           ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "");                  \
+#define NCCL_CHECK(call)                                                                       \
+  do {                                                                                         \
+    ncclResult_t nccl_status_ = (call);                                                        \
+    if (nccl_status_ != ncclSuccess)                                                           \
+      THROW_ERROR("NCCL error %s (%s:%d): %s%s%s", ncclGetErrorString(nccl_status_), __FILE__, \
+                  __LINE__, #call, ncclGetLastError(nullptr) ? "; " : "",                      \
+                  ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "");                 \
   } while (0)
 
 inline ncclComm_t as_nccl(const DistComm* c) { return static_cast<ncclComm_t>(c->nccl_comm()); }

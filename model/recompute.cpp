@@ -29,7 +29,7 @@ std::string recompute_names_list() {
 Recompute parse_recompute(const std::string& name) {
   for (Recompute r : kAll)
     if (name == recompute_name(r)) return r;
-  FAIL("--recompute '%s' is unknown; use one of %s", name.c_str(), recompute_names_list().c_str());
+  THROW_ERROR("--recompute '%s' is unknown; use one of %s", name.c_str(), recompute_names_list().c_str());
 }
 
 RecomputeDepths recompute_depths(Recompute r, int L) {

@@ -167,8 +167,8 @@ std::vector<float> SafetensorsFile::to_float(const std::string& name) const {
       }
     }
   } else {
-    FAIL("'%s': tensor '%s' is %s; flashgpt reads F32, F16 and BF16", path.c_str(), name.c_str(),
-         e.dtype.c_str());
+    THROW_ERROR("'%s': tensor '%s' is %s; flashgpt reads F32, F16 and BF16", path.c_str(), name.c_str(),
+                e.dtype.c_str());
   }
   return out;
 }

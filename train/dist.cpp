@@ -246,8 +246,8 @@ DistInit parse_dist_init(const std::string& url) {
     in.port = (int)p;
     return in;
   }
-  FAIL("--dist-init '%s' is not understood; use file:///shared/path or tcp://host:port",
-       url.c_str());
+  THROW_ERROR("--dist-init '%s' is not understood; use file:///shared/path or tcp://host:port",
+              url.c_str());
 }
 
 void exchange_dist_id(const DistInit& init, int rank, int world_size, unsigned char* id,

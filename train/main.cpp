@@ -8,7 +8,8 @@
 //   flashgpt bench-kernels [options]               time the model's other kernels (CUDA builds)
 //   flashgpt profile [options]                     memory and speed vs context length, measured
 //                                                  and predicted (--plan-only: no GPU needed)
-// Every error is one line "flashgpt: error: ..." and a non-zero exit.
+// Each subcommand's options are parsed by train/options.cpp; main dispatches. Every error is
+// one line "flashgpt: error: ..." and a non-zero exit.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +30,7 @@ static void usage() {
   std::printf(
       "usage: flashgpt <command> [options]   (flashgpt <command> --help for its options)\n"
       "  prepare          text files -> tokenizer.bin + train/val token shards\n"
-      "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn flash|naive|flash1)\n"
+      "  train            train a GPT-2 model (--device auto|cpu|cuda, --attn auto or a backend)\n"
       "  sample           generate text from a checkpoint\n"
       "  eval             loss, perplexity and bits per byte of a checkpoint on token shards\n"
       "  export           write a checkpoint as a Hugging Face GPT-2 model (--format hf)\n"
@@ -42,9 +43,17 @@ static void usage() {
 // Output that could not be written (a full disk, a closed pipe) is an error, not a success.
 static int finish_stdout(int rc) {
   if (std::fflush(stdout) != 0 || std::ferror(stdout))
-    FAIL("writing to standard output failed (%s); is the disk full or the pipe closed?",
-         std::strerror(errno));
+    THROW_ERROR("writing to standard output failed (%s); is the disk full or the pipe closed?",
+                std::strerror(errno));
   return rc;
+}
+
+// One subcommand: parse its options (false: --help was printed), then run it on them.
+template <typename Options, typename Run>
+int dispatch(bool (*parse)(int, char**, Options&), int argc, char** argv, Run run) {
+  Options opt;
+  if (!parse(argc, argv, opt)) return 0;
+  return finish_stdout(run(opt));
 }
 
 int main(int argc, char** argv) {
@@ -52,43 +61,39 @@ int main(int argc, char** argv) {
     usage();
     return argc < 2 ? 1 : 0;
   }
-  std::string cmd = argv[1];
+  const std::string cmd = argv[1];
+  const int sub_argc = argc - 1;  // the subcommand's argv: its name, then its options
+  char** sub_argv = argv + 1;
   try {
-    if (cmd == "prepare") {
-      PrepareOptions opt;
-      if (!parse_prepare_options(argc - 1, argv + 1, opt)) return 0;
-      prepare_corpus(opt);
-      return finish_stdout(0);
-    }
-    if (cmd == "train") {
-      TrainOptions opt;
-      if (!parse_train_options(argc - 1, argv + 1, opt)) return 0;
-      TrainResult r = run_train(opt);
-      return finish_stdout(r.interrupted ? 128 + r.interrupted : 0);
-    }
-    if (cmd == "sample") {
-      SampleOptions opt;
-      if (!parse_sample_options(argc - 1, argv + 1, opt)) return 0;
-      return finish_stdout(run_sample(opt));
-    }
-    if (cmd == "eval") {
-      EvalOptions opt;
-      if (!parse_eval_options(argc - 1, argv + 1, opt)) return 0;
-      run_eval(opt);
-      return finish_stdout(0);
-    }
-    if (cmd == "export") {
-      ExportOptions opt;
-      if (!parse_export_options(argc - 1, argv + 1, opt)) return 0;
-      run_export(opt);
-      return finish_stdout(0);
-    }
-    if (cmd == "bench-attention") return bench_attention_main(argc - 1, argv + 1);
-    if (cmd == "bench-kernels") return bench_kernels_main(argc - 1, argv + 1);
-    if (cmd == "profile") return profile_main(argc - 1, argv + 1);
-    FAIL("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention, "
-         "bench-kernels or profile",
-         cmd.c_str());
+    if (cmd == "prepare")
+      return dispatch(parse_prepare_options, sub_argc, sub_argv,
+                      [](const PrepareOptions& o) { prepare_corpus(o); return 0; });
+    if (cmd == "train")
+      return dispatch(parse_train_options, sub_argc, sub_argv, [](const TrainOptions& o) {
+        const TrainResult r = run_train(o);
+        return r.interrupted ? 128 + r.interrupted : 0;
+      });
+    if (cmd == "sample")
+      return dispatch(parse_sample_options, sub_argc, sub_argv,
+                      [](const SampleOptions& o) { return run_sample(o); });
+    if (cmd == "eval")
+      return dispatch(parse_eval_options, sub_argc, sub_argv,
+                      [](const EvalOptions& o) { run_eval(o); return 0; });
+    if (cmd == "export")
+      return dispatch(parse_export_options, sub_argc, sub_argv,
+                      [](const ExportOptions& o) { run_export(o); return 0; });
+    if (cmd == "bench-attention")
+      return dispatch(parse_bench_attention_options, sub_argc, sub_argv,
+                      [](const BenchAttentionOptions& o) { run_bench_attention(o); return 0; });
+    if (cmd == "bench-kernels")
+      return dispatch(parse_bench_kernels_options, sub_argc, sub_argv,
+                      [](const BenchKernelsOptions& o) { run_bench_kernels(o); return 0; });
+    if (cmd == "profile")
+      return dispatch(parse_profile_options, sub_argc, sub_argv,
+                      [](const ProfileOptions& o) { run_profile(o, stdout); return 0; });
+    THROW_ERROR("unknown command '%s'; use prepare, train, sample, eval, export, bench-attention, "
+                "bench-kernels or profile",
+                cmd.c_str());
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "flashgpt: error: %s\n", describe_failure(cmd, e).c_str());

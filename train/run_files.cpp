@@ -35,7 +35,7 @@ OutDirLock::OutDirLock(const std::string& dir) {
     fd_ = -1;
     CHECK(err != EWOULDBLOCK, "--out '%s' is in use by another flashgpt train (%s); wait for it to "
           "finish or pick another --out", dir.c_str(), who[0] ? who : "pid unknown");
-    FAIL("--out '%s': cannot lock %s: %s", dir.c_str(), path.c_str(), strerror(err));
+    THROW_ERROR("--out '%s': cannot lock %s: %s", dir.c_str(), path.c_str(), strerror(err));
   }
   char who[128];
   char host[64] = "?";
@@ -46,7 +46,7 @@ OutDirLock::OutDirLock(const std::string& dir) {
     const int err = errno;
     close(fd_);
     fd_ = -1;
-    FAIL("--out '%s' is not writable (%s); pick another --out", dir.c_str(), strerror(err));
+    THROW_ERROR("--out '%s' is not writable (%s); pick another --out", dir.c_str(), strerror(err));
   }
 }
 

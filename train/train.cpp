@@ -108,7 +108,7 @@ GPTConfig config_from_flags(const TrainOptions& opt, int vocab_size) {
   if (opt.heads) c.num_heads = c.num_kv_heads = opt.heads;
   if (opt.kv_heads) c.num_kv_heads = opt.kv_heads;
   if (opt.channels) c.channels = opt.channels;
-  c.rope = opt.pos == "rope";
+  c.rope = opt.pos == PosEncoding::rope;
   c.rope_theta = opt.rope_theta;
   validate_config(c);
   return c;
@@ -161,7 +161,7 @@ TrainResult run_train(const TrainOptions& opt) {
     std::string msg = e.what();
     write_failure_marker(opt.dist, msg);
     if (comm) comm->abort();
-    FAIL("rank %d: %s", opt.dist.rank, msg.c_str());
+    THROW_ERROR("rank %d: %s", opt.dist.rank, msg.c_str());
   }
 }
 

@@ -14,5 +14,5 @@ std::unique_ptr<AttentionBackend> make_attention(const std::string& name) {
   if (name == #n) return make_##n##_attention();
   FLASHGPT_ATTENTION_BACKENDS(FLASHGPT_MAKE_IF)
 #undef FLASHGPT_MAKE_IF
-  FAIL("internal: attention backend '%s' has a spec but no GPU code", name.c_str());
+  THROW_ERROR("internal: attention backend '%s' has a spec but no GPU code", name.c_str());
 }

@@ -645,9 +645,9 @@ std::unique_ptr<CpuAttention<real>> make_cpu_attention(const std::string& name) 
   for (const std::string& n : cpu_attention_names()) known += (known.empty() ? "" : ", ") + n;
   for (const std::string& gpu : attention_names())
     if (name == gpu)
-      FAIL("--attn %s is a GPU backend with no CPU version; on the CPU use one of: %s",
-           name.c_str(), known.c_str());
-  FAIL("--attn '%s' is unknown; use one of: %s", name.c_str(), known.c_str());
+      THROW_ERROR("--attn %s is a GPU backend with no CPU version; on the CPU use one of: %s",
+                  name.c_str(), known.c_str());
+  THROW_ERROR("--attn '%s' is unknown; use one of: %s", name.c_str(), known.c_str());
 }
 template std::unique_ptr<CpuAttention<float>> make_cpu_attention<float>(const std::string&);
 template std::unique_ptr<CpuAttention<double>> make_cpu_attention<double>(const std::string&);

@@ -278,7 +278,7 @@ std::string attention_names_list() {
 const AttnBackendSpec& attention_spec(const std::string& name) {
   for (const AttnBackendSpec& s : attention_specs())
     if (name == s.name) return s;
-  FAIL("--attn '%s' is unknown; use one of: %s", name.c_str(), attention_names_list().c_str());
+  THROW_ERROR("--attn '%s' is unknown; use one of: %s", name.c_str(), attention_names_list().c_str());
 }
 
 std::string attention_unsupported_reason(const AttnBackendSpec& spec, const AttnShape& s,
@@ -301,7 +301,7 @@ std::string attention_auto(const AttnShape& s, size_t es) {
     if (why.empty()) return spec.name;
     reasons += (reasons.empty() ? "" : "; ") + std::string(spec.name) + ": " + why;
   }
-  FAIL("no attention backend runs this model on the GPU (%s); use --device cpu", reasons.c_str());
+  THROW_ERROR("no attention backend runs this model on the GPU (%s); use --device cpu", reasons.c_str());
 }
 
 AttnCost attention_cost(const std::string& name, const AttnShape& s, size_t es) {

@@ -483,7 +483,7 @@ void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bflo
       launch_fwd_hs<128>(out, lse, tile_counter, qkv, s, stream);
       break;
     default:
-      FAIL("flash3 attention forward: head size %d is not supported (64 or 128)", s.HS);
+      THROW_ERROR("flash3 attention forward: head size %d is not supported (64 or 128)", s.HS);
   }
 }
 

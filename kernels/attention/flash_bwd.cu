@@ -188,7 +188,7 @@ void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout
       launch_bwd_hs<128>(dqkv, scratch, dout, qkv, out, lse, s, deterministic, stream);
       break;
     default:
-      FAIL("flash attention backward: head size %d is not supported (64 or 128)", s.HS);
+      THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", s.HS);
   }
 }
 

@@ -341,7 +341,7 @@ void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, cons
       launch_fwd<FwdTile128>(out, lse, qkv, s, stream);
       break;
     default:
-      FAIL("flash attention forward: head size %d is not supported (64 or 128)", s.HS);
+      THROW_ERROR("flash attention forward: head size %d is not supported (64 or 128)", s.HS);
   }
 }
 

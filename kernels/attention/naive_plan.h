@@ -75,8 +75,8 @@ struct NaivePlan {
  private:
   static size_t round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
   [[noreturn]] void too_big() const {
-    FAIL("naive attention at T=%d (B=%d, %d heads) would keep more than 2^64 bytes of T x T "
-         "state; lower --seq-len or use --attn flash", T, B, NH);
+    THROW_ERROR("naive attention at T=%d (B=%d, %d heads) would keep more than 2^64 bytes of T x T "
+                "state; lower --seq-len or use --attn flash", T, B, NH);
   }
   size_t mul(size_t a, size_t b) const {
     if (b != 0 && a > SIZE_MAX / b) too_big();

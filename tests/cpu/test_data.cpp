@@ -1,7 +1,5 @@
 // Data pipeline tests: shard files, the dataloader's window semantics (contents, epochs,
 // shuffling, ranks, exact resume), and prepare end to end.
-// common.h defines FAIL(...) (throw); keep gtest's FAIL() out of the way.
-#define GTEST_DONT_DEFINE_FAIL 1
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -32,10 +32,7 @@ TrainOptions eval_train_options() {
 
 EvalOptions parse_eval(std::vector<std::string> args) {
   args.insert(args.begin(), "eval");
-  Argv a(args);
-  EvalOptions e;
-  EXPECT_TRUE(parse_eval_options(a.argc(), a.argv(), e));
-  return e;
+  return parsed(parse_eval_options, args);
 }
 
 EvalResult eval_quietly(const EvalOptions& e) {

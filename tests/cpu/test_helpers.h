@@ -34,6 +34,16 @@ struct Argv {
   char** argv() { return ptrs.data(); }
 };
 
+// The options a train/options.h parser makes of args (argv[0], the subcommand, first); expects a
+// parse that runs the command (no --help).
+template <typename Options>
+Options parsed(bool (*parse)(int, char**, Options&), std::vector<std::string> args) {
+  Argv a(std::move(args));
+  Options o;
+  EXPECT_TRUE(parse(a.argc(), a.argv(), o));
+  return o;
+}
+
 // Runs fn, expects flashgpt::Error whose message contains `needle`; returns the message.
 template <typename Fn>
 std::string expect_error(Fn fn, const std::string& needle) {

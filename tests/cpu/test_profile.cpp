@@ -15,10 +15,7 @@ namespace {
 
 ProfileOptions parse(std::vector<std::string> args) {
   args.insert(args.begin(), "profile");
-  Argv a(args);
-  ProfileOptions opt;
-  EXPECT_TRUE(parse_profile_options(a.argc(), a.argv(), opt));
-  return opt;
+  return parsed(parse_profile_options, args);
 }
 
 std::string read_all(const std::string& path) {

@@ -1,7 +1,5 @@
 // Tokenizer tests: exact byte round trips, training against a naive BPE reference, determinism,
 // the file formats (ours and llm.c's), and clear errors for bad files and options.
-// common.h defines FAIL(...) (throw); keep gtest's FAIL() out of the way.
-#define GTEST_DONT_DEFINE_FAIL 1
 #include <gtest/gtest.h>
 #include <unistd.h>
 

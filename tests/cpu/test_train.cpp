@@ -134,7 +134,7 @@ std::string sample_text(const SampleOptions& s) {
 // The quick start's failure (issue 13): a sample longer than the window, a prompt longer than
 // the window, a 1-token prompt, on learned positions and RoPE, with and without the KV cache.
 TEST(Train, SamplePastTheWindowFromCheckpoint) {
-  for (const char* pos : {"learned", "rope"}) {
+  for (PosEncoding pos : {PosEncoding::learned, PosEncoding::rope}) {
     TempDir out;
     TrainOptions o = tiny_options("flash", 2);  // --seq-len 32: a 32-token window
     o.pos = pos;
@@ -145,7 +145,8 @@ TEST(Train, SamplePastTheWindowFromCheckpoint) {
     for (bool kv : {true, false}) {
       for (const std::string& prompt : {std::string(), std::string("the"), long_prompt}) {
         if (!kv && prompt != long_prompt) continue;  // (recompute: one case keeps the test fast)
-        SCOPED_TRACE(std::string(pos) + (kv ? " kv" : " no-kv") + " prompt '" + prompt + "'");
+        SCOPED_TRACE(std::string(pos_name(pos)) + (kv ? " kv" : " no-kv") + " prompt '" + prompt +
+                     "'");
         SampleOptions s;
         s.checkpoint = model_checkpoint_path(out.path, 2);
         s.prompt = prompt;
@@ -166,7 +167,7 @@ TEST(Train, SamplePastTheWindowFromCheckpoint) {
     s.context = 8;
     EXPECT_GT(sample_text(s).size(), 1u);
     s.context = 33;  // past the learned positions: refused; RoPE looks further
-    if (std::string(pos) == "learned") expect_error([&] { sample_text(s); }, "--context 33");
+    if (pos == PosEncoding::learned) expect_error([&] { sample_text(s); }, "--context 33");
     else EXPECT_GT(sample_text(s).size(), 1u);
   }
 }
@@ -174,7 +175,7 @@ TEST(Train, SamplePastTheWindowFromCheckpoint) {
 TEST(Train, RopeModelTrainsResumesAndSamples) {
   TempDir out;
   TrainOptions o = tiny_options("flash", 4);
-  o.pos = "rope";
+  o.pos = PosEncoding::rope;
   o.recompute = Recompute::kLayer;  // the CPU model recomputes each block in the backward too
   o.out_dir = out.path;
   o.checkpoint_every = 2;
@@ -190,7 +191,7 @@ TEST(Train, RopeModelTrainsResumesAndSamples) {
   EXPECT_EQ(run_sample(s), 0);
   // Resuming with --pos learned is refused with a line naming --pos.
   TrainOptions bad = o;
-  bad.pos = "learned";
+  bad.pos = PosEncoding::learned;
   bad.resume = true;
   bad.steps = 6;
   expect_error([&] { run_train(bad); }, "--pos");

@@ -12,9 +12,6 @@
 //                               GQA, ragged T, more blocks than SMs)
 //
 // Run (GPU machine): ./build/test_gpu --gtest_filter='Hopper*:Flash3*'
-#ifndef GTEST_DONT_DEFINE_FAIL
-#define GTEST_DONT_DEFINE_FAIL 1  // kernels/common.h defines FAIL(...)
-#endif
 #include <cstring>
 #include <random>
 #include <vector>

@@ -14,9 +14,6 @@
 //
 // Run (GPU machine): build/test_gpu --gtest_filter='RopeGpu*'
 // Timings: build/flashgpt bench-kernels --only rope
-#ifndef GTEST_DONT_DEFINE_FAIL
-#define GTEST_DONT_DEFINE_FAIL 1  // kernels/common.h defines FAIL(...)
-#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

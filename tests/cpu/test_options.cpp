@@ -1,0 +1,239 @@
+// The command-line module (train/options.h): every subcommand's parser, including profile's and
+// the benchmarks', reads its flags into its struct and refuses a bad value with one line naming
+// the flag; the validators shared by several subcommands (--device, --attn, --pos, --batch and
+// --seq-len) say the same thing wherever they run; --attn takes exactly the registry's names
+// (and auto where the subcommand does), so a backend added to the registry is accepted and
+// listed in --help with no edit to the options. More per-subcommand cases: test_train.cpp
+// (BadInput.TrainOptions, SampleOptions, PrepareOptions), test_eval.cpp, test_profile.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/attention/backends.h"
+#include "tests/cpu/test_helpers.h"
+#include "train/options.h"
+
+namespace {
+
+// Parses `args` (argv[0] first) with `parse` into o; what the parser returns.
+template <typename Options>
+bool parse_into(bool (*parse)(int, char**, Options&), std::vector<std::string> args, Options& o) {
+  Argv a(std::move(args));
+  return parse(a.argc(), a.argv(), o);
+}
+
+// Expects the parse to throw one line mentioning `needle`.
+template <typename Options>
+void expect_refused(bool (*parse)(int, char**, Options&), std::vector<std::string> args,
+                    const std::string& needle) {
+  Options o;
+  SCOPED_TRACE(args[0] + " ... " + args.back());
+  const std::string msg = expect_error([&] { parse_into(parse, args, o); }, needle);
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+TEST(Options, PosIsParsedOnceIntoAnEnum) {
+  EXPECT_EQ(parse_pos("learned"), PosEncoding::learned);
+  EXPECT_EQ(parse_pos("rope"), PosEncoding::rope);
+  for (PosEncoding p : {PosEncoding::learned, PosEncoding::rope})
+    EXPECT_EQ(parse_pos(pos_name(p)), p);
+  expect_error([] { parse_pos("alibi"); }, "--pos 'alibi' is unknown; use learned or rope");
+  // The defaults: learned for train, rope for profile.
+  EXPECT_EQ(parsed(parse_train_options, {"train", "--bench"}).pos, PosEncoding::learned);
+  EXPECT_EQ(parsed(parse_profile_options, {"profile"}).pos, PosEncoding::rope);
+  EXPECT_EQ(parsed(parse_train_options, {"train", "--bench", "--pos", "rope"}).pos,
+            PosEncoding::rope);
+  EXPECT_EQ(parsed(parse_profile_options, {"profile", "--pos", "learned"}).pos,
+            PosEncoding::learned);
+  expect_refused(parse_profile_options, {"profile", "--pos", "alibi"}, "--pos 'alibi'");
+}
+
+// --attn: every registry name is accepted by every subcommand that takes a backend; auto only
+// where the subcommand chooses one itself (train, sample, eval); anything else lists the names.
+TEST(Options, AttnTakesTheRegistryNames) {
+  for (const std::string& name : attention_names()) {
+    SCOPED_TRACE(name);
+    const TrainOptions t = parsed(parse_train_options, {"train", "--bench", "--attn", name});
+    EXPECT_EQ(t.attn, name);
+    const SampleOptions s =
+        parsed(parse_sample_options, {"sample", "--checkpoint", "m.bin", "--attn", name});
+    EXPECT_EQ(s.attn, name);
+    const EvalOptions e =
+        parsed(parse_eval_options, {"eval", "--checkpoint", "m", "--data", "d", "--attn", name});
+    EXPECT_EQ(e.attn, name);
+    const ProfileOptions p = parsed(parse_profile_options, {"profile", "--attn", "naive," + name});
+    EXPECT_EQ(p.attn, (std::vector<std::string>{"naive", name}));
+    const BenchAttentionOptions ba =
+        parsed(parse_bench_attention_options, {"bench-attention", "--backends", name});
+    EXPECT_EQ(ba.backends, std::vector<std::string>{name});
+    const BenchKernelsOptions bk =
+        parsed(parse_bench_kernels_options, {"bench-kernels", "--attn", name});
+    EXPECT_EQ(bk.attn, name);
+  }
+  EXPECT_EQ(parse_attn("auto", AttnAuto::allowed), "auto");
+  expect_error([] { parse_attn("auto", AttnAuto::refused); }, "--attn 'auto' is unknown");
+  const std::string names = attention_names_list();
+  expect_refused(parse_train_options, {"train", "--bench", "--attn", "fast"},
+                 "--attn 'fast' is unknown; use one of: " + names);
+  expect_refused(parse_sample_options, {"sample", "--checkpoint", "m", "--attn", "fast"},
+                 "--attn 'fast'");
+  expect_refused(parse_eval_options, {"eval", "--checkpoint", "m", "--data", "d", "--attn", "fast"},
+                 "--attn 'fast'");
+  expect_refused(parse_profile_options, {"profile", "--attn", "flash,auto"}, "--attn 'auto'");
+  expect_refused(parse_bench_attention_options, {"bench-attention", "--backends", "naive,fast"},
+                 "--attn 'fast'");
+  expect_refused(parse_bench_kernels_options, {"bench-kernels", "--attn", "auto"}, "--attn 'auto'");
+}
+
+// `cmd --help`: prints the help and stops the command (the parser returns false).
+template <typename Options>
+std::string help_of(bool (*parse)(int, char**, Options&), const std::string& cmd) {
+  Options o;
+  testing::internal::CaptureStdout();
+  const bool ran = parse_into(parse, {cmd, "--help"}, o);
+  const std::string help = testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(ran) << cmd << " --help must stop the command";
+  // cxxopts wraps long help lines: fold each run of white space into one space.
+  std::string flat;
+  for (char ch : help) {
+    if (ch != ' ' && ch != '\n')
+      flat += ch;
+    else if (!flat.empty() && flat.back() != ' ')
+      flat += ' ';
+  }
+  return flat;
+}
+
+// The help of --attn is built from the registry: every backend, with its summary's head.
+TEST(Options, AttnHelpListsTheRegistry) {
+  const std::vector<std::string> helps = {help_of(parse_train_options, "train"),
+                                          help_of(parse_sample_options, "sample"),
+                                          help_of(parse_eval_options, "eval"),
+                                          help_of(parse_profile_options, "profile"),
+                                          help_of(parse_bench_attention_options, "bench-attention"),
+                                          help_of(parse_bench_kernels_options, "bench-kernels")};
+  for (const std::string& help : helps)
+    for (const AttnBackendSpec& spec : attention_specs()) {
+      const std::string summary = spec.summary;
+      const std::string entry =
+          std::string(spec.name) + " (" + summary.substr(0, summary.find(':')) + ")";
+      EXPECT_NE(help.find(entry), std::string::npos) << entry << " missing from: " << help;
+    }
+  EXPECT_NE(helps[0].find("auto (GPU: the first of"), std::string::npos) << helps[0];
+}
+
+// --device, --batch and --seq-len: one validator each, the same message in every subcommand.
+TEST(Options, SharedValidatorsSayTheSameEverywhere) {
+  expect_refused(parse_train_options, {"train", "--bench", "--device", "tpu"},
+                 "--device 'tpu' is unknown; use auto, cpu or cuda");
+  expect_refused(parse_sample_options, {"sample", "--checkpoint", "m", "--device", "tpu"},
+                 "--device 'tpu' is unknown; use auto, cpu or cuda");
+  expect_refused(parse_eval_options,
+                 {"eval", "--checkpoint", "m", "--data", "d", "--device", "tpu"},
+                 "--device 'tpu' is unknown; use auto, cpu or cuda");
+  expect_refused(parse_train_options, {"train", "--bench", "--batch", "0"},
+                 "--batch must be at least 1 (got 0)");
+  expect_refused(parse_eval_options, {"eval", "--checkpoint", "m", "--data", "d", "--batch", "0"},
+                 "--batch must be at least 1 (got 0)");
+  expect_refused(parse_bench_kernels_options, {"bench-kernels", "--batch", "0"},
+                 "--batch must be at least 1 (got 0)");
+  expect_refused(parse_train_options, {"train", "--bench", "--seq-len", "0"},
+                 "--seq-len must be at least 1 (got 0)");
+  expect_refused(parse_eval_options,
+                 {"eval", "--checkpoint", "m", "--data", "d", "--seq-len", "-1"},
+                 "--seq-len must be at least 0 (got -1); 0 = the model's maximum");
+  // eval reads --seq-len 0 as the model's maximum
+  parsed(parse_eval_options, {"eval", "--checkpoint", "m", "--data", "d", "--seq-len", "0"});
+  // One forward pass of B*T tokens must be countable in an int, in train and eval alike.
+  expect_refused(parse_train_options,
+                 {"train", "--bench", "--batch", "65536", "--seq-len", "65536"},
+                 "--batch 65536 x --seq-len 65536 = 4294967296 tokens per forward pass");
+  expect_refused(
+      parse_eval_options,
+      {"eval", "--checkpoint", "m", "--data", "d", "--batch", "65536", "--seq-len", "65536"},
+      "--batch 65536 x --seq-len 65536 = 4294967296 tokens per forward pass");
+  expect_refused(parse_profile_options, {"profile", "--batch", "65536", "--seq-lens", "65536"},
+                 "--batch 65536 x --seq-lens 65536");
+}
+
+// A value of the wrong type, also inside a comma-separated list, names its flag; a stray
+// argument or an unknown flag names itself, in every subcommand.
+TEST(Options, BadValuesNameTheirFlag) {
+  expect_refused(parse_train_options, {"train", "--bench", "--steps", "many"},
+                 "train: 'many' is not a valid value for --steps");
+  expect_refused(parse_sample_options, {"sample", "--checkpoint", "m", "--top-k=few"},
+                 "sample: 'few' is not a valid value for --top-k");
+  expect_refused(parse_profile_options, {"profile", "--seq-lens", "1024,abc"},
+                 "profile: 'abc' is not a valid value for --seq-lens");
+  expect_refused(parse_bench_attention_options, {"bench-attention", "--hs", "64,big"},
+                 "bench-attention: 'big' is not a valid value for --hs");
+  expect_refused(parse_bench_kernels_options, {"bench-kernels", "--batch", "x"},
+                 "bench-kernels: 'x' is not a valid value for --batch");
+  expect_refused(parse_bench_attention_options, {"bench-attention", "stray"},
+                 "bench-attention: unexpected argument 'stray'");
+  expect_refused(parse_bench_kernels_options, {"bench-kernels", "--frobnicate"}, "frobnicate");
+  expect_refused(parse_export_options, {"export", "--checkpoint", "m", "--out", "o", "extra"},
+                 "export: unexpected argument 'extra'");
+}
+
+TEST(Options, BenchAttention) {
+  const BenchAttentionOptions o = parsed(parse_bench_attention_options, {"bench-attention"});
+  const BenchAttentionOptions d;  // the defaults are the struct's
+  EXPECT_EQ(o.backends, d.backends);
+  EXPECT_EQ(o.head_sizes, d.head_sizes);
+  EXPECT_EQ(o.seq_lens, d.seq_lens);
+  EXPECT_EQ(o.causal, d.causal);
+  EXPECT_EQ(o.tokens, d.tokens);
+  EXPECT_EQ(o.iters, d.iters);
+  EXPECT_FALSE(o.deterministic);
+  EXPECT_EQ(o.csv_path, "");
+  // clang-format off
+  const BenchAttentionOptions g = parsed(parse_bench_attention_options,
+      {"bench-attention", "--backends", "flash", "--hs", "128", "--seq-lens", "17,1000",
+       "--causal", "1,0", "--tokens", "4096", "--heads", "8", "--kv-heads", "2", "--warmup", "0",
+       "--iters", "3", "--budget-ms", "50", "--deterministic", "--csv", "out.csv"});
+  // clang-format on
+  EXPECT_EQ(g.backends, std::vector<std::string>{"flash"});
+  EXPECT_EQ(g.head_sizes, std::vector<int>{128});
+  EXPECT_EQ(g.seq_lens, (std::vector<int>{17, 1000}));
+  EXPECT_EQ(g.causal, (std::vector<int>{1, 0}));
+  EXPECT_EQ(g.tokens, 4096);
+  EXPECT_EQ(g.heads, 8);
+  EXPECT_EQ(g.kv_heads, 2);
+  EXPECT_EQ(g.warmup, 0);
+  EXPECT_EQ(g.iters, 3);
+  EXPECT_FLOAT_EQ(g.budget_ms, 50);
+  EXPECT_TRUE(g.deterministic);
+  EXPECT_EQ(g.csv_path, "out.csv");
+  auto bad = [](std::vector<std::string> args, const std::string& needle) {
+    args.insert(args.begin(), "bench-attention");
+    expect_refused(parse_bench_attention_options, args, needle);
+  };
+  bad({"--hs", "0"}, "--hs: 0 is not valid (must be at least 1)");
+  bad({"--seq-lens", "512,0"}, "--seq-lens: 0 is not valid");
+  bad({"--causal", "2"}, "--causal takes 1 and/or 0, not 2");
+  bad({"--tokens", "0"}, "--tokens must be at least 1");
+  bad({"--heads", "-1"}, "--heads must be at least 0");
+  bad({"--kv-heads", "-2"}, "--kv-heads must be at least 0");
+  bad({"--warmup", "-1"}, "--warmup must be at least 0");
+  bad({"--iters", "0"}, "--iters must be at least 1");
+  bad({"--budget-ms", "0"}, "--budget-ms must be > 0");
+}
+
+TEST(Options, BenchKernels) {
+  const BenchKernelsOptions o = parsed(parse_bench_kernels_options, {"bench-kernels"});
+  EXPECT_EQ(o.only, (std::vector<std::string>{"kernels", "rope", "decode", "step"}));
+  EXPECT_EQ(o.attn, "naive");
+  EXPECT_EQ(o.batch, 32);
+  const BenchKernelsOptions g =
+      parsed(parse_bench_kernels_options,
+             {"bench-kernels", "--only", "step,rope", "--attn", "flash", "--batch", "16"});
+  EXPECT_EQ(g.only, (std::vector<std::string>{"step", "rope"}));
+  EXPECT_EQ(g.attn, "flash");
+  EXPECT_EQ(g.batch, 16);
+  expect_refused(parse_bench_kernels_options, {"bench-kernels", "--only", "rope,gemm"},
+                 "--only 'gemm' is unknown; use one or more of kernels,rope,decode,step");
+}
+
+}  // namespace
