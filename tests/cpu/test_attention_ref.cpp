@@ -37,6 +37,7 @@
 
 #include "kernels/attention/attention_ref.h"
 #include "kernels/common.h"
+#include "tests/cpu/ref_check.h"
 #include "tests/test_common.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -212,24 +213,12 @@ void finite_difference_check(const AttnShape& s, Tiles tl) {
     attention_flash_backward_ref(dqkv.data(), W.data(), qkv.data(), out.data(), saved.data(), s,
                                  tl.Br, tl.Bc);
 
-  auto loss = [&](const std::vector<double>& x) {
+  // d(sum(out o W))/dqkv by central differences (ref_check.h, eps 1e-6).
+  const std::vector<double> num = ref_check::numerical_grad(qkv, W, [&] {
     std::vector<double> o(out_size(s)), sv(saved.size());
-    forward_d(o, sv, x, s, tl);
-    double L = 0;
-    for (size_t i = 0; i < o.size(); i++) L += o[i] * W[i];
-    return L;
-  };
-  const double eps = 1e-5;
-  std::vector<double> num(qkv.size());
-  for (size_t i = 0; i < qkv.size(); i++) {
-    const double x0 = qkv[i];
-    qkv[i] = x0 + eps;
-    const double Lp = loss(qkv);
-    qkv[i] = x0 - eps;
-    const double Lm = loss(qkv);
-    qkv[i] = x0;
-    num[i] = (Lp - Lm) / (2 * eps);
-  }
+    forward_d(o, sv, qkv, s, tl);
+    return o;
+  });
   // Split into the q, k and v parts of dqkv so each gradient is checked on its own.
   const int H3 = s.NH + 2 * s.NKV;
   const char* names[3] = {"dq", "dk", "dv"};
@@ -240,8 +229,8 @@ void finite_difference_check(const AttnShape& s, Tiles tl) {
       const int head = int((i / s.HS) % H3);
       if (head >= lo[part] && head < hi[part]) got.push_back(dqkv[i]), ref.push_back(num[i]);
     }
-    // Central differences with eps = 1e-5 in double: truncation ~eps^2 = 1e-10, rounding
-    // ~1e-16 / eps = 1e-11 (relative). 1e-7 leaves room, and any real bug is O(1).
+    // Central differences with eps = 1e-6 in double: truncation ~eps^2 = 1e-12, rounding
+    // ~1e-16 / eps = 1e-10 (relative). 1e-7 leaves room, and any real bug is O(1).
     const std::string ctx =
         str(s) + (naive ? " naive"
                         : flashgpt::strformat(" %s Br=%d Bc=%d", tl.fa1 ? "fa1" : "fa2", tl.Br,

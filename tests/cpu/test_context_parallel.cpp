@@ -47,6 +47,7 @@
 #include "kernels/classifier.h"
 #include "kernels/common.h"
 #include "kernels/rope.h"
+#include "tests/cpu/ref_check.h"
 #include "tests/cpu/test_helpers.h"
 
 namespace {
@@ -500,7 +501,8 @@ TEST(ContextParallel, RingTrace) {
 
 // Central differences in double through scatter, RoPE at global positions and the ring
 // forward: loss = sum(out o W), so dL/dqkv is the ring backward (then RoPE backward) with
-// dout = W. Truncation ~eps^2 = 1e-10, rounding ~1e-16 / eps = 1e-11: 1e-7 allowed.
+// dout = W. numerical_grad (ref_check.h, eps 1e-6): truncation ~eps^2 = 1e-12, rounding
+// ~1e-16 / eps = 1e-10: 1e-7 allowed.
 TEST(ContextParallel, RingBackwardFiniteDifferences) {
   for (const RingCase& c : {RingCase{2, {1, 5, 2, 1, 4}, true}, RingCase{3, {2, 7, 2, 2, 2}, true}}) {
     const AttnShape& s = c.s;
@@ -508,24 +510,11 @@ TEST(ContextParallel, RingBackwardFiniteDifferences) {
     const std::vector<double> W = random_vec<double>(out_size(s));
     std::vector<double> out, lse, dqkv;
     ring_attention(out, lse, dqkv, qkv, W, c);
-    auto loss = [&](const std::vector<double>& x) {
+    const std::vector<double> num = ref_check::numerical_grad(qkv, W, [&] {
       std::vector<double> o, l, d;
-      ring_attention(o, l, d, x, W, c);  // (its backward is wasted work; the shapes are tiny)
-      double L = 0;
-      for (size_t i = 0; i < o.size(); i++) L += o[i] * W[i];
-      return L;
-    };
-    const double eps = 1e-5;
-    std::vector<double> num(qkv.size());
-    for (size_t i = 0; i < qkv.size(); i++) {
-      const double x0 = qkv[i];
-      qkv[i] = x0 + eps;
-      const double Lp = loss(qkv);
-      qkv[i] = x0 - eps;
-      const double Lm = loss(qkv);
-      qkv[i] = x0;
-      num[i] = (Lp - Lm) / (2 * eps);
-    }
+      ring_attention(o, l, d, qkv, W, c);  // (its backward is wasted work; the shapes are tiny)
+      return o;
+    });
     for (int part = 0; part < 3; part++) {
       const std::vector<double> got = heads(dqkv, s, part), ref = heads(num, s, part);
       expect_close(kOutputs[2 + part], str(c), compare(got.data(), ref.data(), got.size()), 1e-7);
