@@ -24,6 +24,12 @@ class DistComm {
   virtual void wait(void* stream, double timeout_s = -1) = 0;
   // Aborts the communicator (pending collectives end on every rank); safe to call twice.
   virtual void abort() = 0;
+  // A new communicator of the ranks that pass the same color, ranked by key (ncclCommSplit;
+  // collective: every rank of this one calls it). It watches the same failure markers with the
+  // same timeout, has its own stream (set_stream to change it) and its own abort(). Context
+  // parallelism: split(dp_index, cp_index) gives each cp group its own ring, so the ring's
+  // send/recv never interleave with the gradient all-reduce on this communicator.
+  virtual std::unique_ptr<DistComm> split(int color, int key) = 0;
 };
 // Rank 0 makes the NCCL unique id, exchange_id(id, 128) passes it (rank 0 sends, the others
 // receive), then cudaSetDevice(local_rank) and ncclCommInitRank.

@@ -2,7 +2,8 @@
 //
 // Creation: rank 0 calls ncclGetUniqueId; the id travels to the other ranks through the
 // trainer's exchange (train/dist.cpp: a shared file or TCP); every rank sets its device
-// (local rank) and calls ncclCommInitRank. Blocking communicator: the collectives are enqueued
+// (local rank) and calls ncclCommInitRank. split() makes sub-communicators (the cp groups of
+// context parallelism) with ncclCommSplit (NCCL >= 2.18). Blocking communicator: the collectives are enqueued
 // on the model's stream without host waits; the host waits only in wait(), which polls the
 // stream, ncclCommGetAsyncError, the peers' failure markers and a timeout, so a dead or failed
 // rank ends the others with a message instead of a hang.
@@ -19,6 +20,36 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Runs a blocking NCCL call that returns only when every rank has made it (ncclCommInitRank,
+// ncclCommSplit). A rank that fails before making it (bad data, no GPU) would leave the others
+// there forever: a watchdog thread watches the peers' failure markers and the timeout meanwhile
+// and ends this process with a message naming `what`.
+ncclResult_t with_watchdog(int rank, const char* what, const std::function<std::string()>& peer_failed,
+                           double timeout_s, const std::function<ncclResult_t()>& call) {
+  std::atomic<bool> joined{false};
+  std::thread watchdog([&] {
+    const auto t0 = Clock::now();
+    while (!joined.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (joined.load()) return;
+      std::string why = peer_failed ? peer_failed() : "";
+      double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (why.empty() && waited < timeout_s) continue;
+      if (why.empty())
+        why = flashgpt::strformat("waited %.0f s in %s for the other ranks (--dist-timeout); is "
+                                  "every rank running?", waited, what);
+      std::fflush(stdout);
+      std::fprintf(stderr, "flashgpt: error: rank %d: gave up in %s: %s\n", rank, what, why.c_str());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  });
+  ncclResult_t result = call();
+  joined.store(true);
+  watchdog.join();
+  return result;
+}
 
 class NcclComm : public DistComm {
  public:
@@ -40,36 +71,16 @@ class NcclComm : public DistComm {
     ncclUniqueId id;
     if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     exchange_id(reinterpret_cast<unsigned char*>(&id));
-    // ncclCommInitRank blocks until every rank has joined. A rank that fails before joining
-    // (bad data, no GPU) would leave the others there forever: a watchdog thread watches the
-    // peers' failure markers and the timeout meanwhile and ends this process with a message.
-    std::atomic<bool> joined{false};
-    std::thread watchdog([&] {
-      const auto t0 = Clock::now();
-      while (!joined.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (joined.load()) return;
-        std::string why = peer_failed_ ? peer_failed_() : "";
-        double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (why.empty() && waited < timeout_s_) continue;
-        if (why.empty())
-          why = flashgpt::strformat("waited %.0f s in ncclCommInitRank for the other ranks "
-                                    "(--dist-timeout); is every rank running?", waited);
-        std::fflush(stdout);
-        std::fprintf(stderr, "flashgpt: error: rank %d: gave up joining the NCCL communicator: "
-                     "%s\n", rank_, why.c_str());
-        std::fflush(stderr);
-        std::_Exit(1);
-      }
-    });
-    ncclResult_t init = ncclCommInitRank(&comm_, world, id, rank);
-    joined.store(true);
-    watchdog.join();
-    NCCL_CHECK(init);
-    CUDA_CHECK(cudaMalloc(&d_scalar_, sizeof(float)));
-    CUDA_CHECK(cudaMallocHost(&h_scalar_, sizeof(float)));
-    CUDA_CHECK(cudaStreamCreate(&own_stream_));
-    stream_ = own_stream_;
+    NCCL_CHECK(with_watchdog(rank_, "ncclCommInitRank", peer_failed_, timeout_s_,
+                             [&] { return ncclCommInitRank(&comm_, world, id, rank); }));
+    create_buffers();
+  }
+  // A communicator made by split() of a parent: same device, failure markers and timeout.
+  NcclComm(ncclComm_t comm, std::function<std::string()> peer_failed, double timeout_s)
+      : peer_failed_(std::move(peer_failed)), timeout_s_(timeout_s), comm_(comm) {
+    NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+    NCCL_CHECK(ncclCommCount(comm_, &world_));
+    create_buffers();
   }
   ~NcclComm() override {
     if (comm_) {
@@ -134,8 +145,25 @@ class NcclComm : public DistComm {
     }
   }
 
+  std::unique_ptr<DistComm> split(int color, int key) override {
+    CHECK(comm_, "the NCCL communicator was aborted after an error");
+    CHECK(color >= 0 && key >= 0, "internal: split(color %d, key %d) needs both >= 0", color, key);
+    ncclComm_t child = nullptr;
+    NCCL_CHECK(with_watchdog(rank_, "ncclCommSplit", peer_failed_, timeout_s_,
+                             [&] { return ncclCommSplit(comm_, color, key, &child, nullptr); }));
+    CHECK(child, "internal: ncclCommSplit(color %d, key %d) returned no communicator", color, key);
+    return std::make_unique<NcclComm>(child, peer_failed_, timeout_s_);
+  }
+
  private:
-  int rank_, world_;
+  void create_buffers() {
+    CUDA_CHECK(cudaMalloc(&d_scalar_, sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&h_scalar_, sizeof(float)));
+    CUDA_CHECK(cudaStreamCreate(&own_stream_));
+    stream_ = own_stream_;
+  }
+
+  int rank_ = 0, world_ = 1;
   std::function<std::string()> peer_failed_;
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
