@@ -154,6 +154,7 @@ void save_state_file(const std::string& path, const TrainState& s) {
   h[11] = s.world_size;
   h[12] = s.zero;
   h[13] = s.data_order;
+  h[14] = s.cp;
   write_file_atomically(path, [&](FILE* f) {
     return fwrite(h, sizeof(int64_t), 64, f) == 64 &&
            fwrite(s.m.data(), sizeof(float), s.m.size(), f) == s.m.size() &&
@@ -178,6 +179,7 @@ TrainState load_state_header(const std::string& path) {
   s.step = h[2];
   s.world_size = h[11] > 0 ? h[11] : 1;
   s.zero = h[12];
+  s.cp = h[14] > 0 ? h[14] : 1;
   return s;
 }
 
@@ -203,6 +205,7 @@ TrainState load_state_file(const std::string& path, size_t expected_params) {
   s.world_size = h[11] > 0 ? h[11] : 1;
   s.zero = h[12];
   s.data_order = h[13];
+  s.cp = h[14] > 0 ? h[14] : 1;
   s.m.resize(expected_params);
   s.v.resize(expected_params);
   CHECK(fread(s.m.data(), 4, expected_params, in.f) == expected_params &&

@@ -13,7 +13,8 @@
 // State file (ours): 64 x int64 header: [0] magic 20261122, [1] version 1, [2] step,
 //   [3] number of parameters, [4..6] data-loader epoch/shard/window, [7] batch B, [8] seq-len T,
 //   [9] total batch, [10] seed, [11] world size, [12] ZeRO stage, [13] data order (1 shuffled,
-//   2 in order, 0 unknown: older files); then AdamW m and v, fp32,
+//   2 in order, 0 unknown: older files), [14] context-parallel degree --cp (0 in older files:
+//   read as 1); then AdamW m and v, fp32,
 //   ParamLayout order (with --zero 1: this rank's shard of them, see model/zero_shard.h).
 // Both are written to NAME.tmp and renamed, so a crash never leaves a half-written file under
 // the real name. In an --out directory they are model_00000100.bin and state_00000100.bin
@@ -43,11 +44,12 @@ struct TrainState {
   int64_t loader_epoch = 0, loader_shard = 0, loader_window = 0;
   int64_t B = 0, T = 0, total_batch = 0, seed = 0, world_size = 1, zero = 0;
   int64_t data_order = 0;  // kDataShuffled, kDataInOrder (--no-shuffle), 0 unknown (older files)
+  int64_t cp = 1;          // --cp of the run (the model file does not depend on it)
   std::vector<float> m, v;
 };
 void save_state_file(const std::string& path, const TrainState& s);
 TrainState load_state_file(const std::string& path, size_t expected_params);
-// Only step, world_size and zero (no size checks): to explain a mismatch before loading.
+// Only step, world_size, zero and cp (no size checks): to explain a mismatch before loading.
 TrainState load_state_header(const std::string& path);
 
 std::string model_checkpoint_path(const std::string& dir, int64_t step);

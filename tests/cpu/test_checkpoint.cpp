@@ -160,3 +160,33 @@ TEST(Checkpoint, UnwritableDirectoryFailsWithoutLeavingFiles) {
   expect_error([&] { save_model_file("/nonexistent_dir_xyz/m.bin", c, gpt_init_params(c, 1)); },
                "/nonexistent_dir_xyz/m.bin");
 }
+
+// The state header records --cp (slot 14); files written before it (slot 14 = 0) read as cp 1.
+TEST(Checkpoint, StateRecordsCp) {
+  TempDir dir;
+  TrainState s;
+  s.step = 5;
+  s.world_size = 4;
+  s.cp = 2;
+  s.m = {1, 2};
+  s.v = {3, 4};
+  const std::string path = state_checkpoint_path(dir.path, 5);
+  save_state_file(path, s);
+  EXPECT_EQ(load_state_file(path, 2).cp, 2);
+  const TrainState h = load_state_header(path);
+  EXPECT_EQ(h.cp, 2);
+  EXPECT_EQ(h.world_size, 4);
+  // an older file: slot 14 was always written as 0
+  FILE* f = fopen(path.c_str(), "r+b");
+  ASSERT_TRUE(f);
+  int64_t slot = -1;
+  fseek(f, 14 * sizeof(int64_t), SEEK_SET);
+  ASSERT_EQ(fread(&slot, sizeof(slot), 1, f), 1u);
+  EXPECT_EQ(slot, 2);
+  const int64_t zero = 0;
+  fseek(f, 14 * sizeof(int64_t), SEEK_SET);
+  fwrite(&zero, sizeof(zero), 1, f);
+  fclose(f);
+  EXPECT_EQ(load_state_header(path).cp, 1);
+  EXPECT_EQ(load_state_file(path, 2).cp, 1);
+}
