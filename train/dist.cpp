@@ -287,8 +287,8 @@ std::string read_failure_marker(const DistConfig& d) {
   return "";
 }
 
-void check_resume_world(int64_t saved_world, int64_t saved_zero, int world, int zero,
-                        const std::string& state_path) {
+void check_resume_world(int64_t saved_world, int64_t saved_zero, int64_t saved_cp, int world,
+                        int zero, int cp, const std::string& state_path) {
   CHECK(saved_world == world, "--resume: '%s' was written by a run of world size %lld but this run "
         "has world size %d; resume with %lld processes (scripts/launch.sh --gpus %lld)",
         state_path.c_str(), (long long)saved_world, world, (long long)saved_world,
@@ -296,4 +296,20 @@ void check_resume_world(int64_t saved_world, int64_t saved_zero, int world, int 
   CHECK(saved_zero == zero, "--resume: '%s' was written with --zero %lld but this run has --zero "
         "%d; resume with --zero %lld", state_path.c_str(), (long long)saved_zero, zero,
         (long long)saved_zero);
+  // A changed cp would regroup the ranks (dp = world / cp) and so the data each one reads.
+  CHECK(saved_cp == cp, "--resume: '%s' was written with --cp %lld but this run has --cp %d; "
+        "resume with --cp %lld", state_path.c_str(), (long long)saved_cp, cp, (long long)saved_cp);
+}
+
+CpGrid cp_grid(int rank, int world, int cp) {
+  CHECK(cp >= 1, "--cp must be at least 1 (got %d); 1 = no context parallelism", cp);
+  CHECK(world % cp == 0, "--cp %d does not divide the world size %d (world = dp x cp); start a "
+        "multiple of %d processes (scripts/launch.sh --gpus N) or lower --cp", cp, world, cp);
+  CHECK(rank >= 0 && rank < world, "internal: rank %d outside a world of %d", rank, world);
+  CpGrid g;
+  g.cp = cp;
+  g.dp = world / cp;
+  g.cp_index = rank % cp;
+  g.dp_index = rank / cp;
+  return g;
 }

@@ -54,6 +54,19 @@ void write_failure_marker(const DistConfig& d, const std::string& message);
 // "" when no rank has failed, else "rank R failed: message" of the first marker found.
 std::string read_failure_marker(const DistConfig& d);
 
-// --resume at a different world size or ZeRO stage than the checkpoint's: one clear error.
-void check_resume_world(int64_t saved_world, int64_t saved_zero, int world, int zero,
-                        const std::string& state_path);
+// --resume at a different world size, ZeRO stage or --cp than the checkpoint's: one clear
+// error. Checked in that order (a world-size change says so first).
+void check_resume_world(int64_t saved_world, int64_t saved_zero, int64_t saved_cp, int world,
+                        int zero, int cp, const std::string& state_path);
+
+// The rank grid of context parallelism (--cp; kernels/attention/context_parallel.h). Launch
+// convention: world = dp x cp and rank = dp_index * cp + cp_index, cp innermost, so a cp group
+// is cp consecutive ranks (the GPUs of one node, on NVLink; launchers number a node's
+// processes consecutively). The cp ranks of one dp group read the same windows: the data
+// loader is built with (rank = dp_index, world = dp), and each cp rank keeps its zigzag chunks.
+struct CpGrid {
+  int cp = 1, dp = 1;              // world = dp * cp
+  int cp_index = 0, dp_index = 0;  // rank = dp_index * cp + cp_index
+};
+// Throws naming --cp when cp < 1 or cp does not divide world.
+CpGrid cp_grid(int rank, int world, int cp);

@@ -16,6 +16,7 @@
 
 #include "data/prepare.h"
 #include "kernels/attention/backends.h"
+#include "kernels/attention/context_parallel.h"
 #include "kernels/common.h"
 #include "model/config.h"
 
@@ -229,7 +230,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("dist-init", "NCCL id exchange: file:///shared/path or tcp://host:port", cxxopts::value<std::string>())
     ("zero", "0 = plain data parallel, 1 = ZeRO-1 (AdamW state sharded)", cxxopts::value<int>()->default_value("0"))
     ("no-overlap", "all-reduce the gradients once after the backward, not per layer during it")
-    ("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", cxxopts::value<double>()->default_value("300"));
+    ("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", cxxopts::value<double>()->default_value("300"))
+    ("cp", "context parallelism: split each sequence over N GPUs (zigzag ring attention, CUDA only; --seq-len >= 2N). world = dp x cp, rank = dp_index * cp + cp_index: a cp group is N consecutive ranks (one node's GPUs); --batch and --total-batch count each dp group's sequences once", cxxopts::value<int>()->default_value("1"));
   // clang-format on
   cxxopts::ParseResult r;
   if (!parse_command_line(o, "train", argc, argv, r)) return false;
@@ -289,6 +291,11 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   opt.dist = resolve_dist_config(get<int>(r, "rank"), get<int>(r, "world-size"),
                                  get<int>(r, "local-rank"),
                                  r.count("dist-init") ? get<std::string>(r, "dist-init") : "");
+  opt.cp = get<int>(r, "cp");
+  check_at_least("--cp", opt.cp, 1, "; 1 = no context parallelism");
+  CHECK(opt.cp == 1 || opt.device != "cpu", "--cp %d splits each sequence over %d GPUs (CUDA "
+        "only); --device cpu has none: use --device cuda (or auto)", opt.cp, opt.cp);
+  const CpGrid grid = cp_grid(opt.dist.rank, opt.dist.world_size, opt.cp);  // cp divides world
   CHECK(opt.dist.world_size == 1 || opt.device != "cpu",
         "--device cpu trains in one process; a world of %d needs --device cuda (or auto)",
         opt.dist.world_size);
@@ -299,20 +306,27 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   check_batch_seq_len(opt.batch, opt.seq_len, SeqLenZero::refused,
                       " (and use --total-batch for a bigger step)");
   check_at_least("--steps", opt.steps, 1);
+  if (opt.cp > 1) (void)CpLayout(opt.cp, opt.seq_len);  // --seq-len >= 2 x --cp, before any work
   check_at_least("--total-batch", opt.total_batch, 0, "; 0 = --batch x --seq-len");
-  // One step over all ranks takes world x batch x seq-len tokens per micro-step.
-  const int world = opt.dist.world_size;
-  int64_t micro = (int64_t)opt.batch * opt.seq_len * world;
+  // One step over all ranks takes dp x batch x seq-len tokens per micro-step: the cp ranks of
+  // a dp group share their sequences (dp = world without --cp).
+  const int world = opt.dist.world_size, dp = grid.dp;
+  int64_t micro = (int64_t)opt.batch * opt.seq_len * dp;
   if (opt.total_batch == 0) opt.total_batch = micro;
   if (world == 1)
     CHECK(opt.total_batch % micro == 0,
           "--total-batch %lld is not a multiple of --batch x --seq-len = %lld; make it one",
           (long long)opt.total_batch, (long long)micro);
-  else
+  else if (opt.cp == 1)
     CHECK(opt.total_batch % micro == 0,
           "--total-batch %lld is not a multiple of --batch x --seq-len x world size = %d x %d x %d "
           "= %lld; make it one", (long long)opt.total_batch, opt.batch, opt.seq_len, world,
           (long long)micro);
+  else
+    CHECK(opt.total_batch % micro == 0,
+          "--total-batch %lld is not a multiple of --batch x --seq-len x dp (world size %d / --cp "
+          "%d) = %d x %d x %d = %lld; make it one", (long long)opt.total_batch, world, opt.cp,
+          opt.batch, opt.seq_len, dp, (long long)micro);
   CHECK(opt.lr > 0 && opt.lr < 1, "--lr must be in (0, 1) (got %g)", opt.lr);
   check_at_least("--warmup", opt.warmup, 0);
   CHECK(opt.lr_final_frac >= 0 && opt.lr_final_frac <= 1, "--lr-final-frac must be in [0, 1] (got %g)",
@@ -337,7 +351,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   CHECK(opt.total_batch / micro <= INT_MAX, "--total-batch %lld is %lld micro-steps of --batch x "
         "--seq-len%s, more than the %d one optimizer step can count; lower --total-batch",
         (long long)opt.total_batch, (long long)(opt.total_batch / micro),
-        world > 1 ? " x world size" : "", INT_MAX);
+        opt.cp > 1 ? " x dp" : world > 1 ? " x world size" : "", INT_MAX);
   // Decoupled weight decay multiplies each matrix by (1 - lr x wd) per step: at lr x wd >= 1
   // the weights flip sign and grow instead of decaying.
   CHECK((double)opt.lr * opt.weight_decay < 1.0, "--weight-decay %g with --lr %g scales the weights "
@@ -500,6 +514,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
     ("steps", "timed training steps per point (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
     ("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
     ("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", cxxopts::value<std::string>()->default_value(pos_name(d.pos)))
+    ("cp", "context-parallel degree of `train --cp`: plan (and measure) one GPU of a cp group, which holds T/cp tokens of each sequence", cxxopts::value<int>()->default_value(std::to_string(d.cp)))
     ("vocab", "vocabulary size", cxxopts::value<int>()->default_value(std::to_string(d.vocab)))
     ("out", "output directory (profile.csv, profile.json, PNG plots)", cxxopts::value<std::string>()->default_value(d.out_dir))
     ("plan-only", "print the predicted table only; no GPU needed")
@@ -520,6 +535,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   opt.steps = get<int>(r, "steps");
   opt.recompute = parse_recompute(get<std::string>(r, "recompute"));
   opt.pos = parse_pos(get<std::string>(r, "pos"));
+  opt.cp = get<int>(r, "cp");
   opt.vocab = get<int>(r, "vocab");
   opt.out_dir = get<std::string>(r, "out");
   opt.plan_only = r.count("plan-only") > 0;
@@ -534,6 +550,11 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   check_at_least("--tokens", opt.tokens, 1);
   check_at_least("--batch", opt.batch, 0, "; 0 = from --tokens");
   for (int T : opt.seq_lens) check_tokens_per_pass(profile_batch(opt, T), T, "--seq-lens");
+  check_at_least("--cp", opt.cp, 1, "; 1 = no context parallelism");
+  for (int T : opt.seq_lens)
+    CHECK(T >= 2 * opt.cp, "--seq-lens: %d is shorter than 2 * --cp = %d: the zigzag split cuts "
+          "each sequence into 2*cp chunks of at least one token; drop it or lower --cp", T,
+          2 * opt.cp);
   check_at_least("--warmup", opt.warmup, 0);
   check_at_least("--steps", opt.steps, 1);
   check_at_least("--vocab", opt.vocab, 2);

@@ -73,6 +73,10 @@ struct TrainOptions {
   int zero = 0;               // --zero 1: shard the AdamW state over the ranks (ZeRO-1)
   bool overlap_comm = true;   // --no-overlap: one all-reduce after the backward instead
   double dist_timeout = 300;  // --dist-timeout seconds: id exchange and waits on collectives
+  // --cp N: context parallelism, each sequence split over N GPUs (CUDA only). world = dp x cp,
+  // rank = dp_index * cp + cp_index (train/dist.h: cp_grid); --batch and --total-batch count
+  // sequences and tokens once per dp group.
+  int cp = 1;
 };
 
 struct SampleOptions {  // `flashgpt sample` (train/sample.h)
@@ -109,6 +113,7 @@ struct ProfileOptions {  // `flashgpt profile` (bench/profile.h says what each d
   // rope by default: learned positions would add a (maxT, C) table per point, mixing a
   // position-table effect into a sweep about attention (bench/profile.h).
   PosEncoding pos = PosEncoding::rope;
+  int cp = 1;  // --cp: plan and measure one GPU of a cp group (ModelOptions cp_rank 0)
   int vocab = 50257;
   std::string out_dir = "runs/profile";
   bool plan_only = false;

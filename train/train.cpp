@@ -20,6 +20,7 @@
 #include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "kernels/attention/context_parallel.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
 #include "model/hf_gpt2.h"
@@ -146,33 +147,48 @@ float lr_at_step(const TrainOptions& opt, int step) {
 }
 
 namespace {
-TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& comm);
+// The process group's communicators: the world's (gradient all-reduce, loss, barriers) and,
+// with --cp > 1, the cp group's (the ring attention's send/recv; model/dist_comm.h split()).
+struct Comms {
+  std::unique_ptr<DistComm> world, cp;
+};
+TrainResult run_train_impl(const TrainOptions& opt, Comms& comms);
 }
 
 // Multi-GPU: an error on one rank must not leave the others hanging in a collective. The
-// failing rank leaves a marker (file:// init), aborts its communicator (its pending NCCL work
-// ends, and the peers' collectives with it fail or time out) and reports "rank R: cause".
+// failing rank leaves a marker (file:// init), aborts its communicators (its pending NCCL work
+// ends, and the peers' collectives and ring transfers with it fail or time out) and reports
+// "rank R: cause".
 TrainResult run_train(const TrainOptions& opt) {
-  std::unique_ptr<DistComm> comm;
+  Comms comms;
   try {
-    return run_train_impl(opt, comm);
+    return run_train_impl(opt, comms);
   } catch (const std::exception& e) {
     if (opt.dist.world_size <= 1) throw;
     std::string msg = e.what();
     write_failure_marker(opt.dist, msg);
-    if (comm) comm->abort();
+    if (comms.cp) comms.cp->abort();
+    if (comms.world) comms.world->abort();
     THROW_ERROR("rank %d: %s", opt.dist.rank, msg.c_str());
   }
 }
 
 namespace {
 
-TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& comm) {
+TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   TrainResult result;
+  std::unique_ptr<DistComm>& comm = comms.world;
   const int rank = opt.dist.rank, world = opt.dist.world_size;
   const int zero = world > 1 ? opt.zero : 0;
   const bool lead = rank == 0;  // only rank 0 prints, logs, samples and writes the model file
   auto say = [&](const std::string& s) { if (!opt.quiet && lead) std::printf("%s\n", s.c_str()); };
+  // Context parallelism (train/dist.h): the rank grid, and the zigzag layout of one sequence.
+  const CpGrid grid = cp_grid(rank, world, opt.cp);
+  const int cp = grid.cp, dp = grid.dp;
+  CHECK(cp == 1 || cuda_device_available(), "--cp %d splits each sequence over %d GPUs (CUDA "
+        "only), but %s; run it on a machine with GPUs and the CUDA build", cp, cp,
+        opt.device == "cuda" ? "no CUDA GPU is usable here" : "--device auto found no CUDA GPU");
+  const CpLayout cp_layout(cp, opt.seq_len);  // --seq-len >= 2 x --cp (checked when parsed)
 
   // ---- data and tokenizer (all validated before the model is built) ----
   std::string train_pattern = opt.train_pattern, val_pattern = opt.val_pattern;
@@ -221,6 +237,11 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     CHECK(opt.steps > resume_step, "--resume: the checkpoint in --out '%s' is at step %lld, and "
           "--steps %d asks for no more; raise --steps", opt.out_dir.c_str(),
           (long long)resume_step, opt.steps);
+    // rank 0's file first: it says the world size, ZeRO stage and --cp the checkpoint was
+    // written at (before any work: a mismatch is refused at once).
+    const std::string state0 = state_checkpoint_path(opt.out_dir, resume_step, 0);
+    const TrainState h0 = load_state_header(state0);
+    check_resume_world(h0.world_size, h0.zero, h0.cp, world, zero, cp, state0);
   }
   std::string ckpt_path = resume_step >= 0 ? model_checkpoint_path(opt.out_dir, resume_step)
                                            : opt.init_path;
@@ -247,18 +268,20 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
                  tok_path.c_str(), tok->vocab_size(), cfg.vocab_size);
 
   const int B = opt.batch, T = opt.seq_len;
-  CHECK(opt.total_batch % ((int64_t)B * T * world) == 0,
-        "--total-batch %lld is not a multiple of --batch x --seq-len x world size = %lld",
-        (long long)opt.total_batch, (long long)B * T * world);
-  const int accum = (int)(opt.total_batch / ((int64_t)B * T * world));
+  // Tokens per micro-step over all ranks: B*T per dp group (its cp ranks share the sequences).
+  CHECK(opt.total_batch % ((int64_t)B * T * dp) == 0,
+        "--total-batch %lld is not a multiple of --batch x --seq-len x dp = %lld",
+        (long long)opt.total_batch, (long long)B * T * dp);
+  const int accum = (int)(opt.total_batch / ((int64_t)B * T * dp));
   std::unique_ptr<DataLoader> train_loader, val_loader;
   if (!opt.bench) {
-    // Each rank reads its own B of every world*B windows.
+    // Each dp group reads its own B of every dp*B windows; its cp ranks read the same ones.
     train_loader = std::make_unique<DataLoader>(train_pattern, "--train-pattern", B, T,
-                                                cfg.vocab_size, opt.shuffle, opt.seed, rank, world);
+                                                cfg.vocab_size, opt.shuffle, opt.seed,
+                                                grid.dp_index, dp);
     if (!val_pattern.empty() && (!val_optional || any_file_matches(val_pattern)))
       val_loader = std::make_unique<DataLoader>(val_pattern, "--val-pattern", B, T, cfg.vocab_size,
-                                                false, opt.seed, rank, world);
+                                                false, opt.seed, grid.dp_index, dp);
   }
   // Every rank writes its optimizer state into --out.
   if (!opt.out_dir.empty() && !lead) ensure_writable_dir(opt.out_dir, "--out");
@@ -279,6 +302,10 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
         rank, world, opt.dist.local_rank,
         [&](unsigned char* id) { exchange_dist_id(init, rank, world, id, timeout); },
         [dc]() { return read_failure_marker(dc); }, timeout);
+    // A cp group's own communicator, even when it is the whole world: the ring's send/recv
+    // then never interleave with the gradient all-reduce on `comm`. It lives in `comms`, past
+    // the model that holds it, and is aborted with `comm` on a failure.
+    if (cp > 1) comms.cp = comm->split(grid.dp_index, grid.cp_index);
   }
 
   // ---- model ----
@@ -294,14 +321,13 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   mo.recompute = opt.recompute;
   mo.deterministic = opt.deterministic;
   mo.classifier_chunk = opt.classifier_chunk;
+  mo.cp = cp;
+  mo.cp_rank = grid.cp_index;
+  mo.cp_comm = comms.cp.get();
   std::unique_ptr<Model> model = make_model(opt.device, mo);
   if (!ckpt_params.empty()) model->set_params(ckpt_params);
   int first_step = 1;
   if (resume_step >= 0) {
-    // rank 0's file first: it says the world size the checkpoint was written at.
-    std::string state0 = state_checkpoint_path(opt.out_dir, resume_step, 0);
-    TrainState h0 = load_state_header(state0);
-    check_resume_world(h0.world_size, h0.zero, world, zero, state0);
     std::string state_path = state_checkpoint_path(opt.out_dir, resume_step, rank);
     CHECK(file_exists(state_path), "--resume: rank %d's optimizer state '%s' for step %lld is "
           "missing; was the checkpoint written by a run of world size %d?", rank,
@@ -337,10 +363,18 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
                 "micro-steps -> %lld tokens/step", model->device_name(), model->attention_name(),
                 recompute_name(opt.recompute), B, T, accum, (long long)opt.total_batch));
   if (world > 1)
-    say(flashgpt::strformat("data parallel: %d processes (NCCL), %d x %d per rank per micro-step, %s",
-                            world, B, T, zero ? "ZeRO-1 (AdamW state sharded)"
+    say(flashgpt::strformat("data parallel: %d processes (NCCL)%s, %d x %d per %s per micro-step, %s",
+                            world, cp > 1 ? flashgpt::strformat(" = dp %d x cp %d", dp, cp).c_str() : "",
+                            B, T, cp > 1 ? "dp group" : "rank", zero ? "ZeRO-1 (AdamW state sharded)"
                             : opt.overlap_comm ? "gradient all-reduce per layer, overlapped with the backward"
                                                : "one gradient all-reduce per step"));
+  if (cp > 1) {
+    const CpChunk c0 = cp_layout.chunk(grid.cp_index, 0), c1 = cp_layout.chunk(grid.cp_index, 1);
+    say(flashgpt::strformat("context parallel: cp=%d dp=%d (rank %d: cp index %d, chunks %d and %d "
+                            "of each sequence, ~T/%d = %d tokens each)", cp, dp, rank,
+                            grid.cp_index, c0.index, c1.index, cp,
+                            cp_layout.local_len(grid.cp_index)));
+  }
   if (!opt.quiet && lead) {
     size_t total = 0, width = 5;
     std::vector<MemoryLine> plan = model->memory_plan();
@@ -356,13 +390,32 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
   AdamWHyper h;
   h.weight_decay = opt.weight_decay;
-  Rng bench_rng(opt.seed + (uint64_t)rank);
+  // The cp ranks of a dp group train on the same random tokens.
+  Rng bench_rng(opt.seed + (uint64_t)grid.dp_index);
+  // Forward of one (B, T) batch; with --cp > 1 this rank's zigzag rows of it (cp_scatter), and
+  // the model returns the mean loss over all B*T tokens of the sequence (its cp group's).
+  const size_t local_rows = (size_t)B * cp_layout.local_len(grid.cp_index);
+  std::vector<int> local_inputs(cp > 1 ? local_rows : 0), local_targets(cp > 1 ? local_rows : 0);
+  auto forward = [&](const int* in, const int* tg) -> double {
+    if (cp == 1) return model->forward(in, tg, B, T);
+    cp_scatter<int>(local_inputs.data(), in, cp_layout, grid.cp_index, B, 1);
+    cp_scatter<int>(local_targets.data(), tg, cp_layout, grid.cp_index, B, 1);
+    return model->forward(local_inputs.data(), local_targets.data(), B, T);
+  };
 
   auto mean_over_ranks = [&](double x) { return comm ? (double)comm->all_reduce_mean((float)x) : x; };
   auto evaluate = [&]() -> float {
     val_loader->reset();
     EvalSums sums;  // the same loss as `flashgpt eval` (train/eval.h)
-    eval_batches(*model, *val_loader, opt.eval_steps, B, T, nullptr, sums);
+    if (cp == 1) {
+      eval_batches(*model, *val_loader, opt.eval_steps, B, T, nullptr, sums);
+    } else {  // eval_batches' sums, with the batches through `forward`
+      for (int i = 0; i < opt.eval_steps; i++) {
+        val_loader->next_batch(inputs.data(), targets.data());
+        sums.loss_sum += forward(inputs.data(), targets.data()) * B * T;
+        sums.tokens += (int64_t)B * T;
+      }
+    }
     return (float)mean_over_ranks(sums.mean_loss());
   };
   auto print_sample = [&](int step) {
@@ -398,6 +451,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     st.seed = (int64_t)opt.seed;
     st.world_size = world;
     st.zero = zero;
+    st.cp = cp;
     st.data_order = opt.shuffle ? kDataShuffled : kDataInOrder;
     model->get_adam_state(st.m, st.v);
     // State first (every rank its own), model second (rank 0, after all states are on disk):
@@ -415,6 +469,10 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
   int64_t timed_tokens = 0;
   std::vector<double> step_ms;
   if (!val_loader && !opt.bench) say("no validation shards: evaluation is off");
+  // Sampling runs the model on rank 0 alone, and a cp model's forward needs its whole cp group.
+  const bool sampling = opt.sample_every > 0 && cp == 1;
+  if (opt.sample_every > 0 && cp > 1 && !opt.bench)
+    say("samples are off with --cp > 1 (sample from a checkpoint with `flashgpt sample`)");
   // Test hook for the failure handling (scripts/test_multigpu.sh): FLASHGPT_TEST_FAIL=R:S
   // makes rank R throw at the start of step S.
   int fail_rank = -1, fail_step = -1;
@@ -444,7 +502,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
       } else {
         train_loader->next_batch(inputs.data(), targets.data());
       }
-      loss += model->forward(inputs.data(), targets.data(), B, T) / accum;
+      loss += forward(inputs.data(), targets.data()) / accum;
       if (micro == accum - 1) model->mark_last_micro_step();
       model->backward(1.0f / accum);
     }
@@ -484,7 +542,7 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
             "failed (%s); is the disk full? (checkpoints so far are intact)", opt.log_path.c_str(),
             step, strerror(errno));
     }
-    if (lead && !opt.bench && opt.sample_every > 0 && (step % opt.sample_every == 0 || last))
+    if (lead && !opt.bench && sampling && (step % opt.sample_every == 0 || last))
       print_sample(step);
     if (!opt.out_dir.empty() && !opt.bench &&
         ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || last)) {
@@ -524,9 +582,9 @@ TrainResult run_train_impl(const TrainOptions& opt, std::unique_ptr<DistComm>& c
     // Rank 0's median: the ranks meet in the collectives every step, so all run at one pace.
     double tps_gpu = tps / world;
     if (lead)
-      std::printf("bench: %s %s attn=%s B=%d T=%d world=%d | median %.2f ms/step | %.0f tokens/s "
-                  "(%.0f per GPU) | MFU %s | peak memory %s\n", model->device_name(),
-                  opt.model.c_str(), model->attention_name(), B, T, world, med, tps, tps_gpu,
+      std::printf("bench: %s %s attn=%s B=%d T=%d world=%d cp=%d dp=%d | median %.2f ms/step | "
+                  "%.0f tokens/s (%.0f per GPU) | MFU %s | peak memory %s\n", model->device_name(),
+                  opt.model.c_str(), model->attention_name(), B, T, world, cp, dp, med, tps, tps_gpu,
                   peak > 0 ? flashgpt::strformat("%.1f%%", 100 * tps_gpu * flops_tok / peak).c_str() : "n/a",
                   human_bytes(model->peak_memory_bytes()).c_str());
     result.tokens_per_s = tps;

@@ -2,7 +2,7 @@
 //
 //   for step in 1..steps:
 //     lr = warm-up then cosine schedule
-//     for each of total_batch / (B*T*world) micro-batches: forward, backward(1 / micro-batches)
+//     for each of total_batch / (B*T*dp) micro-batches: forward, backward(1 / micro-batches)
 //     reduce_grads (multi-GPU: average over the ranks; the model may start it during the
 //     last backward); loss averaged over the ranks
 //     norm = global grad norm; scale = min(1, grad_clip / norm); AdamW(lr, scale)
@@ -12,7 +12,12 @@
 //   Files around the run (the --out lock, fresh runs, the tokenizer copy, --log): run_files.h.
 //   Multi-GPU (opt.dist.world_size > 1, train/dist.h): only rank 0 prints, logs, samples and
 //   writes the model file; every rank writes its optimizer state; an error on any rank is
-//   reported as "rank R: cause" after aborting the communicator (the others stop too).
+//   reported as "rank R: cause" after aborting the communicators (the others stop too).
+//   Context parallel (--cp N > 1, CUDA only): world = dp x cp (train/dist.h cp_grid); the cp
+//   ranks of a dp group read the same (B, T) batch and each feeds the model its zigzag rows
+//   (cp_scatter, kernels/attention/context_parallel.h); micro-batches and tokens/s count each
+//   token once (B*T*dp per micro-step); the ring runs on a communicator of its own (split of
+//   the world's by dp index); sampling during training is off (the model needs its cp group).
 #pragma once
 #include <vector>
 

@@ -14,9 +14,11 @@
 // --resume continues exactly; a full disk (tmpfs; skips where it cannot mount).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -486,4 +488,44 @@ TEST(BadInputFaults, FullDiskOnTmpfs) {
   const std::string tok = slurp(fs.dir / "data/tokenizer.bin");
   expect_error([&] { prepare_into(fs.dir / "data", src / "big.txt", 300); }, "disk full");
   EXPECT_EQ(slurp(fs.dir / "data/tokenizer.bin"), tok);
+}
+
+// --cp through the real binary (flashgpt beside this test binary, as the Makefile builds them):
+// each bad value exits non-zero with one error line naming --cp, before any work.
+TEST(BadInputExit, ContextParallelFlagsExitWithOneLine) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  std::string bin = self;
+  bin = bin.substr(0, bin.rfind('/')) + "/flashgpt";
+  if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << bin << " (make builds it)";
+  TempDir dir;
+  const std::string world2 = "--world-size 2 --rank 0 --dist-init file://" + dir.path + "/id";
+  struct Case {
+    std::string args, needle;
+  };
+  const Case cases[] = {
+      {"--cp 0 " + world2, "--cp must be at least 1 (got 0)"},
+      {"--cp 3 " + world2, "--cp 3 does not divide the world size 2"},
+      {"--cp 2", "--cp 2 does not divide the world size 1"},
+      {"--cp 2 --device cpu " + world2, "--device cpu has none"},
+      {"--cp 2 --seq-len 3 " + world2, "--seq-len 3 is shorter than 2 * --cp = 4"},
+      // parsed fine, refused by the run before any work (this build or machine has no GPU)
+      {"--cp 2 --seq-len 16 --batch 1 " + world2, "rank 0: --cp 2 splits each sequence over 2 GPUs"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    const std::string err = dir / "err.txt";
+    const std::string cmd = "'" + bin + "' train --bench --quiet " + c.args + " > '" + (dir / "out.txt") +
+                            "' 2> '" + err + "'";
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_NE(WEXITSTATUS(status), 0);
+    const std::string text = slurp(err);
+    EXPECT_EQ(text.rfind("flashgpt: error: ", 0), 0u) << text;
+    EXPECT_NE(text.find(c.needle), std::string::npos) << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+    EXPECT_EQ(slurp(dir / "out.txt"), "") << "no work started";
+  }
 }

@@ -1,7 +1,9 @@
 // Multi-GPU plumbing that runs without a GPU: rank/world from flags and the environment
 // (torchrun, mpirun, srun), --dist-init parsing, the NCCL-id exchange through a file and over
 // TCP (threads on 127.0.0.1), the ZeRO-1 shard arithmetic, world-size checks on resume, and
-// --total-batch divisibility at world > 1. (Per-rank data slicing: test_data.cpp.)
+// --total-batch divisibility at world > 1. (Per-rank data slicing: test_data.cpp.) Context
+// parallelism's trainer side: the rank grid, the loader split over cp ranks, the --cp check on
+// resume and the GPU-only refusal (the ring itself: test_context_parallel.cpp).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -18,6 +20,8 @@
 #include <map>
 #include <thread>
 
+#include "data/dataloader.h"
+#include "kernels/attention/context_parallel.h"
 #include "model/checkpoint.h"
 #include "model/layout.h"
 #include "model/zero_shard.h"
@@ -365,11 +369,17 @@ TEST(Dist, TotalBatchMustDivideAcrossRanks) {
 }
 
 TEST(Dist, ResumeAtAnotherWorldSizeIsAClearError) {
-  check_resume_world(2, 1, 2, 1, "s.bin");  // same: fine
-  expect_error([] { check_resume_world(2, 0, 1, 0, "/o/state_00000005.bin"); },
+  check_resume_world(2, 1, 1, 2, 1, 1, "s.bin");  // same: fine
+  expect_error([] { check_resume_world(2, 0, 1, 1, 0, 1, "/o/state_00000005.bin"); },
                "'/o/state_00000005.bin' was written by a run of world size 2 but this run has world size 1");
-  expect_error([] { check_resume_world(4, 0, 2, 0, "s.bin"); }, "resume with 4 processes");
-  expect_error([] { check_resume_world(2, 1, 2, 0, "s.bin"); }, "written with --zero 1");
+  expect_error([] { check_resume_world(4, 0, 1, 2, 0, 1, "s.bin"); }, "resume with 4 processes");
+  expect_error([] { check_resume_world(2, 1, 1, 2, 0, 1, "s.bin"); }, "written with --zero 1");
+  expect_error([] { check_resume_world(2, 0, 2, 2, 0, 1, "/o/state_00000005.bin"); },
+               "--resume: '/o/state_00000005.bin' was written with --cp 2 but this run has --cp 1; "
+               "resume with --cp 2");
+  expect_error([] { check_resume_world(4, 0, 2, 4, 0, 4, "s.bin"); }, "resume with --cp 2");
+  // a changed world size is named first, even when cp changed too
+  expect_error([] { check_resume_world(2, 0, 2, 1, 0, 1, "s.bin"); }, "world size 2");
   EXPECT_EQ(state_checkpoint_path("/o", 100, 0), "/o/state_00000100.bin");
   EXPECT_EQ(state_checkpoint_path("/o", 100, 3), "/o/state_00000100_rank3.bin");
 
@@ -394,4 +404,114 @@ TEST(Dist, ResumeAtAnotherWorldSizeIsAClearError) {
   o.resume = true;
   o.steps = 4;
   expect_error([&] { run_train(o); }, "was written by a run of world size 2 but this run has world size 1");
+}
+
+// The launch convention: rank = dp_index * cp + cp_index (cp innermost), world = dp x cp.
+TEST(Dist, CpRankGrid) {
+  const CpGrid g = cp_grid(5, 8, 2);
+  EXPECT_EQ(g.cp, 2);
+  EXPECT_EQ(g.dp, 4);
+  EXPECT_EQ(g.dp_index, 2);
+  EXPECT_EQ(g.cp_index, 1);
+  for (int world : {1, 2, 4, 6, 8, 12})
+    for (int cp = 1; cp <= world; cp++) {
+      if (world % cp) continue;
+      std::map<std::pair<int, int>, int> seen;
+      for (int rank = 0; rank < world; rank++) {
+        const CpGrid r = cp_grid(rank, world, cp);
+        ASSERT_EQ(r.dp * r.cp, world);
+        ASSERT_EQ(r.dp_index * cp + r.cp_index, rank);
+        ASSERT_LT(r.cp_index, cp);
+        ASSERT_LT(r.dp_index, r.dp);
+        // a cp group is cp consecutive ranks: rank's group starts at rank - cp_index
+        ASSERT_EQ(cp_grid(rank - r.cp_index, world, cp).dp_index, r.dp_index);
+        seen[{r.dp_index, r.cp_index}]++;
+      }
+      ASSERT_EQ((int)seen.size(), world) << "world " << world << " cp " << cp;
+    }
+  // cp 1 is plain data parallelism: dp index = rank
+  EXPECT_EQ(cp_grid(3, 4, 1).dp_index, 3);
+  EXPECT_EQ(cp_grid(3, 4, 1).cp_index, 0);
+  expect_error([] { cp_grid(0, 2, 3); }, "--cp 3 does not divide the world size 2");
+  expect_error([] { cp_grid(0, 6, 4); }, "--cp 4 does not divide the world size 6");
+  expect_error([] { cp_grid(0, 2, 0); }, "--cp must be at least 1");
+}
+
+// The loader split of --cp: loaders built as the trainer builds them (rank = dp_index,
+// world = dp) give the cp ranks of a dp group the same windows and different dp groups
+// different ones; each cp rank's rows (cp_scatter, as run_train feeds the model) gathered back
+// are the batch, and they are the window split cp_split_window describes.
+TEST(Dist, CpLoaderSplitGathersBackToTheBatch) {
+  const std::string pattern = test_corpus_dir() + "/train_*.bin";
+  for (int T : {16, 17, 30}) {
+    const int world = 4, cp = 2, B = 3;
+    const CpLayout L(cp, T);
+    std::vector<std::vector<int>> in(world, std::vector<int>((size_t)B * T)), tg = in;
+    for (int rank = 0; rank < world; rank++) {
+      const CpGrid g = cp_grid(rank, world, cp);
+      DataLoader loader(pattern, "--train-pattern", B, T, 0, true, 7, g.dp_index, g.dp);
+      loader.next_batch(in[rank].data(), tg[rank].data());
+      loader.next_batch(in[rank].data(), tg[rank].data());  // the second batch, too
+    }
+    EXPECT_EQ(in[0], in[1]) << "cp ranks of dp group 0 read the same windows";
+    EXPECT_EQ(tg[2], tg[3]) << "cp ranks of dp group 1 read the same windows";
+    EXPECT_NE(in[0], in[2]) << "the dp groups read different windows";
+    for (int dp_index = 0; dp_index < 2; dp_index++) {
+      std::vector<int> gin((size_t)B * T, -1), gtg((size_t)B * T, -1);
+      for (int c = 0; c < cp; c++) {
+        const int rank = dp_index * cp + c;
+        const size_t Tl = L.local_len(c);
+        std::vector<int> lin(B * Tl), ltg(B * Tl);
+        cp_scatter<int>(lin.data(), in[rank].data(), L, c, B, 1);
+        cp_scatter<int>(ltg.data(), tg[rank].data(), L, c, B, 1);
+        cp_gather<int>(gin.data(), lin.data(), L, c, B, 1);
+        cp_gather<int>(gtg.data(), ltg.data(), L, c, B, 1);
+        for (int b = 0; b < B; b++) {  // the window of row b: inputs then the last target
+          std::vector<int> window(in[rank].begin() + b * T, in[rank].begin() + (b + 1) * T);
+          window.push_back(tg[rank][(size_t)b * T + T - 1]);
+          std::vector<int> win(Tl), wtg(Tl);
+          cp_split_window(win.data(), wtg.data(), window.data(), L, c);
+          ASSERT_EQ(std::vector<int>(lin.begin() + b * Tl, lin.begin() + (b + 1) * Tl), win);
+          ASSERT_EQ(std::vector<int>(ltg.begin() + b * Tl, ltg.begin() + (b + 1) * Tl), wtg);
+        }
+      }
+      EXPECT_EQ(gin, in[dp_index * cp]) << "T " << T;
+      EXPECT_EQ(gtg, tg[dp_index * cp]) << "T " << T;
+    }
+  }
+}
+
+// run_train refuses --cp > 1 without a GPU at once (the CPU test binary has none), naming the
+// rank; and a checkpoint written at another --cp is refused on resume (the state header's cp).
+TEST(Dist, CpNeedsAGpuAndResumeKeepsCp) {
+  TempDir d;
+  TrainOptions o;
+  Argv a({"train", "--bench", "--world-size", "2", "--rank", "0", "--dist-init",
+          "file://" + d.path + "/id", "--cp", "2", "--seq-len", "16", "--batch", "1"});
+  ASSERT_TRUE(parse_train_options(a.argc(), a.argv(), o));
+  const std::string msg = expect_error(
+      [&] { run_train(o); },
+      "rank 0: --cp 2 splits each sequence over 2 GPUs (CUDA only), but --device auto found no "
+      "CUDA GPU");
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+
+  TempDir out;
+  Argv b({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "1", "--channels",
+          "32", "--heads", "2", "--seq-len", "16", "--batch", "2", "--steps", "2", "--eval-every",
+          "0", "--sample-every", "0", "--device", "cpu", "--quiet", "--out", out.path});
+  TrainOptions c;
+  ASSERT_TRUE(parse_train_options(b.argc(), b.argv(), c));
+  run_train(c);
+  const std::string st = state_checkpoint_path(out.path, 2);
+  EXPECT_EQ(load_state_header(st).cp, 1);
+  FILE* f = fopen(st.c_str(), "r+b");
+  ASSERT_TRUE(f);
+  const int64_t two = 2;  // as a --cp 2 run writes it (header slot 14)
+  fseek(f, 14 * sizeof(int64_t), SEEK_SET);
+  fwrite(&two, sizeof(two), 1, f);
+  fclose(f);
+  c.resume = true;
+  c.steps = 4;
+  expect_error([&] { run_train(c); }, "was written with --cp 2 but this run has --cp 1; resume "
+               "with --cp 2");
 }

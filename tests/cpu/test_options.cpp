@@ -7,6 +7,8 @@
 // (BadInput.TrainOptions, SampleOptions, PrepareOptions), test_eval.cpp, test_profile.cpp.
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -237,3 +239,70 @@ TEST(Options, BenchKernels) {
 }
 
 }  // namespace
+
+// --cp (context parallelism): the flag, its launch convention in --help, and each refusal as
+// one line naming --cp (before any work: the zigzag split's --seq-len >= 2 x --cp too).
+TEST(Options, ContextParallelFlag) {
+  TempDir d;
+  const std::string init = "file://" + d.path + "/id";
+  auto world = [&](int w, int rank) {
+    return std::vector<std::string>{"train", "--bench", "--world-size", std::to_string(w),
+                                    "--rank", std::to_string(rank), "--dist-init", init,
+                                    "--batch", "2", "--seq-len", "64"};
+  };
+  auto with = [](std::vector<std::string> a, std::vector<std::string> extra) {
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  EXPECT_EQ(parsed(parse_train_options, {"train", "--bench"}).cp, 1);
+  // world 4 = dp 2 x cp 2: one micro-step takes B x T per dp group, each token once.
+  const TrainOptions t = parsed(parse_train_options, with(world(4, 3), {"--cp", "2"}));
+  EXPECT_EQ(t.cp, 2);
+  EXPECT_EQ(t.total_batch, 2 * 64 * 2);
+  // cp == world (dp 1) is fine, and so is gradient accumulation over dp.
+  EXPECT_EQ(parsed(parse_train_options, with(world(2, 1), {"--cp", "2"})).total_batch, 2 * 64);
+  EXPECT_EQ(parsed(parse_train_options,
+                   with(world(4, 0), {"--cp", "2", "--total-batch", "768"})).total_batch, 768);
+  // the refusals
+  expect_refused(parse_train_options, with(world(2, 0), {"--cp", "0"}),
+                 "--cp must be at least 1 (got 0)");
+  expect_refused(parse_train_options, with(world(2, 0), {"--cp", "3"}),
+                 "--cp 3 does not divide the world size 2");
+  expect_refused(parse_train_options, {"train", "--bench", "--cp", "2"},
+                 "--cp 2 does not divide the world size 1");
+  expect_refused(parse_train_options, with(world(2, 0), {"--cp", "2", "--device", "cpu"}),
+                 "--cp 2 splits each sequence over 2 GPUs (CUDA only); --device cpu has none");
+  expect_refused(parse_train_options, with(world(2, 0), {"--cp", "2", "--seq-len", "3"}),
+                 "--seq-len 3 is shorter than 2 * --cp = 4");
+  expect_refused(parse_train_options, with(world(4, 0), {"--cp", "2", "--total-batch", "384"}),
+                 "--total-batch 384 is not a multiple of --batch x --seq-len x dp (world size 4 / "
+                 "--cp 2) = 2 x 64 x 2 = 256");
+  expect_refused(parse_train_options, with(world(2, 0), {"--cp", "two"}),
+                 "'two' is not a valid value for --cp");
+  // --seq-len 4 is the shortest for --cp 2 (4 chunks of one token)
+  EXPECT_EQ(parsed(parse_train_options, with(world(2, 0), {"--cp", "2", "--seq-len", "4"})).cp, 2);
+  // --help names the launch convention
+  Argv help({"train", "--help"});
+  TrainOptions o;
+  std::stringstream captured;
+  std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+  const bool ran = parse_train_options(help.argc(), help.argv(), o);
+  std::cout.rdbuf(old);
+  EXPECT_FALSE(ran);
+  std::string help_text;  // cxxopts wraps lines: compare with the whitespace runs as one space
+  for (char ch : captured.str())
+    if (!(isspace((unsigned char)ch) && !help_text.empty() && help_text.back() == ' '))
+      help_text += isspace((unsigned char)ch) ? ' ' : ch;
+  EXPECT_NE(help_text.find("--cp arg"), std::string::npos) << help_text;
+  EXPECT_NE(help_text.find("rank = dp_index * cp + cp_index"), std::string::npos) << help_text;
+}
+
+// profile --cp: plumbed into ProfileOptions (bench/profile.cpp passes it to ModelOptions), with
+// the same limits as train's.
+TEST(Options, ProfileContextParallelFlag) {
+  EXPECT_EQ(parsed(parse_profile_options, {"profile", "--plan-only"}).cp, 1);
+  EXPECT_EQ(parsed(parse_profile_options, {"profile", "--plan-only", "--cp", "2"}).cp, 2);
+  expect_refused(parse_profile_options, {"profile", "--cp", "0"}, "--cp must be at least 1");
+  expect_refused(parse_profile_options, {"profile", "--seq-lens", "1024,3", "--cp", "2"},
+                 "--seq-lens: 3 is shorter than 2 * --cp = 4");
+}
