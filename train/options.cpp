@@ -220,7 +220,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("resume", "continue from the latest checkpoint in --out")
     ("log", "write one JSON object per step to this file", cxxopts::value<std::string>())
     ("bench", "benchmark: random tokens, no data; prints median ms/step, tokens/s, MFU")
-    ("bench-steps", "timed steps in --bench (after 3 warm-up steps)", cxxopts::value<int>()->default_value("20"))
+    ("bench-steps", "timed steps in --bench (after the warm-up steps)", cxxopts::value<int>()->default_value("20"))
+    ("bench-warmup", "untimed warm-up steps in --bench before the timed ones", cxxopts::value<int>()->default_value("3"))
     ("quiet", "print only eval lines and the summary")
     ("h,help", "this help");
   o.add_options("multi-GPU (one process per GPU; default from RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, SLURM_*)")
@@ -280,6 +281,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   if (r.count("log")) opt.log_path = get<std::string>(r, "log");
   opt.bench = r.count("bench") > 0;
   opt.bench_steps = get<int>(r, "bench-steps");
+  opt.bench_warmup = get<int>(r, "bench-warmup");
   opt.quiet = r.count("quiet") > 0;
   opt.zero = get<int>(r, "zero");
   opt.overlap_comm = r.count("no-overlap") == 0;
@@ -342,6 +344,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   CHECK(opt.checkpoint_every == 0 || !opt.out_dir.empty(),
         "--checkpoint-every needs --out DIR to write into");
   check_at_least("--bench-steps", opt.bench_steps, 1);
+  check_at_least("--bench-warmup", opt.bench_warmup, 0);
   // 0 means "the preset's" only when the flag is absent: given, each must be a real size.
   for (const char* f : {"layers", "heads", "kv-heads", "channels", "max-seq-len"})
     if (r.count(f))

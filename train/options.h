@@ -66,6 +66,7 @@ struct TrainOptions {
   // benchmark mode: random tokens, no data files
   bool bench = false;
   int bench_steps = 20;
+  int bench_warmup = 3;  // untimed steps before them (allocators, caches, autotuning)
   bool quiet = false;  // fewer lines (tests)
   // multi-GPU (train/dist.h): resolved from --rank/--world-size/--local-rank/--dist-init and
   // the environment (torchrun, mpirun, srun)

@@ -464,7 +464,7 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   };
 
   // ---- the loop ----
-  const int last_step = opt.bench ? 3 + opt.bench_steps : opt.steps;
+  const int last_step = opt.bench ? opt.bench_warmup + opt.bench_steps : opt.steps;
   double timed_s = 0;
   int64_t timed_tokens = 0;
   std::vector<double> step_ms;
@@ -572,7 +572,9 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   result.tokens_per_s = timed_s > 0 ? timed_tokens / timed_s : 0;
   result.peak_mem_bytes = model->peak_memory_bytes();
   if (opt.bench) {
-    std::vector<double> timed(step_ms.begin() + std::min<size_t>(3, step_ms.size()), step_ms.end());
+    std::vector<double> timed(step_ms.begin() + std::min<size_t>(opt.bench_warmup, step_ms.size()),
+                              step_ms.end());
+    if (timed.empty()) timed = step_ms;  // stopped by a signal during the warm-up
     std::sort(timed.begin(), timed.end());
     double med = timed[timed.size() / 2];
     double tps = opt.total_batch / (med / 1e3);

@@ -15,6 +15,7 @@
 #include "kernels/attention/backends.h"
 #include "tests/cpu/test_helpers.h"
 #include "train/options.h"
+#include "train/train.h"
 
 namespace {
 
@@ -305,4 +306,20 @@ TEST(Options, ProfileContextParallelFlag) {
   expect_refused(parse_profile_options, {"profile", "--cp", "0"}, "--cp must be at least 1");
   expect_refused(parse_profile_options, {"profile", "--seq-lens", "1024,3", "--cp", "2"},
                  "--seq-lens: 3 is shorter than 2 * --cp = 4");
+}
+
+// --bench-warmup: untimed steps before --bench-steps timed ones (long-context benchmarks keep
+// both small: scripts/bench_cp.sh).
+TEST(Options, BenchWarmup) {
+  EXPECT_EQ(parsed(parse_train_options, {"train", "--bench"}).bench_warmup, 3);
+  expect_refused(parse_train_options, {"train", "--bench", "--bench-warmup", "-1"},
+                 "--bench-warmup must be at least 0");
+  TrainOptions o = parsed(parse_train_options,
+                          {"train", "--bench", "--device", "cpu", "--model", "tiny", "--layers", "1",
+                           "--channels", "32", "--heads", "2", "--vocab-size", "64", "--seq-len",
+                           "8", "--batch", "1", "--bench-warmup", "1", "--bench-steps", "2",
+                           "--quiet"});
+  EXPECT_EQ(run_train(o).losses.size(), 3u);
+  o.bench_warmup = 0;
+  EXPECT_EQ(run_train(o).losses.size(), 2u);
 }
