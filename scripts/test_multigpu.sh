@@ -28,7 +28,7 @@ CP_B=${CP_B:-2}           # cp section: --batch
 CP_ATTN=${CP_ATTN:-auto}  # cp section: --attn (a backend that saves only the LSE)
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
-BIN=build/flashgpt
+BIN=${FLASHGPT:-build/flashgpt}  # FLASHGPT: a stand-in, as for launch.sh
 COMMON=(--data "$DATA" --model d12 --seq-len 256 --steps 10 --lr 6e-4 --warmup 2 --eval-every 0
         --eval-steps 4 --sample-every 0 --seed 1337)
 fails=0
