@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/attention/backends.h"
+#include "kernels/attention/context_parallel.h"
 #include "kernels/attention/decode.h"
 #include "kernels/common.h"
 #include "kernels/encoder.h"
@@ -37,12 +38,17 @@ void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token) {
         c.vocab_size);
 }
 
+int plan_rows_per_sequence(const ModelOptions& o) {
+  return o.cp > 1 ? CpLayout(o.cp, o.T).max_local_len() : o.T;  // CpLayout names --cp, --seq-len
+}
+
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const ModelOptions& o = in.opt;
   const GPTConfig& cfg = o.config;
   const AttnBackendSpec& attn = attention_spec(o.attn);  // throws naming --attn
-  const AttnShape shape{o.B, o.T, cfg.num_heads, cfg.num_kv_heads, cfg.head_size()};
-  const size_t L = cfg.num_layers, N = (size_t)o.B * o.T;
+  const int Tl = plan_rows_per_sequence(o);
+  const AttnShape shape{o.B, Tl, cfg.num_heads, cfg.num_kv_heads, cfg.head_size()};
+  const size_t L = cfg.num_layers, N = (size_t)o.B * Tl;
 
   MemoryPlan p{};
   const RecomputeDepths depth = recompute_depths(o.recompute, (int)L);
@@ -71,6 +77,12 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   d.decode_scratch = o.kv_cache > 0 ? in.decode_scratch : 0;
   d.rope = p.rope_rows * cfg.head_size();
   d.workspace = in.workspace;
+  if (o.cp > 1) {
+    const CpRingElems e = cp_ring_elems(CpLayout(o.cp, o.T), o.B, cfg.num_heads,
+                                        cfg.num_kv_heads, cfg.head_size());
+    d.cp_kv = e.kv;
+    d.cp_o = e.o_run;
+  }
 
   // The table (memory_plan.h), sized: element types by their bytes. Each count is evaluated in
   // size_t and, to catch a product past 2^64, in double.
@@ -80,7 +92,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                 (double)d.KA,    (double)d.KG,       (double)d.chunk,
                                 (double)d.att_saved, (double)d.att_scratch, (double)d.kscratch,
                                 (double)d.kv,    (double)d.decode_scratch, (double)d.rope,
-                                (double)d.workspace};
+                                (double)d.workspace, (double)d.cp_kv, (double)d.cp_o};
   const size_t fx = in.es, f32 = 4, f64 = 8, i32 = 4, byte = 1;
   auto too_big = [&]() {
     THROW_ERROR("the memory plan at --seq-len %d, --batch %d passes 2^64 bytes; lower --seq-len or "
@@ -120,12 +132,13 @@ MemoryPlanInputs memory_plan_inputs_for(const ModelOptions& opt, size_t es,
   in.opt = opt;
   in.es = es;
   in.guard_bytes = opt.guard_bytes;
-  const int N = opt.B * opt.T, OC = std::max(4 * c.channels, c.qkv_channels());
+  const int T = plan_rows_per_sequence(opt);
+  const int N = opt.B * T, OC = std::max(4 * c.channels, c.qkv_channels());
   const size_t sort = sort_temp_bytes ? sort_temp_bytes
-                                      : encoder_sort_temp_bytes_estimate(opt.B, opt.T);
+                                      : encoder_sort_temp_bytes_estimate(opt.B, T);
   in.kernel_scratch = std::max({layernorm_backward_scratch_bytes(c.channels),
                                 matmul_backward_scratch_bytes(N, OC),
-                                encoder_backward_scratch_bytes(opt.B, opt.T, sort),
+                                encoder_backward_scratch_bytes(opt.B, T, sort),
                                 global_norm_scratch_bytes()});
   in.workspace = matmul_workspace_bytes();
   in.decode_scratch = opt.kv_cache > 0 ? attention_decode_scratch_bytes(

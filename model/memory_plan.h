@@ -19,6 +19,9 @@
 //                   the block's forward re-run in the backward
 // Attention's saved sizes come from the backend's spec (kernels/attention/backends.h), the
 // kernels' scratch sizes from their CUDA-free headers.
+// Context parallel (--cp > 1): every per-token buffer holds this rank's rows (B x Tl, Tl the
+// largest zigzag share, about T/cp), plus the ring's K/V blocks, dK/dV accumulators and running
+// O ("context parallel" lines; kernels/attention/ring_attention.cuh).
 // Each buffer is rounded up to 256 bytes. Not in the plan: the CUDA context, cuBLAS handles and
 // library code (the measured peak counts them; they are tens of MiB).
 #pragma once
@@ -46,6 +49,8 @@ struct BufferDimsOf {
   T decode_scratch;          // bytes: attention_decode's split-K partials, or 0
   T rope;                    // RoPE table floats: positions * HS (0: learned positions)
   T workspace;               // bytes: cuBLASLt workspace
+  T cp_kv, cp_o;             // context parallel (--cp > 1, else 0): elements of one K/V block
+                             // in flight, of the running O (cp_ring_elems)
 };
 using BufferDims = BufferDimsOf<size_t>;
 
@@ -90,7 +95,10 @@ using BufferDims = BufferDimsOf<size_t>;
   X(kv_cache, "KV cache", fx, 0, d.L * d.kv)             /* (L, 2, positions, NKV, HS) */       \
   X(decode_scratch, "KV cache", byte, 0, d.decode_scratch)                                      \
   X(rope_table, "RoPE table", f32, 0, d.rope)            /* (positions, HS/2, 2) cos, sin */    \
-  X(workspace, "cuBLASLt workspace", byte, 0, d.workspace)
+  X(workspace, "cuBLASLt workspace", byte, 0, d.workspace)                                    \
+  X(cp_kv, "context parallel", fx, 0, 2 * d.cp_kv)       /* 2 x (B, Tl, 2*NKV, HS) K/V in flight */ \
+  X(cp_dkv, "context parallel", f32, 0, 2 * d.cp_kv)     /* 2 x (B, Tl, 2*NKV, HS) dK/dV acc */ \
+  X(cp_o, "context parallel", f32, 0, d.cp_o)            /* (B, Tl, NH, HS) running O */
 
 enum BufferId {
 #define FLASHGPT_BUFFER_ID(name, cat, type, kept, count) kBuf_##name,
@@ -134,6 +142,10 @@ struct MemoryPlan {
   size_t total = 0;
   std::vector<MemoryLine> lines;  // bytes per category, table order; empty categories left out
 };
+
+// Rows of each sequence this rank holds: T, or with --cp > 1 the largest zigzag share
+// (CpLayout::max_local_len): what every per-token buffer is sized by (the RoPE table keeps T).
+int plan_rows_per_sequence(const ModelOptions& o);
 
 // Throws (naming --attn) on an unknown backend, and (naming --seq-len or
 // --batch) when the plan passes 2^64 bytes.

@@ -69,6 +69,10 @@ class Model {
   // last call, measured with CUDA events around every attention call when the model was made
   // with ModelOptions.time_attention; -1 otherwise. Waits for the device.
   virtual double attention_ms() { return -1.0; }
+  // Context parallel (--cp > 1) with ModelOptions.time_attention: milliseconds the compute
+  // stream waited for the ring's communication since the last call (what the overlap did not
+  // hide); -1 otherwise.
+  virtual double cp_wait_ms() { return -1.0; }
 
   // Generation with a KV cache (ModelOptions.kv_cache > 0 positions, batch row 0 only):
   // prefill() runs the prompt (n <= ModelOptions.T tokens) as one forward, stores every
@@ -101,6 +105,15 @@ struct ModelOptions {
   // model always is.
   bool deterministic = false;
   size_t guard_bytes = 0;          // tests: guards after every device buffer (memory_plan.h)
+  // Context parallelism (--cp, CUDA model only; kernels/attention/context_parallel.h): each
+  // sequence of T tokens (T above is the GLOBAL length) is split in 2*cp zigzag chunks; this
+  // process holds chunks cp_rank and 2*cp-1-cp_rank. forward() then takes this rank's local
+  // rows (B, CpLayout(cp, T).local_len(cp_rank)), laid out by cp_scatter, and returns the mean
+  // loss over all B*T tokens of the cp group. cp_comm: the cp group's communicator (cp
+  // consecutive ranks); the gradient all-reduce stays on `comm` (the whole dp x cp world).
+  int cp = 1;
+  int cp_rank = 0;
+  DistComm* cp_comm = nullptr;
 };
 constexpr int kDefaultClassifierChunk = 8192;
 // The KV-cache preconditions both models check (one error line each; model/memory_plan.cpp).

@@ -31,6 +31,57 @@ struct AttnBackwardArgs {
   bool deterministic = false;
 };
 
+// ---- one attention problem (bf16), for the ring of context parallelism (ring_attention.cuh) ----
+// Q rows against K/V rows, each from its own buffer with its own strides (in elements), so a
+// ring step can pair this rank's queries (or one chunk of them) with a K/V block that came from
+// another rank. flash's forward_bf16/backward_bf16 are the special case "Q, K, V all in qkv".
+// Row t of a query head h of batch b lives at q + b*q_bs + t*q_ld + h*HS; row s of kv head g at
+// k + b*kv_bs + s*kv_ld + g*HS (v likewise).
+struct AttnFwdProblem {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  size_t q_ld, q_bs, kv_ld, kv_bs;
+  int B, Tq, Tk, NH, NKV, HS;
+  // true: key s is visible to query t iff s <= t (Tq == Tk, same origin: the diagonal pair);
+  // false: every key < Tk is visible (a pair whose keys all precede its queries).
+  bool causal;
+  float* lse;  // (B, NH, lse_T) fp32: row t of (b, h) at lse[(b*NH + h)*lse_T + t]
+  size_t lse_T;
+  // Output, exactly one of: `out`, bf16 O; or `o_run`, the ring's running fp32 O, which with
+  // `lse` is overwritten (merge = false) or merged into exactly (merge = true):
+  //   LSE' = log(e^LSE + e^LSE_blk),  O' = e^(LSE - LSE') O + e^(LSE_blk - LSE') O_blk.
+  __nv_bfloat16* out;
+  float* o_run;
+  size_t o_ld, o_bs;  // row t, head h of batch b at out/o_run + b*o_bs + t*o_ld + h*HS
+  bool merge;
+};
+// The backward of one problem, recomputing from the FINAL LSE and D = rowsum(dO o O) of these
+// queries (ring: after all steps merged). dQ is ADDED to dq_accum (fp32, the backward's layout:
+// row t of (b, h) at ((b*NH + h)*dq_T + dq_row0 + t)*HS, 8-float segments swizzled by that
+// row's index % 8); ring_backward_begin()/ring_backward_end() zero it and convert it.
+struct AttnBwdProblem {
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  const __nv_bfloat16* dout;  // like q, with do_ld, do_bs
+  size_t q_ld, q_bs, kv_ld, kv_bs, do_ld, do_bs;
+  const float* lse;  // of row 0 of these queries; (b, h) rows lse_T apart (D likewise)
+  const float* D;
+  size_t lse_T;
+  float* dq_accum;
+  size_t dq_T;
+  int dq_row0;
+  int B, Tq, Tk, NH, NKV, HS;
+  bool causal;  // as AttnFwdProblem
+  // dK (times scale) and dV of kv head g, key s at dk + b*dkv_bs + s*dkv_ld + g*HS: bf16
+  // overwritten (dk, dv), or fp32 added to (dk_acc, dv_acc: the ring's travelling accumulator).
+  __nv_bfloat16* dk;
+  __nv_bfloat16* dv;
+  float* dk_acc;
+  float* dv_acc;
+  size_t dkv_ld, dkv_bs;
+};
 class AttentionBackend {
  public:
   explicit AttentionBackend(const AttnBackendSpec& spec) : spec_(spec) {}
@@ -50,8 +101,28 @@ class AttentionBackend {
   virtual void forward(const AttnForwardArgs&, cudaStream_t) const = 0;
   virtual void backward(const AttnBackwardArgs&, cudaStream_t) const = 0;
 
+  // Context parallelism (ring_attention.cuh) runs a backend one ring pair at a time. The
+  // backends that save only the LSE offer it (flash, flash3: flash's kernels on problems);
+  // the others keep these defaults, and the ring refuses them by name.
+  virtual bool supports_ring() const { return false; }
+  virtual void ring_forward(const AttnFwdProblem&, cudaStream_t) const { no_ring(); }
+  // D = rowsum(dO o O) and the dQ accumulator = 0 over the local shape s; scratch_bytes(s).
+  virtual void ring_backward_begin(void* scratch, const floatX* dout, const floatX* out,
+                                   const AttnShape& s, cudaStream_t) const { no_ring(); }
+  virtual void ring_backward(const AttnBwdProblem&, cudaStream_t) const { no_ring(); }
+  // dQ from the accumulator into dqkv's query heads.
+  virtual void ring_backward_end(floatX* dqkv, void* scratch, const AttnShape& s,
+                                 cudaStream_t) const { no_ring(); }
+  // The accumulator of ring_backward_begin inside the scratch (AttnBwdProblem::dq_accum, D).
+  virtual float* ring_dq_accum(void* scratch, const AttnShape& s) const { return nullptr; }
+  virtual float* ring_D(void* scratch, const AttnShape& s) const { return nullptr; }
+
  protected:
   // Throws "attention '<name>': <reason>" when the shape is unsupported.
+  void no_ring() const {
+    THROW_ERROR("attention '%s' cannot run context parallel (--cp > 1): use --attn flash or "
+                "flash3", spec_.name);
+  }
   void check(const AttnShape& s) const {
     const std::string why = unsupported_reason(s);
     CHECK(why.empty(), "attention '%s': %s", spec_.name, why.c_str());

@@ -187,6 +187,17 @@ struct CpCommBytes {
 CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
                           size_t dkv_elem);
 
+// The GPU ring's buffers (ring_attention.cuh) in elements, for B sequences: each of the two
+// K/V blocks in flight (bf16) and each of the two dK/dV accumulators (fp32) holds
+// B x max_local_len() x 2*NKV x HS; the forward's running O (fp32) B x max_local_len() x NH x HS.
+struct CpRingElems {
+  size_t kv, dkv, o_run;
+};
+inline CpRingElems cp_ring_elems(const CpLayout& L, int B, int NH, int NKV, int HS) {
+  const size_t rows = (size_t)B * L.max_local_len();
+  return {rows * 2 * NKV * HS, rows * 2 * NKV * HS, rows * (size_t)NH * HS};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Moving rows between a full (B, T, row_elems) buffer and rank r's local (B, local_len(r),
 // row_elems) buffer. Works for any per-token row: qkv (row = (NH + 2*NKV) * HS), out, tokens

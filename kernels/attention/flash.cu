@@ -15,9 +15,9 @@
 
 namespace {
 
-class FlashAttention final : public AttentionBackend {
+class FlashAttention final : public FlashFamilyBackend {
  public:
-  FlashAttention() : AttentionBackend(attention_spec("flash")) {}
+  FlashAttention() : FlashFamilyBackend(attention_spec("flash")) {}
 
   void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
     check(a.shape);  // the FP32 build stops here: flash is bf16-only

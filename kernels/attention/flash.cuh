@@ -22,4 +22,51 @@ void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, cons
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                    const AttnShape& s, bool deterministic, cudaStream_t stream);
+
+// One attention problem (attention.cuh AttnFwdProblem / AttnBwdProblem): the ring's pairs.
+using FwdProblem = AttnFwdProblem;
+using BwdProblem = AttnBwdProblem;
+void forward_problem(const FwdProblem& p, cudaStream_t stream);
+
+// D = rowsum(dO o O) and dq_accum = 0 over (B, T) local rows of out/dout (B, T, NH, HS);
+// scratch as backward_bf16's.
+void backward_begin(void* scratch, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                    const AttnShape& s, cudaStream_t stream);
+void backward_problem(const BwdProblem& p, cudaStream_t stream);  // kArrival dQ order
+// dQ = scale dq_accum -> bf16 into dqkv's query heads (B, T, NH + 2*NKV, HS).
+void backward_end(__nv_bfloat16* dqkv, void* scratch, const AttnShape& s, cudaStream_t stream);
+
 }  // namespace flash
+
+// The ring hooks (attention.cuh) of the backends whose backward is flash's and whose saved
+// state is the LSE alone: flash and flash3 derive from this. A ring pair runs flash's
+// forward_problem (FA2 schedule; flash3's TMA forward reads whole-sequence tensor maps and has
+// no problem form yet) and backward_problem.
+class FlashFamilyBackend : public AttentionBackend {
+ public:
+  using AttentionBackend::AttentionBackend;
+  bool supports_ring() const override { return sizeof(floatX) == 2; }
+#if !defined(ENABLE_FP32)
+  void ring_forward(const AttnFwdProblem& p, cudaStream_t st) const override {
+    flash::forward_problem(p, st);
+  }
+  void ring_backward_begin(void* scratch, const floatX* dout, const floatX* out,
+                           const AttnShape& s, cudaStream_t st) const override {
+    flash::backward_begin(scratch, dout, out, s, st);
+  }
+  void ring_backward(const AttnBwdProblem& p, cudaStream_t st) const override {
+    flash::backward_problem(p, st);
+  }
+  void ring_backward_end(floatX* dqkv, void* scratch, const AttnShape& s,
+                         cudaStream_t st) const override {
+    flash::backward_end(dqkv, scratch, s, st);
+  }
+  float* ring_dq_accum(void* scratch, const AttnShape& s) const override {
+    return reinterpret_cast<float*>(static_cast<char*>(scratch) + flash_bwd_scratch(s).dq_accum);
+  }
+  float* ring_D(void* scratch, const AttnShape& s) const override {
+    return reinterpret_cast<float*>(static_cast<char*>(scratch) + flash_bwd_scratch(s).D);
+  }
+#endif
+};
+

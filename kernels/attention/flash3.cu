@@ -494,9 +494,9 @@ void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bflo
 // is above, the backward is flash's (flash_bwd.cu).
 namespace {
 
-class Flash3Attention final : public AttentionBackend {
+class Flash3Attention final : public FlashFamilyBackend {
  public:
-  Flash3Attention() : AttentionBackend(attention_spec("flash3")) {}
+  Flash3Attention() : FlashFamilyBackend(attention_spec("flash3")) {}
 
   void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
     check(a.shape);  // the FP32 build stops here: flash3 is bf16-only

@@ -131,11 +131,7 @@ __global__ void flash_bwd_dq_kernel(__nv_bfloat16* __restrict__ dqkv,
 }
 
 template <class K, DqOrder ORDER>
-static void launch_bwd(__nv_bfloat16* dqkv, float* dq_accum, float* D, int* dq_sem,
-                       const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                       const __nv_bfloat16* out, const float* lse, const AttnShape& s,
-                       cudaStream_t stream) {
-  constexpr int HS = K::HS;
+static void launch_main(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
   auto kernel = flash_bwd_wg_kernel<K, ORDER>;
   static bool attr_set = false;  // one-time, per instantiation
   if (!attr_set) {
@@ -143,20 +139,47 @@ static void launch_bwd(__nv_bfloat16* dqkv, float* dq_accum, float* D, int* dq_s
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
     attr_set = true;
   }
-  const float scale = 1.f / sqrtf((float)HS);
+  CHECK(!p.causal || p.Tq == p.Tk, "internal: flash backward: causal needs Tq == Tk");
+  CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash backward: one dK output");
+  const float scale = 1.f / sqrtf((float)K::HS);
+  dim3 grid((unsigned)(p.B * p.NKV), (unsigned)ceil_div(p.Tk, K::Bc));
+  kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(p, dq_sem, scale * kLog2e, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+struct BwdScratchPtrs {
+  float* dq_accum;
+  float* D;
+  int* sem;
+};
+static BwdScratchPtrs scratch_ptrs(void* scratch, const AttnShape& s) {
+  const FlashBwdScratch at = flash_bwd_scratch(s);
+  char* base = static_cast<char*>(scratch);
+  return {reinterpret_cast<float*>(base + at.dq_accum), reinterpret_cast<float*>(base + at.D),
+          reinterpret_cast<int*>(base + at.sem)};
+}
+
+template <int HS>
+static void launch_begin(const BwdScratchPtrs& sp, const __nv_bfloat16* dout,
+                         const __nv_bfloat16* out, const AttnShape& s, int* sem,
+                         cudaStream_t stream) {
   const size_t rows = (size_t)s.B * s.T * s.NH;
   const int threads = 256;
   const size_t blocks = ceil_div(rows * (HS / 8), (size_t)threads);
-  int* sem = ORDER == DqOrder::kFixed ? dq_sem : nullptr;
-  flash_bwd_dot_kernel<HS><<<(unsigned)blocks, threads, 0, stream>>>(D, dq_accum, dout, out, s.T,
-                                                                     s.NH, rows, sem, K::Br);
+  flash_bwd_dot_kernel<HS><<<(unsigned)blocks, threads, 0, stream>>>(
+      sp.D, sp.dq_accum, dout, out, s.T, s.NH, rows, sem, BwdTileFor<HS>::Br);
   CUDA_CHECK_LAUNCH();
-  dim3 grid((unsigned)(s.B * s.NKV), (unsigned)ceil_div(s.T, K::Bc));
-  kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(dqkv, dq_accum, dout, qkv, lse, D, sem, s.T,
-                                                 s.NH, s.NKV, scale * kLog2e, scale);
-  CUDA_CHECK_LAUNCH();
-  flash_bwd_dq_kernel<HS>
-      <<<(unsigned)blocks, threads, 0, stream>>>(dqkv, dq_accum, s.T, s.NH, s.NKV, scale, rows);
+}
+
+template <int HS>
+static void launch_end(__nv_bfloat16* dqkv, const BwdScratchPtrs& sp, const AttnShape& s,
+                       cudaStream_t stream) {
+  const size_t rows = (size_t)s.B * s.T * s.NH;
+  const int threads = 256;
+  const size_t blocks = ceil_div(rows * (HS / 8), (size_t)threads);
+  const float scale = 1.f / sqrtf((float)HS);
+  flash_bwd_dq_kernel<HS><<<(unsigned)blocks, threads, 0, stream>>>(dqkv, sp.dq_accum, s.T, s.NH,
+                                                                    s.NKV, scale, rows);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -164,17 +187,39 @@ template <int HS>
 static void launch_bwd_hs(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                           const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                           const AttnShape& s, bool deterministic, cudaStream_t stream) {
-  const FlashBwdScratch at = flash_bwd_scratch(s);
-  char* base = static_cast<char*>(scratch);
-  float* dq_accum = reinterpret_cast<float*>(base + at.dq_accum);
-  float* D = reinterpret_cast<float*>(base + at.D);
-  int* sem = reinterpret_cast<int*>(base + at.sem);
+  const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
+  launch_begin<HS>(sp, dout, out, s, deterministic ? sp.sem : nullptr, stream);
+  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * HS;
+  BwdProblem p{};
+  p.q = qkv;
+  p.k = qkv + (size_t)s.NH * HS;
+  p.v = qkv + (size_t)(s.NH + s.NKV) * HS;
+  p.dout = dout;
+  p.q_ld = p.kv_ld = ld;
+  p.q_bs = p.kv_bs = (size_t)s.T * ld;
+  p.do_ld = (size_t)s.NH * HS;
+  p.do_bs = (size_t)s.T * p.do_ld;
+  p.lse = lse;
+  p.D = sp.D;
+  p.lse_T = s.T;
+  p.dq_accum = sp.dq_accum;
+  p.dq_T = s.T;
+  p.dq_row0 = 0;
+  p.B = s.B;
+  p.Tq = p.Tk = s.T;
+  p.NH = s.NH;
+  p.NKV = s.NKV;
+  p.HS = HS;
+  p.causal = true;
+  p.dk = dqkv + (size_t)s.NH * HS;
+  p.dv = dqkv + (size_t)(s.NH + s.NKV) * HS;
+  p.dkv_ld = ld;
+  p.dkv_bs = (size_t)s.T * ld;
   if (deterministic)
-    launch_bwd<BwdTileFor<HS>, DqOrder::kFixed>(dqkv, dq_accum, D, sem, dout, qkv, out, lse, s,
-                                                stream);
+    launch_main<BwdTileFor<HS>, DqOrder::kFixed>(p, sp.sem, stream);
   else
-    launch_bwd<BwdTileFor<HS>, DqOrder::kArrival>(dqkv, dq_accum, D, sem, dout, qkv, out, lse, s,
-                                                  stream);
+    launch_main<BwdTileFor<HS>, DqOrder::kArrival>(p, nullptr, stream);
+  launch_end<HS>(dqkv, sp, s, stream);
 }
 
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
@@ -190,6 +235,27 @@ void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout
     default:
       THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", s.HS);
   }
+}
+
+void backward_begin(void* scratch, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                    const AttnShape& s, cudaStream_t stream) {
+  const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
+  if (s.HS == 64) launch_begin<64>(sp, dout, out, s, nullptr, stream);
+  else if (s.HS == 128) launch_begin<128>(sp, dout, out, s, nullptr, stream);
+  else THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", s.HS);
+}
+
+void backward_problem(const BwdProblem& p, cudaStream_t stream) {
+  if (p.HS == 64) launch_main<BwdTileFor<64>, DqOrder::kArrival>(p, nullptr, stream);
+  else if (p.HS == 128) launch_main<BwdTileFor<128>, DqOrder::kArrival>(p, nullptr, stream);
+  else THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", p.HS);
+}
+
+void backward_end(__nv_bfloat16* dqkv, void* scratch, const AttnShape& s, cudaStream_t stream) {
+  const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
+  if (s.HS == 64) launch_end<64>(dqkv, sp, s, stream);
+  else if (s.HS == 128) launch_end<128>(dqkv, sp, s, stream);
+  else THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", s.HS);
 }
 
 }  // namespace flash

@@ -105,14 +105,12 @@ struct BwdTileWG {
 // How the dQ partials of a Q tile are summed into dQacc (the top of this file).
 enum class DqOrder { kArrival, kFixed };
 
-// dq_sem (B, NH, ceil(T / Br)): kFixed's semaphores (unused, may be null, for kArrival).
+// p: the problem (flash.cuh BwdProblem; the whole-sequence case is backward_bf16's).
+// dq_sem (B, NH, ceil(Tq / Br)): kFixed's semaphores (unused, may be null, for kArrival).
 template <class K, DqOrder ORDER>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
-    flash_bwd_wg_kernel(__nv_bfloat16* __restrict__ dqkv, float* __restrict__ dq_accum,
-                        const __nv_bfloat16* __restrict__ dout,
-                        const __nv_bfloat16* __restrict__ qkv, const float* __restrict__ lse,
-                        const float* __restrict__ Dvec, int* __restrict__ dq_sem, int T, int NH,
-                        int NKV, float scale_log2, float scale) {
+    flash_bwd_wg_kernel(const BwdProblem p, int* __restrict__ dq_sem, float scale_log2,
+                        float scale) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, KH = K::KH, QK = K::QK, NS = K::NS,
                 NA = K::NA, NTHREADS = K::NTHREADS;
   constexpr bool DET = ORDER == DqOrder::kFixed;
@@ -121,20 +119,23 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
+  const int NH = p.NH, NKV = p.NKV, Tq = p.Tq;
+  const bool causal = p.causal;
   const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
   const int j = blockIdx.y;
   const int G = NH / NKV;
   const int k0 = j * Bc;
-  const size_t ld = (size_t)(NH + 2 * NKV) * HS, ldo = (size_t)NH * HS;
+  // dQacc's swizzle follows its own row index dq_row0 + q0 + r; q0 % 8 == 0.
+  const int dq_sw = p.dq_row0 & 7;
 
   const uint32_t s_raw = smem_u32(smem_raw);
   const uint32_t s0 = (s_raw + 1023u) & ~1023u;  // the 128-byte swizzle needs 1024-byte panels
   const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
                  sdS = s0 + K::OFF_DS, sL = s0 + K::OFF_L, sD = s0 + K::OFF_D, sdQ = s0 + K::OFF_DQ;
 
-  bwd_load_kv<Bc, HS, NTHREADS>(sK, sV, qkv, b, k0, kvh, T, NH, NKV, ld, tid);
-  const int i_begin = k0 / Br;
-  const int n_qtiles = (T + Br - 1) / Br;
+  bwd_load_kv<Bc, HS, NTHREADS>(sK, sV, p, b, k0, kvh, tid);
+  const int i_begin = causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
+  const int n_qtiles = (Tq + Br - 1) / Br;
   const int n_i = n_qtiles - i_begin;
   const int total = G * n_i;
   // Step it -> (query head hq, first query q0). kArrival: head by head, each from the diagonal
@@ -153,8 +154,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     int hq, q0;
     step_tile(it, hq, q0);
     bwd_load_step<Br, HS, NTHREADS>(sQ + buf * K::QT_BYTES, sdO + buf * K::QT_BYTES,
-                                        sL + buf * Br * 4, sD + buf * Br * 4, qkv, dout, lse,
-                                        Dvec, b, hq, q0, T, NH, ld, ldo, tid);
+                                    sL + buf * Br * 4, sD + buf * Br * 4, p, b, hq, q0, tid);
   };
   int* sem_pending = nullptr;  // kFixed, thread 0: the semaphore of the add not yet released
   prefetch(0, 0);
@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     const uint32_t qoff = buf * K::QT_BYTES;
     const uint32_t Lb = sL + buf * Br * 4, Db = sD + buf * Br * 4;
     // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
-    const bool active = key_wg <= q0 + Br - 1;
-    const bool needs_mask = key_wg + 63 > q0;
+    const bool active = !causal || key_wg <= q0 + Br - 1;
+    const bool needs_mask = causal && key_wg + 63 > q0;
 
     uint32_t ap[QK][4], as[QK][4];
     if (active) {
@@ -325,13 +325,14 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
           const int seg = (K::DQ_SPLIT_N ? wg * 8 : 0) + n;
-          const uint32_t addr = sdQ + (row * HS + ((seg ^ (row & 7)) << 3) + 2 * t4) * 4;
+          const uint32_t addr =
+              sdQ + (row * HS + ((seg ^ ((row + dq_sw) & 7)) << 3) + 2 * t4) * 4;
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * r]),
                        "f"(dq[4 * n + 2 * r + 1])
                        : "memory");
         }
       }
-      bwd_add_dq_tile<HS, Br>(dq_accum, sdQ, b, hq, q0, T, NH, tid, [&] {
+      bwd_add_dq_tile<HS, Br>(p, sdQ, b, hq, q0, tid, [&] {
         if constexpr (DET) {
           // The last step's add (issued a step ago) is complete: let block j + 1 add to that
           // tile. Then wait until blocks 0 .. j-1 have added their parts of this one.
@@ -355,8 +356,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     }
   }
   bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
-                      [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, dqkv, b, k0,
-                      kvh, T, NH, NKV, tid);
+                      [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p, b, k0,
+                      kvh, tid);
 }
 
 // The sizes live in flash_tiles.h (Br; Bc = 128 is this kernel's two warpgroups of 64 keys).

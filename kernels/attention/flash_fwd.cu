@@ -76,11 +76,11 @@ struct FwdTile {
 using FwdTile64 = FwdTile<64, flash_tiles(64).fwd_Br, flash_tiles(64).fwd_Bc, 4, true>;
 using FwdTile128 = FwdTile<128, flash_tiles(128).fwd_Br, flash_tiles(128).fwd_Bc, 4, false>;
 
-template <class K>
+// F32_RUN: the ring's epilogue (FwdProblem::o_run: overwrite or merge the running fp32 O and
+// LSE); else bf16 O and the LSE written.
+template <class K, bool F32_RUN>
 __global__ void __launch_bounds__(K::NTHREADS, 2)
-    flash_fwd_kernel(__nv_bfloat16* __restrict__ out, float* __restrict__ lse,
-                     const __nv_bfloat16* __restrict__ qkv, int T, int NH, int NKV,
-                     float scale_log2, float scale) {
+    flash_fwd_kernel(const FwdProblem p, float scale_log2, float scale) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, WM = K::WM, MT = K::MT, NS = K::NS, NO = K::NO,
                 KQ = K::KQ, KP = K::KP, NTHREADS = K::NTHREADS;
   constexpr int ROWB = HS * 2;  // bytes per smem row
@@ -88,26 +88,29 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
+  const int NH = p.NH, Tq = p.Tq, Tk = p.Tk;
+  const bool causal = p.causal;
   const int b = blockIdx.x / NH, h = blockIdx.x % NH;
   const int i_tile = gridDim.y - 1 - blockIdx.y;  // longest (last) Q tiles first
-  const int kvh = h / (NH / NKV);
-  const size_t ld = (size_t)(NH + 2 * NKV) * HS;  // elements between consecutive tokens
+  const int kvh = h / (NH / p.NKV);
+  const size_t ld = p.q_ld, kld = p.kv_ld;  // elements between consecutive tokens
   const int q0 = i_tile * Br;
 
-  const __nv_bfloat16* gQ = qkv + ((size_t)b * T + q0) * ld + (size_t)h * HS;
-  const __nv_bfloat16* gK = qkv + (size_t)b * T * ld + (size_t)(NH + kvh) * HS;
-  const __nv_bfloat16* gV = qkv + (size_t)b * T * ld + (size_t)(NH + NKV + kvh) * HS;
+  const __nv_bfloat16* gQ = p.q + (size_t)b * p.q_bs + (size_t)q0 * ld + (size_t)h * HS;
+  const __nv_bfloat16* gK = p.k + (size_t)b * p.kv_bs + (size_t)kvh * HS;
+  const __nv_bfloat16* gV = p.v + (size_t)b * p.kv_bs + (size_t)kvh * HS;
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + K::Q_BYTES;       // sK + buf * KV_BYTES
   const uint32_t sV = sK + 2 * K::KV_BYTES;  // sV + buf * KV_BYTES
-  const int n_tiles = (min(q0 + Br, T) + Bc - 1) / Bc;
+  // Causal: only the tiles up to the diagonal (Tq == Tk); else every key tile.
+  const int n_tiles = ((causal ? min(q0 + Br, Tq) : Tk) + Bc - 1) / Bc;
 
-  load_tile_async<Br, HS, NTHREADS>(sQ, gQ, ld, T - q0, tid);
+  load_tile_async<Br, HS, NTHREADS>(sQ, gQ, ld, Tq - q0, tid);
   {
     const int k0 = (n_tiles - 1) * Bc;
-    load_tile_async<Bc, HS, NTHREADS>(sK, gK + (size_t)k0 * ld, ld, T - k0, tid);
-    load_tile_async<Bc, HS, NTHREADS>(sV, gV + (size_t)k0 * ld, ld, T - k0, tid);
+    load_tile_async<Bc, HS, NTHREADS>(sK, gK + (size_t)k0 * kld, kld, Tk - k0, tid);
+    load_tile_async<Bc, HS, NTHREADS>(sV, gV + (size_t)k0 * kld, kld, Tk - k0, tid);
   }
   cp_async_commit();
 
@@ -149,8 +152,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
     if (it + 1 < n_tiles) {
       const int k0 = (j - 1) * Bc;
       const uint32_t nb = (buf ^ 1) * K::KV_BYTES;
-      load_tile_async<Bc, HS, NTHREADS>(sK + nb, gK + (size_t)k0 * ld, ld, T - k0, tid);
-      load_tile_async<Bc, HS, NTHREADS>(sV + nb, gV + (size_t)k0 * ld, ld, T - k0, tid);
+      load_tile_async<Bc, HS, NTHREADS>(sK + nb, gK + (size_t)k0 * kld, kld, Tk - k0, tid);
+      load_tile_async<Bc, HS, NTHREADS>(sV + nb, gV + (size_t)k0 * kld, kld, Tk - k0, tid);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -171,7 +174,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
 
     // A warp whose query rows all precede this tile's first key (diagonal tiles only) has
     // nothing to add: every score would be masked.
-    const bool warp_skip = j * Bc > q0 + warp * WM + WM - 1;
+    const bool warp_skip = causal && j * Bc > q0 + warp * WM + WM - 1;
     if (!warp_skip) {
       // ---- S_ij = Q_i K_j^T ----
       const uint32_t sKb = sK + buf * K::KV_BYTES, sVb = sV + buf * K::KV_BYTES;
@@ -207,8 +210,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
         }
       }
 
-      // ---- causal mask, diagonal tiles only ----
-      if (tile_needs_mask(q0, j * Bc, Bc)) {
+      // ---- causal mask, diagonal tiles only (not causal: keys past Tk, last tile only) ----
+      if (causal ? tile_needs_mask(q0, j * Bc, Bc) : j * Bc + Bc > Tk) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
             for (int e = 0; e < 4; ++e) {
               const int row = q0 + warp * WM + mt * 16 + g + (e >> 1) * 8;
               const int key = j * Bc + nt * 8 + 2 * t4 + (e & 1);
-              if (key > row) s[mt][nt][e] = -INFINITY;
+              if (causal ? key > row : key >= Tk) s[mt][nt][e] = -INFINITY;
             }
       }
 
@@ -278,8 +281,52 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
     __syncthreads();  // every warp is done with buffer `buf` before it is refilled
   }
 
+  float* lse_bh = p.lse + ((size_t)b * NH + h) * p.lse_T;
+  if constexpr (F32_RUN) {
+    // ---- ring epilogue: O_blk = O_i / l_i, LSE_blk; overwrite or merge (o_run, lse) ----
+    // Each row's LSE is read by the 4 threads of its quad and written by one: the reads and the
+    // write are split by a __syncwarp that every lane reaches.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(l_i[mt][r]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = q0 + warp * WM + mt * 16 + g + r * 8;
+        const bool ok = row < Tq;
+        const float lse_blk = l > 0.f ? m_i[mt][r] * scale + logf(l) : -INFINITY;
+        float lse_new = lse_blk, w_old = 0.f, w_blk = 1.f;
+        if (p.merge && ok) {
+          const float lse_old = lse_bh[row];
+          const float mx = fmaxf(lse_old, lse_blk);
+          if (mx == -INFINITY) {
+            lse_new = -INFINITY;
+            w_blk = 0.f;
+          } else {
+            lse_new = mx + logf(expf(lse_old - mx) + expf(lse_blk - mx));
+            w_old = expf(lse_old - lse_new);
+            w_blk = expf(lse_blk - lse_new);
+          }
+        }
+        __syncwarp();
+        if (ok) {
+          if (t4 == 0) lse_bh[row] = lse_new;
+          float* orow = p.o_run + (size_t)b * p.o_bs + (size_t)row * p.o_ld + (size_t)h * HS;
+#pragma unroll
+          for (int nt = 0; nt < NO; ++nt) {
+            float2* dst = reinterpret_cast<float2*>(orow + nt * 8 + 2 * t4);
+            float2 v = make_float2(o[mt][nt][2 * r] * inv * w_blk, o[mt][nt][2 * r + 1] * inv * w_blk);
+            if (p.merge) {
+              const float2 old = *dst;
+              v.x = fmaf(old.x, w_old, v.x);
+              v.y = fmaf(old.y, w_old, v.y);
+            }
+            *dst = v;
+          }
+        }
+      }
+  } else {
   // ---- epilogue: O_i / l_i -> bf16 via this warp's own Q rows in smem; LSE_i ----
-  float* lse_bh = lse + ((size_t)b * NH + h) * T;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -288,7 +335,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int row_local = warp * WM + mt * 16 + g + r * 8;
       const int row = q0 + row_local;
-      if (t4 == 0 && row < T) lse_bh[row] = l > 0.f ? m_i[mt][r] * scale + logf(l) : -INFINITY;
+      if (t4 == 0 && row < Tq) lse_bh[row] = l > 0.f ? m_i[mt][r] * scale + logf(l) : -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < NO; ++nt) {
         const uint32_t v = pack_bf16(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
@@ -298,51 +345,82 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
     }
   __syncwarp();
   constexpr int CHUNKS = HS / 8;
-  __nv_bfloat16* gO = out + ((size_t)b * T + q0) * NH * HS + (size_t)h * HS;
+  __nv_bfloat16* gO = p.out + (size_t)b * p.o_bs + (size_t)q0 * p.o_ld + (size_t)h * HS;
 #pragma unroll
   for (int k = 0; k < WM * CHUNKS / 32; ++k) {
     const int idx = lane + k * 32;
     const int rl = idx / CHUNKS, c = idx % CHUNKS;
     const int row_local = warp * WM + rl;
-    if (q0 + row_local < T) {
+    if (q0 + row_local < Tq) {
       uint4 v;
       asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                    : "r"(sQ + swz<HS>(row_local, c))
                    : "memory");
-      *reinterpret_cast<uint4*>(gO + (size_t)row_local * NH * HS + c * 8) = v;
+      *reinterpret_cast<uint4*>(gO + (size_t)row_local * p.o_ld + c * 8) = v;
     }
   }
+  }  // bf16 epilogue
 }
 
-template <class K>
-static void launch_fwd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                       cudaStream_t stream) {
+template <class K, bool F32_RUN>
+static void launch_fwd(const FwdProblem& p, cudaStream_t stream) {
   static bool attr_set = false;  // one-time, per instantiation
   if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<K>,
+    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<K, F32_RUN>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
     attr_set = true;
   }
-  const float scale = 1.f / sqrtf((float)s.HS);
-  dim3 grid((unsigned)(s.B * s.NH), (unsigned)ceil_div(s.T, K::Br));
-  flash_fwd_kernel<K><<<grid, K::NTHREADS, K::SMEM, stream>>>(out, lse, qkv, s.T, s.NH, s.NKV,
-                                                              scale * kLog2e, scale);
+  const float scale = 1.f / sqrtf((float)K::HS);
+  dim3 grid((unsigned)(p.B * p.NH), (unsigned)ceil_div(p.Tq, K::Br));
+  flash_fwd_kernel<K, F32_RUN><<<grid, K::NTHREADS, K::SMEM, stream>>>(p, scale * kLog2e, scale);
   CUDA_CHECK_LAUNCH();
+}
+
+template <class K>
+static void launch_problem(const FwdProblem& p, cudaStream_t stream) {
+  CHECK((p.out != nullptr) != (p.o_run != nullptr), "internal: flash forward: one output");
+  CHECK(!p.causal || p.Tq == p.Tk, "internal: flash forward: causal needs Tq == Tk");
+  if (p.o_run)
+    launch_fwd<K, true>(p, stream);
+  else
+    launch_fwd<K, false>(p, stream);
+}
+
+void forward_problem(const FwdProblem& p, cudaStream_t stream) {
+  switch (p.HS) {
+    case 64:
+      launch_problem<FwdTile64>(p, stream);
+      break;
+    case 128:
+      launch_problem<FwdTile128>(p, stream);
+      break;
+    default:
+      THROW_ERROR("flash attention forward: head size %d is not supported (64 or 128)", p.HS);
+  }
 }
 
 void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
                   cudaStream_t stream) {
-  switch (s.HS) {
-    case 64:
-      launch_fwd<FwdTile64>(out, lse, qkv, s, stream);
-      break;
-    case 128:
-      launch_fwd<FwdTile128>(out, lse, qkv, s, stream);
-      break;
-    default:
-      THROW_ERROR("flash attention forward: head size %d is not supported (64 or 128)", s.HS);
-  }
+  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
+  FwdProblem p{};
+  p.q = qkv;
+  p.k = qkv + (size_t)s.NH * s.HS;
+  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
+  p.q_ld = p.kv_ld = ld;
+  p.q_bs = p.kv_bs = (size_t)s.T * ld;
+  p.B = s.B;
+  p.Tq = p.Tk = s.T;
+  p.NH = s.NH;
+  p.NKV = s.NKV;
+  p.HS = s.HS;
+  p.causal = true;
+  p.lse = lse;
+  p.lse_T = s.T;
+  p.out = out;
+  p.o_ld = (size_t)s.NH * s.HS;
+  p.o_bs = (size_t)s.T * p.o_ld;
+  forward_problem(p, stream);
 }
 
 }  // namespace flash

@@ -150,6 +150,34 @@ TEST(MemoryPlan, OptionalLines) {
   EXPECT_EQ(lines(plan_memory(memory_plan_inputs_host(o))).count("RoPE table"), 0u);
 }
 
+// Context parallel: each rank's per-token buffers hold its zigzag share (the largest one, for
+// a ragged T), the RoPE table keeps every position, and the ring's buffers appear with the sizes
+// of context_parallel.h's formulas (K/V bf16 and dK/dV fp32 twice each, the running O fp32).
+TEST(MemoryPlan, ContextParallelHoldsALocalShare) {
+  ModelOptions o = d12(1, 4099);  // 4099 = 2 * 2 * 1024 + 3: chunk lengths 1024 and 1025
+  const MemoryPlan one = plan_memory(memory_plan_inputs_host(o));
+  EXPECT_EQ(lines(one).count("context parallel"), 0u);
+  o.cp = 2;
+  const MemoryPlan two = plan_memory(memory_plan_inputs_host(o));
+  const size_t Tl = 2050;  // rank 0: chunks 0 (1024) and 3 (1025) (CpLayout); rank 1: 1025 + 1024
+  EXPECT_EQ(plan_rows_per_sequence(o), int(Tl));
+  EXPECT_EQ(two.buffers[kBuf_qkv].count, one.buffers[kBuf_qkv].count / 4099 * Tl);
+  EXPECT_EQ(two.buffers[kBuf_att_saved].count, size_t(12) * ((12 * Tl * 4 + 255) / 256 * 256));
+  EXPECT_EQ(two.rope_rows, 4099u);
+  EXPECT_EQ(two.buffers[kBuf_cp_kv].bytes, 2 * Tl * 2 * 12 * 64 * 2);
+  EXPECT_EQ(two.buffers[kBuf_cp_dkv].bytes, 2 * Tl * 2 * 12 * 64 * 4);
+  EXPECT_EQ(two.buffers[kBuf_cp_o].bytes, Tl * 12 * 64 * 4);
+  EXPECT_GT(lines(two)["context parallel"], 0u);
+  EXPECT_LT(two.total, one.total);
+  o.cp = 3000;  // T < 2 cp: the layout's error names both flags
+  try {
+    plan_memory(memory_plan_inputs_host(o));
+    ADD_FAILURE() << "no error for --cp 3000 at --seq-len 4099";
+  } catch (const flashgpt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--cp"), std::string::npos) << e.what();
+  }
+}
+
 // Guards (tests of the CUDA model): every buffer's next neighbour starts at least guard_bytes
 // after its end.
 TEST(MemoryPlan, GuardsFollowEveryBuffer) {

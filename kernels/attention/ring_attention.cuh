@@ -1,0 +1,135 @@
+// ring_attention — context-parallel causal attention on the GPU: this rank's zigzag chunks of
+// each sequence (context_parallel.h) against the K/V blocks of every rank as they come round a
+// ring of NCCL send/recv, with any backend that offers the ring hooks (attention.cuh: flash,
+// flash3). The CPU oracle, and the maths in the FlashAttention paper's notation, is
+// ring_attention_ref.h; the layout, the pair kinds and the communication volume are in
+// context_parallel.h. This file is the schedule.
+//
+// Forward, rank r (N = cp, kv[2] bf16 blocks (B, Tl_max, 2*NKV, HS), o_run fp32 (B, Tl, NH, HS)):
+//   kv[0] = pack(K_r, V_r)                                   (one cudaMemcpy2D out of qkv)
+//   comm:    send kv[0] -> r+1, recv kv[1] <- r-1             (overlaps step 0)
+//   step 0:  own chunks, causal: (o_run, LSE) = flash(Q_r, K_r, V_r)     (diagonal + one full pair)
+//   step s:  wait recv s; comm: send kv[s%2], recv kv[(s+1)%2] (overlaps this step)
+//            src = (r - s) mod N < r: both Q chunks x K chunk src          (one full problem)
+//            src > r: Q chunk 2N-1-r x both K chunks of the block         (one full problem)
+//            (o_run, LSE) merged exactly with the pair's (O_blk, LSE_blk) in the kernel epilogue
+//   out = bf16(o_run)
+// Backward, rank r (dkv[2] fp32 accumulators (B, Tl_max, 2*NKV, HS)):
+//   D = rowsum(dO o O), dQacc = 0; kv[0] = pack(K_r, V_r); dkv[0] = 0
+//   step s:  the same pairs, recomputed from the final LSE: dQacc += dS K (in L2), and dK, dV
+//            added (fp32) into dkv[s%2], the accumulator of the block in hand; then
+//            comm: send dkv[s%2] -> r+1, recv dkv[(s+1)%2] <- r-1. After step N-1 that last hop
+//            brings every block's accumulator home: dkv[N%2] = this rank's dK, dV.
+//   dqkv = (scale dQacc, dkv[N%2]) -> bf16
+// The K/V hop of step s+1 overlaps step s. The dK/dV hop does not: a block's accumulator is
+// needed by the next rank right after this one adds to it, so it waits for the step and the
+// next step waits for it (2x the K/V bytes in fp32; at T = 256K, cp 2, d12 that is ~0.8 GB per
+// layer against ~0.7 s of attention per layer). comm_wait_ms() measures the compute stream's
+// waits for the ring (timing on), which is what the overlap failed to hide.
+//
+// Streams: the model's compute stream and one communication stream of this ring; events order
+// them. Every rank issues the same hops in the same order. A hop is a RingTransport: NCCL
+// send/recv on the cp communicator between processes (one GPU each), or, for the tests on one
+// GPU, copies between the buffers of virtual ranks that run as threads of one process
+// (LocalRingHub): the same schedule, events and buffers, only the wire differs.
+//
+// Limits: bf16 (the ring hooks are bf16 kernels); the backend's own (HS 64/128); T >= 2N;
+// kArrival dQ order (not bitwise reproducible: --deterministic with --cp > 1 is refused).
+//
+// Test:  ./build/test_gpu --gtest_filter='RingAttention*' (2 GPUs; tests/gpu/test_ring_attention.cu)
+// Bench: scripts/bench_cp.sh (d12 on 2 GPUs, cp 1 vs cp 2)
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kernels/attention/attention.cuh"
+#include "kernels/attention/context_parallel.h"
+
+// The device buffers the ring needs besides the backend's own (cp_ring_elems() in
+// context_parallel.h sizes them; the model's buffer table holds them).
+struct RingBuffers {
+  floatX* kv[2] = {nullptr, nullptr};  // (B, Tl_max, 2*NKV, HS) K/V blocks in flight
+  float* dkv[2] = {nullptr, nullptr};  // (B, Tl_max, 2*NKV, HS) dK/dV accumulators in flight
+  float* o_run = nullptr;              // (B, Tl_max, NH, HS) running O of the forward
+};
+
+// How a hop moves its bytes. On `stream`: send `send_bytes` of `send` to the next rank and
+// receive `recv_bytes` into `recv` from the previous one; the stream's later work sees `recv`
+// filled and may overwrite `send`.
+class RingTransport {
+ public:
+  virtual ~RingTransport() = default;
+  virtual void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                   cudaStream_t stream) = 0;
+};
+// NCCL: nccl_comm is the cp group's ncclComm_t (as void*); next and prev are ranks in it.
+std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm, int next, int prev);
+
+// Tests: n virtual ranks of one process on one GPU, each driven by its own host thread. A hop
+// posts the sender's buffer (and an event: its bytes are ready), copies the previous rank's
+// posted buffer on the receiver's stream, and makes the sender's stream wait for that copy.
+class LocalRingHub {
+ public:
+  explicit LocalRingHub(int n);
+  ~LocalRingHub();
+  std::unique_ptr<RingTransport> transport(int r);  // rank r's end (the hub must outlive it)
+
+ private:
+  friend class LocalRingTransport;
+  struct Post {
+    const void* ptr;
+    size_t bytes;
+    cudaEvent_t ready;
+  };
+  int n_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<std::deque<Post>> posted_;             // [sender] its sends, in order
+  std::vector<std::deque<cudaEvent_t>> consumed_;    // [sender] "copied" events, in order
+  std::vector<cudaEvent_t> events_;                  // every event made, destroyed at the end
+  cudaEvent_t new_event();
+};
+
+class RingAttention {
+ public:
+  // Rank r of L.cp(), its hops through `transport`.
+  RingAttention(const CpLayout& L, int r, std::unique_ptr<RingTransport> transport);
+  ~RingAttention();
+  RingAttention(const RingAttention&) = delete;
+  RingAttention& operator=(const RingAttention&) = delete;
+
+  // local: (B, Tl = L.local_len(r), NH, NKV, HS). out (B, Tl, NH, HS); lse (B, NH, Tl);
+  // qkv (B, Tl, NH + 2*NKV, HS) with RoPE already applied at global positions.
+  void forward(const AttentionBackend& a, floatX* out, float* lse, const floatX* qkv,
+               const AttnShape& local, const RingBuffers& rb, cudaStream_t st);
+  // dqkv (B, Tl, NH + 2*NKV, HS) overwritten; scratch: a.scratch_bytes(local).
+  void backward(const AttentionBackend& a, floatX* dqkv, void* scratch, const floatX* dout,
+                const floatX* qkv, const floatX* out, const float* lse, const AttnShape& local,
+                const RingBuffers& rb, cudaStream_t st);
+  // Milliseconds the compute stream spent waiting for the ring since the last call (CUDA
+  // events around each wait; waits for the device). set_timing(false): no events, returns 0.
+  void set_timing(bool on) { timing_ = on; }
+  double comm_wait_ms();
+
+ private:
+  CpLayout L_;
+  int r_;
+  std::unique_ptr<RingTransport> transport_;
+  cudaStream_t comm_st_ = nullptr;
+  std::vector<cudaEvent_t> sync_;  // pool of ordering events, reused each call
+  size_t next_sync_ = 0;
+  bool timing_ = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits_;  // timed waits not yet read
+  std::vector<cudaEvent_t> timing_pool_;
+  size_t next_timing_ = 0;
+
+  cudaEvent_t record(cudaStream_t s);                         // an ordering event, recorded
+  void wait(cudaStream_t waiter, cudaEvent_t e, bool timed);  // waiter waits for e
+  // One hop on the comm stream (RingTransport::hop).
+  void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
+    transport_->hop(send, send_bytes, recv, recv_bytes, comm_st_);
+  }
+};

@@ -1,0 +1,224 @@
+// test_ring_attention — context-parallel attention (ring_attention.cuh) against the CPU oracle
+// of full attention, with the cp ranks as threads of this process:
+//
+//   RingShapes/RingAttentionGpu.Local/<backend>_cpN_B_T_NH_NKV_HS   N virtual ranks on one GPU
+//       (LocalRingHub: the hops are device copies; N = 2, 3, 4)
+//   RingShapes/RingAttentionGpu.Nccl/...   cp = 2 on 2 GPUs over NCCL (ncclCommInitAll);
+//       skipped with fewer than 2 GPUs
+//
+// Each case, on fresh random inputs (FLASHGPT_SEED=<n> repeats them):
+//   * the full sequence's qkv and dout are scattered to the cp ranks' zigzag chunks
+//     (cp_scatter); each rank (one host thread) runs RingAttention::forward and ::backward; the
+//     ranks' out, LSE and dqkv are gathered back (cp_gather) into the full sequence's order;
+//   * reference: attention_flash_{forward,backward}_ref<float> of the full sequence; baseline:
+//     the plain bf16 attention (plain_bf16_attention.h); the same rule as tests/gpu/test_flash.cu
+//     (expect_calibrated: L2 <= 2x and max <= 4x the baseline's error) for out, dQ, dK, dV, and
+//     LSE max error <= 2e-4;
+//   * out, LSE, dqkv and every ring buffer are filled with NaN first, so an unwritten element,
+//     a block read before it arrived or a pair left out fails.
+// Ragged T (odd lengths: chunk lengths differ, the second Q chunk starts at a row that is not a
+// multiple of 8), GQA and MQA, HS 64 and 128, both ring backends.
+//
+// Run: ./build/test_gpu --gtest_filter='Ring*'
+#include <nccl.h>
+
+#include <cmath>
+#include <memory>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/attention/attention_ref.h"
+#include "kernels/attention/context_parallel.h"
+#include "kernels/attention/ring_attention.cuh"
+#include "tests/gpu/gpu_test.h"
+#include "tests/gpu/plain_bf16_attention.h"
+
+namespace {
+
+struct RingCase {
+  const char* backend;
+  int cp, B, T, NH, NKV, HS;
+};
+std::string ring_case_name(const RingCase& c) {
+  return std::string(c.backend) + "_cp" + std::to_string(c.cp) + "_B" + std::to_string(c.B) +
+         "_T" + std::to_string(c.T) +
+         "_NH" + std::to_string(c.NH) + "_NKV" + std::to_string(c.NKV) + "_HS" +
+         std::to_string(c.HS);
+}
+
+std::vector<float> ring_heads(const std::vector<float>& x, const AttnShape& s, int h0, int h1) {
+  const size_t H3 = size_t(s.NH) + 2 * s.NKV, tokens = size_t(s.B) * s.T;
+  std::vector<float> r;
+  r.reserve(tokens * (h1 - h0) * s.HS);
+  for (size_t t = 0; t < tokens; ++t)
+    r.insert(r.end(), x.begin() + (t * H3 + h0) * s.HS, x.begin() + (t * H3 + h1) * s.HS);
+  return r;
+}
+
+int gpu_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+class RingAttentionGpu : public GpuTest, public ::testing::WithParamInterface<RingCase> {
+ protected:
+  void check(bool nccl);
+};
+
+TEST_P(RingAttentionGpu, Local) { check(false); }
+TEST_P(RingAttentionGpu, Nccl) { check(true); }
+
+void RingAttentionGpu::check(bool nccl) {
+  if (sizeof(floatX) != 2) GTEST_SKIP() << "the ring's kernels are bf16";
+  const RingCase c = GetParam();
+  if (nccl && (gpu_count() < c.cp || c.cp != 2)) GTEST_SKIP() << "NCCL: cp 2 on 2 GPUs";
+  const int N = c.cp;
+  const AttnShape s{c.B, c.T, c.NH, c.NKV, c.HS};
+  const CpLayout L(N, c.T);
+  const size_t H3 = size_t(s.NH) + 2 * s.NKV, QKV = H3 * s.HS, ldo = size_t(s.NH) * s.HS;
+  const size_t n_qkv = size_t(s.B) * s.T * QKV, n_out = size_t(s.B) * s.T * ldo,
+               n_lse = size_t(s.B) * s.NH * s.T;
+
+  SEED_TRACE();
+  std::mt19937_64 rng = test_rng();
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> qkv(n_qkv), dout(n_out);
+  for (auto& x : qkv) x = bf16_round(nd(rng));
+  for (auto& x : dout) x = bf16_round(nd(rng));
+
+  std::vector<ncclComm_t> comms(N);
+  std::unique_ptr<LocalRingHub> hub;
+  if (nccl) {
+    std::vector<int> devs(N);
+    for (int r = 0; r < N; r++) devs[r] = r;
+    ASSERT_EQ(ncclCommInitAll(comms.data(), N, devs.data()), ncclSuccess);
+  } else {
+    hub = std::make_unique<LocalRingHub>(N);
+  }
+
+  std::vector<float> out(n_out, NAN), lse(n_lse, NAN), dqkv(n_qkv, NAN);
+  std::vector<std::string> errors(N);
+  auto rank_main = [&](int r) {
+    try {
+      CUDA_CHECK(cudaSetDevice(nccl ? r : 0));
+      const int Tl = L.local_len(r);
+      const AttnShape local{s.B, Tl, s.NH, s.NKV, s.HS};
+      auto attn = make_attention(c.backend);
+      std::vector<float> q_l((size_t)s.B * Tl * QKV), do_l((size_t)s.B * Tl * ldo);
+      cp_scatter(q_l.data(), qkv.data(), L, r, s.B, QKV);
+      cp_scatter(do_l.data(), dout.data(), L, r, s.B, ldo);
+      DeviceBuffer<floatX> d_qkv(q_l.size()), d_dout(do_l.size()), d_out(do_l.size()),
+          d_dqkv(q_l.size());
+      DeviceBuffer<float> d_lse((size_t)s.B * s.NH * Tl);
+      DeviceBuffer<char> d_scratch(attn->scratch_bytes(local));
+      const CpRingElems e = cp_ring_elems(L, s.B, s.NH, s.NKV, s.HS);
+      DeviceBuffer<floatX> kv0(e.kv), kv1(e.kv);
+      DeviceBuffer<float> dkv0(e.dkv), dkv1(e.dkv), o_run(e.o_run);
+      for (auto* b : {&kv0, &kv1}) b->poison();
+      for (auto* b : {&dkv0, &dkv1, &o_run}) b->poison();
+      d_out.poison();
+      d_dqkv.poison();
+      d_lse.poison();
+      d_scratch.poison();
+      d_qkv.upload(to_floatX(q_l));
+      d_dout.upload(to_floatX(do_l));
+      RingBuffers rb;
+      rb.kv[0] = kv0.ptr;
+      rb.kv[1] = kv1.ptr;
+      rb.dkv[0] = dkv0.ptr;
+      rb.dkv[1] = dkv1.ptr;
+      rb.o_run = o_run.ptr;
+      cudaStream_t st;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      {
+        RingAttention ring(L, r, nccl ? make_nccl_ring_transport(comms[r], L.ring_next(r),
+                                                                 L.ring_prev(r))
+                                      : hub->transport(r));
+        ring.set_timing(true);
+        ring.forward(*attn, d_out.ptr, d_lse.ptr, d_qkv.ptr, local, rb, st);
+        ring.backward(*attn, d_dqkv.ptr, d_scratch.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr,
+                      d_lse.ptr, local, rb, st);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        const double w = ring.comm_wait_ms();
+        EXPECT_GE(w, 0.0);
+      }
+      CUDA_CHECK(cudaStreamDestroy(st));
+      const std::vector<float> o_l = to_float(d_out.download()), dq_l = to_float(d_dqkv.download()),
+                               l_l = d_lse.download();
+      // Distinct rows per rank: the gathers do not overlap.
+      cp_gather(out.data(), o_l.data(), L, r, s.B, ldo);
+      cp_gather(dqkv.data(), dq_l.data(), L, r, s.B, QKV);
+      cp_gather(lse.data(), l_l.data(), L, r, s.B * s.NH, 1);
+    } catch (const std::exception& ex) {
+      errors[r] = ex.what();
+    }
+  };
+  std::vector<std::thread> others;
+  for (int r = 1; r < N; r++) others.emplace_back(rank_main, r);
+  rank_main(0);
+  for (auto& t : others) t.join();
+  if (nccl)
+    for (int r = 0; r < N; r++) ncclCommDestroy(comms[r]);
+  hub.reset();
+  for (int r = 0; r < N; r++) ASSERT_EQ(errors[r], "") << "rank " << r;
+  CUDA_CHECK(cudaSetDevice(0));
+
+  std::vector<float> out_ref(n_out), lse_ref(n_lse), dqkv_ref(n_qkv), out_b, dqkv_b;
+  attention_flash_forward_ref<float>(out_ref.data(), lse_ref.data(), qkv.data(), s, 64, 64);
+  attention_flash_backward_ref<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(),
+                                      lse_ref.data(), s, 64, 64);
+  plain_bf16_attention(out_b, dqkv_b, qkv, dout, s);
+
+  std::printf("[ ring %s ] %s\n", nccl ? "nccl" : "local", ring_case_name(c).c_str());
+  const int NH = s.NH, NKV = s.NKV;
+  expect_calibrated("out", out, out_b, out_ref, 4.0, [](size_t) { return true; });
+  expect_calibrated("dQ", ring_heads(dqkv, s, 0, NH), ring_heads(dqkv_b, s, 0, NH),
+                    ring_heads(dqkv_ref, s, 0, NH), 4.0, [](size_t) { return true; });
+  expect_calibrated("dK", ring_heads(dqkv, s, NH, NH + NKV), ring_heads(dqkv_b, s, NH, NH + NKV),
+                    ring_heads(dqkv_ref, s, NH, NH + NKV), 4.0, [](size_t) { return true; });
+  expect_calibrated("dV", ring_heads(dqkv, s, NH + NKV, NH + 2 * NKV),
+                    ring_heads(dqkv_b, s, NH + NKV, NH + 2 * NKV),
+                    ring_heads(dqkv_ref, s, NH + NKV, NH + 2 * NKV), 4.0,
+                    [](size_t) { return true; });
+  double mx = 0;
+  for (size_t i = 0; i < n_lse; ++i) mx = std::max(mx, std::fabs(double(lse[i]) - lse_ref[i]));
+  std::printf("  LSE max %.1e\n", mx);
+  EXPECT_LE(mx, 2e-4) << "LSE max error (NaN: a row never written)";
+}
+
+// Ragged T everywhere but the first; T = 2 cp (one-token chunks); GQA and MQA; both head sizes;
+// both backends with the hooks.
+const RingCase kRingCases[] = {
+    {"flash", 2, 1, 256, 4, 4, 64},    {"flash", 2, 2, 517, 4, 2, 64},
+    {"flash", 2, 1, 1000, 4, 1, 128},  {"flash", 2, 2, 4097, 2, 2, 128},
+    {"flash3", 2, 1, 1031, 6, 2, 64},  {"flash", 2, 1, 4, 2, 2, 64},
+    {"flash", 3, 2, 1001, 4, 2, 64},   {"flash", 3, 1, 6, 2, 1, 128},
+    {"flash", 4, 1, 2051, 4, 4, 128},  {"flash3", 4, 2, 777, 4, 2, 64},
+};
+INSTANTIATE_TEST_SUITE_P(RingShapes, RingAttentionGpu, ::testing::ValuesIn(kRingCases),
+                         [](const ::testing::TestParamInfo<RingCase>& i) {
+                           return ring_case_name(i.param);
+                         });
+
+TEST(RingAttentionMisc, RefusesBackendsWithoutTheHooks) {
+  // No GPU needed: the refusal comes before any launch.
+  auto naive = make_attention("naive");
+  EXPECT_FALSE(naive->supports_ring());
+  if (sizeof(floatX) == 2) {
+    EXPECT_TRUE(make_attention("flash")->supports_ring());
+    EXPECT_TRUE(make_attention("flash3")->supports_ring());
+  }
+  try {
+    AttnFwdProblem p{};
+    naive->ring_forward(p, 0);
+    ADD_FAILURE() << "naive ran a ring pair";
+  } catch (const flashgpt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--cp"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
