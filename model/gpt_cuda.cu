@@ -29,6 +29,7 @@
 // there (layer_done, reduce_grads, the AdamW ranges, ...).
 #include "model/gpt_cuda.cuh"
 
+#include "model/dist_comm.h"
 #include "model/gpt_cuda_impl.cuh"
 
 namespace gpt_cuda {
@@ -51,6 +52,23 @@ void GptCuda::init(const ModelOptions& opt) {
         "--seq-len %d is larger than the model's maximum %d; lower --seq-len", maxT_,
         cfg_.max_seq_len);
   CHECK(maxB_ >= 1, "--batch must be at least 1 (got %d)", maxB_);
+  if (opt.cp > 1) {  // context parallel: this rank holds its zigzag share of each sequence
+    CHECK(sizeof(floatX) == 2, "--cp %d needs the bf16 build: the ring's kernels are bf16",
+          opt.cp);
+    CHECK(opt.comm != nullptr && opt.cp_comm != nullptr,
+          "internal: --cp %d without its communicators", opt.cp);
+    CHECK(opt.cp_rank >= 0 && opt.cp_rank < opt.cp, "internal: cp rank %d of %d", opt.cp_rank,
+          opt.cp);
+    CHECK(opt.kv_cache == 0, "--cp %d is for training: sample and prefill run on one GPU",
+          opt.cp);
+    CHECK(!opt.deterministic,
+          "--deterministic with --cp %d: the ring's backward adds dQ in arrival order; drop "
+          "--deterministic or use --cp 1", opt.cp);
+    cp_ = std::make_unique<CpLayout>(opt.cp, maxT_);  // names --cp and --seq-len when T < 2 cp
+    cp_rank_ = opt.cp_rank;
+    world_comm_ = opt.comm;
+    maxT_ = cp_->max_local_len();
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();
@@ -65,6 +83,9 @@ void GptCuda::init(const ModelOptions& opt) {
   const AttnShape s = shape(maxB_, maxT_);
   const std::string why = attn_->unsupported_reason(s);
   CHECK(why.empty(), "--attn %s cannot run this model: %s", opt.attn.c_str(), why.c_str());
+  CHECK(!cp_ || attn_->supports_ring(),
+        "--attn %s cannot run context parallel (--cp %d): it saves more than the LSE; use --attn "
+        "flash or flash3", attn_->name(), opt.cp);
   recompute_ = opt.recompute;
   deterministic_ = opt.deterministic;
   CHECK(opt.kv_cache >= 0, "internal: negative KV cache length");
@@ -106,6 +127,20 @@ void GptCuda::init(const ModelOptions& opt) {
                 "--seq-len", total_bytes_ / kGiB, cudaGetErrorString(err), free_b / kGiB);
   }
   b_.carve(mem_, plan_);
+  if (cp_) {
+    const CpRingElems e = cp_ring_elems(*cp_, maxB_, cfg_.num_heads, cfg_.num_kv_heads,
+                                        cfg_.head_size());
+    ring_bufs_.kv[0] = b_.cp_kv;
+    ring_bufs_.kv[1] = b_.cp_kv + e.kv;
+    ring_bufs_.dkv[0] = b_.cp_dkv;
+    ring_bufs_.dkv[1] = b_.cp_dkv + e.dkv;
+    ring_bufs_.o_run = b_.cp_o;
+    ring_ = std::make_unique<RingAttention>(
+        *cp_, cp_rank_,
+        make_nccl_ring_transport(opt.cp_comm->nccl_comm(), cp_->ring_next(cp_rank_),
+                                 cp_->ring_prev(cp_rank_)));
+    ring_->set_timing(opt.time_attention);
+  }
   comm_->attach(b_.grads, b_.params, b_.master, stream_);
   if (guard_bytes_) {  // the pattern cuda_model_guard_violations() checks
     for (const PlannedBuffer& pb : plan_.buffers)
@@ -142,6 +177,7 @@ void GptCuda::release() {
   // then the memory is left to the process exit that follows rather than waited on here.
   if (comm_ && !comm_->drain()) return;
   if (stream_) cudaStreamSynchronize(stream_);
+  ring_.reset();
   if (mem_ && b_.workspace) matmul_init(nullptr, 0);  // detach our workspace from cuBLASLt calls
   if (mem_) cudaFree(mem_);
   if (h_tokens_) cudaFreeHost(h_tokens_);
@@ -317,7 +353,8 @@ bool cuda_memory_info(size_t& free_bytes, size_t& total_bytes, std::string& name
 // sort temporary (host functions; a GPU must be present for CUB to answer).
 MemoryPlanInputs memory_plan_inputs(const ModelOptions& opt) {
   if (!cuda_device_available()) return memory_plan_inputs_host(opt);
-  return memory_plan_inputs_for(opt, sizeof(floatX), encoder_sort_temp_bytes(opt.B, opt.T));
+  return memory_plan_inputs_for(opt, sizeof(floatX),
+                                encoder_sort_temp_bytes(opt.B, plan_rows_per_sequence(opt)));
 }
 
 bool cuda_device_available() {

@@ -10,6 +10,8 @@
 
 #include "kernels/adamw.cuh"
 #include "kernels/attention/attention.cuh"
+#include "kernels/attention/context_parallel.h"
+#include "kernels/attention/ring_attention.cuh"
 #include "kernels/attention/decode.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/cuda_common.cuh"
@@ -84,6 +86,7 @@ class GptCuda : public Model {
   std::vector<MemoryLine> memory_plan() const override { return plan_.lines; }
   size_t peak_memory_bytes() const override;
   double attention_ms() override;
+  double cp_wait_ms() override { return ring_ && att_timer_ ? ring_->comm_wait_ms() : -1.0; }
   void prefill(const int* tokens, int n, float* logits) override;
   void decode(int token, float* logits) override;
   int cached_positions() const override { return kv_len_; }
@@ -131,7 +134,33 @@ class GptCuda : public Model {
   float* h_loss_ = nullptr;  // (1)
   double* h_norm_ = nullptr; // (1)
 
-  int B_ = 0, T_ = 0;
+  int B_ = 0, T_ = 0;  // of the last forward: T_ = rows per sequence held (Tl with --cp)
+
+  // Context parallel (ModelOptions.cp > 1): this rank's zigzag chunks of every sequence. maxT_
+  // and T_ count the rows held (local); cp_->T() is the sequence length. Positions (wpe, RoPE)
+  // are global, attention is the ring (ring_attention.cuh), the loss is the sequence's.
+  std::unique_ptr<CpLayout> cp_;
+  int cp_rank_ = 0;
+  DistComm* world_comm_ = nullptr;  // ModelOptions.comm: the loss's sum over the cp group
+  std::unique_ptr<RingAttention> ring_;
+  RingBuffers ring_bufs_;
+  // Calls fn(row0, pos0, len) for each run of rows of the B x T local rows whose positions are
+  // consecutive: (b*T, 0, T) per batch row, or with cp one run per chunk (global positions).
+  template <class Fn>
+  void for_each_run(int B, int T, Fn fn) const {
+    for (int b = 0; b < B; b++) {
+      if (!cp_) {
+        fn((size_t)b * T, 0, T);
+        continue;
+      }
+      for (int which = 0; which < 2; which++) {
+        const CpChunk c = cp_->chunk(cp_rank_, which);
+        fn((size_t)b * T + c.local_begin, c.global_begin, c.len);
+      }
+    }
+  }
+  void encode(int B, int T);                          // encoded = wte[inp] (+ wpe at positions)
+  void rope(floatX* x, bool backward, int B, int T);  // x (B, T, QKV): RoPE at positions
   bool have_targets_ = false;
 
   void init(const ModelOptions& opt);

@@ -40,6 +40,7 @@
 // step that `flashgpt bench-kernels --only step` now times): 69.1 ms per step (forward + loss
 // 25.8, backward 42.1, grad norm + AdamW 1.3), 474k tokens/s; plan 24.33 GiB, measured peak
 // 24.40 GiB. After them, at 128K tokens on an H100: README "Long context".
+#include "model/dist_comm.h"
 #include "model/gpt_cuda_impl.cuh"
 
 namespace gpt_cuda {
@@ -85,8 +86,12 @@ void GptCuda::block_qkv(int l, int B, int T, int decode_pos) {
                     param(P_LN1B) + l * C, N, C, st);
   matmul_forward(a.qkv, a.ln1, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, N, C,
                  QKV, st);
-  if (cfg_.rope)
-    rope_forward(a.qkv, b_.rope_table, B, T, NH, NKV, HS, decode_pos < 0 ? 0 : decode_pos, st);
+  if (cfg_.rope) {
+    if (decode_pos >= 0)
+      rope_forward(a.qkv, b_.rope_table, B, T, NH, NKV, HS, decode_pos, st);
+    else
+      rope(a.qkv, false, B, T);
+  }
   // Keys and values (after RoPE) into the cache: K rows at qkv + NH*HS, V at + (NH+NKV)*HS.
   if (decode_pos >= 0 || kv_fill_) {
     const size_t es = sizeof(floatX), kv_row = (size_t)NKV * HS;
@@ -105,6 +110,9 @@ void GptCuda::block_attention(int l, int B, int T, int decode_pos) {
   if (decode_pos >= 0) {
     attention_decode(a.atty, a.qkv, k_cache(l), v_cache(l), decode_pos + 1, cfg_.num_heads,
                      cfg_.num_kv_heads, cfg_.head_size(), b_.decode_scratch, stream_);
+  } else if (ring_) {
+    ring_->forward(*attn_, a.atty, static_cast<float*>(static_cast<void*>(a.att_saved)), a.qkv,
+                   shape(B, T), ring_bufs_, stream_);
   } else {
     AttnForwardArgs fa{a.atty, a.att_saved, b_.att_scratch, a.qkv, shape(B, T)};
     attn_->forward(fa, stream_);
@@ -142,7 +150,38 @@ void GptCuda::recompute(int l, int B, int T) {
   }
 }
 
+void GptCuda::encode(int B, int T) {
+  const int C = cfg_.channels;
+  if (cfg_.rope || !cp_) {
+    encoder_forward(b_.encoded, b_.inputs, param(P_WTE), cfg_.rope ? nullptr : param(P_WPE), B, T,
+                    C, stream_);
+    return;
+  }
+  for_each_run(B, T, [&](size_t r0, int pos0, int len) {
+    encoder_forward(b_.encoded + r0 * C, b_.inputs + r0, param(P_WTE),
+                    param(P_WPE) + (size_t)pos0 * C, 1, len, C, stream_);
+  });
+}
+
+void GptCuda::rope(floatX* x, bool backward, int B, int T) {
+  const int NH = cfg_.num_heads, NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
+  if (!cp_) {
+    (backward ? rope_backward : rope_forward)(x, b_.rope_table, B, T, NH, NKV, HS, 0, stream_);
+    return;
+  }
+  const size_t QKV = cfg_.qkv_channels();
+  for_each_run(B, T, [&](size_t r0, int pos0, int len) {
+    (backward ? rope_backward : rope_forward)(x + r0 * QKV, b_.rope_table, 1, len, NH, NKV, HS,
+                                              pos0, stream_);
+  });
+}
+
 float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
+  if (cp_) {  // the caller gives this rank's rows of sequences of length cp_->T()
+    CHECK(T == cp_->T(), "context parallel: this model splits sequences of --seq-len %d; got %d",
+          cp_->T(), T);
+    T = cp_->local_len(cp_rank_);
+  }
   CHECK(B >= 1 && B <= maxB_ && T >= 1 && T <= maxT_,
         "batch %dx%d exceeds the model's allocation %dx%d", B, T, maxB_, maxT_);
   const int C = cfg_.channels, L = cfg_.num_layers, V = cfg_.vocab_size,
@@ -171,7 +210,7 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   have_targets_ = targets != nullptr;
   cudaStream_t st = stream_;
 
-  encoder_forward(b_.encoded, b_.inputs, param(P_WTE), cfg_.rope ? nullptr : param(P_WPE), B, T, C, st);
+  encode(B, T);
   for (int l = 0; l < L; l++) block_forward(l, B, T, -1);
   layernorm_forward(b_.lnf, b_.lnf_mean, b_.lnf_rstd, b_.residual3 + (L - 1) * NC, param(P_LNFW),
                     param(P_LNFB), N, C, st);
@@ -183,12 +222,15 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   // b_.dwte_chunk (fp32). backward() scales both by its loss_scale (the loss scale is not known
   // yet), so the logits are used while they are in memory and never recomputed.
   CUDA_CHECK(cudaMemsetAsync(b_.dwte_chunk, 0, (size_t)Vp * C * sizeof(float), st));
+  // d(loss)/d(token loss): 1/N, or with cp cp/(B*T_seq) (context_parallel.h: the gradient
+  // all-reduce averages over the dp x cp ranks, which gives back the sum over the sequence).
+  const float dloss = cp_ ? cp_token_dloss(cp_->cp(), B, cp_->T(), 1) : 1.0f / N;
   float* ks = reinterpret_cast<float*>(b_.kscratch);
   for (int r0 = 0; r0 < N; r0 += plan_.chunk_rows) {
     const int n = std::min(plan_.chunk_rows, N - r0);
     const floatX* lnf = b_.lnf + (size_t)r0 * C;
     matmul_forward(b_.logits, lnf, param(P_WTE), nullptr, n, C, Vp, st);
-    classifier(b_.losses + r0, b_.logits, b_.logits, b_.targets + r0, 1.0f / N, n, V, Vp, st);
+    classifier(b_.losses + r0, b_.logits, b_.logits, b_.targets + r0, dloss, n, V, Vp, st);
     matmul_backward(b_.dl_btc + (size_t)r0 * C, b_.dwte_chunk, nullptr, b_.logits, lnf, param(P_WTE), n,
                     C, Vp, ks, st);
   }
@@ -196,7 +238,12 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   CUDA_CHECK(cudaMemcpyAsync(h_loss_, b_.loss_mean, sizeof(float), cudaMemcpyDeviceToHost, st));
   sync();
   measure();
-  return *h_loss_;
+  if (!cp_) return *h_loss_;
+  // The sequence's mean over all B*T tokens: this rank's sum x cp / (B*T), averaged over the
+  // ranks (each dp group's cp ranks hold one set of sequences: their mean is the dp mean of the
+  // sequence means, which every rank returns).
+  const double sum = (double)*h_loss_ * N;
+  return world_comm_->all_reduce_mean((float)(sum * cp_->cp() / ((double)B * cp_->T())));
 }
 
 void GptCuda::backward(float loss_scale) {
@@ -235,14 +282,18 @@ void GptCuda::backward(float loss_scale) {
     matmul_backward(b_.dl_btc, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
                     b_.dresidual, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C, ks, st);
     floatX* dqkv = b_.dl_bt4c;
-    AttnBackwardArgs ba{dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty, a.att_saved, s, deterministic_};
     attention_timer(true);
-    attn_->backward(ba, st);
+    if (ring_) {
+      ring_->backward(*attn_, dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty,
+                      static_cast<const float*>(static_cast<const void*>(a.att_saved)), s,
+                      ring_bufs_, st);
+    } else {
+      AttnBackwardArgs ba{dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty, a.att_saved, s, deterministic_};
+      attn_->backward(ba, st);
+    }
     attention_timer(false);
     // qkv holds rotated Q, K: take dQ, dK back through the rotation.
-    if (cfg_.rope)
-      rope_backward(dqkv, b_.rope_table, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(),
-                    0, st);
+    if (cfg_.rope) rope(dqkv, true, B, T);
     matmul_backward(b_.dl_btc, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv,
                     a.ln1, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV, ks, st);
     // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
@@ -250,8 +301,15 @@ void GptCuda::backward(float loss_scale) {
                        a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C, ks, st);
     if (overlap) comm_->layer_done(l);  // layer l's gradients are final
   }
-  encoder_backward(grad(P_WTE), cfg_.rope ? nullptr : grad(P_WPE), b_.dresidual, b_.inputs, B, T, C,
-                   b_.kscratch, st);
+  if (cfg_.rope || !cp_) {
+    encoder_backward(grad(P_WTE), cfg_.rope ? nullptr : grad(P_WPE), b_.dresidual, b_.inputs, B,
+                     T, C, b_.kscratch, st);
+  } else {  // wpe's rows at this rank's global positions, one chunk at a time
+    for_each_run(B, T, [&](size_t r0, int pos0, int len) {
+      encoder_backward(grad(P_WTE), grad(P_WPE) + (size_t)pos0 * C, b_.dresidual + r0 * C,
+                       b_.inputs + r0, 1, len, C, b_.kscratch, st);
+    });
+  }
   if (overlap) comm_->backward_done();
   have_targets_ = false;
 }
