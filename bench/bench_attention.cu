@@ -12,6 +12,9 @@
 //
 // The AttentionBackend interface is causal (attention.cuh has no non-causal mode), so
 // --causal 0 rows are reported as skipped; scripts/bench_attention.py still times PyTorch there.
+// --cp N: after each backend with ring hooks, a row "<name>/cpN" times the context-parallel ring
+// with N virtual ranks on this GPU (bench/bench_ring.cu); its TFLOP/s count the whole
+// sequence's FLOPs, so its ratio to the plain row is the ring's compute efficiency.
 //
 //   flashgpt bench-attention --backends naive,flash --hs 64,128 --seq-lens 512,1024,4096 \
 //       --tokens 16384 --csv bench.csv
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_ring.h"
 #include "bench/bench_util.cuh"
 #include "kernels/attention/attention.cuh"
 #include "kernels/cuda_timer.cuh"
@@ -128,6 +132,32 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
                          be.name(), HS, NH, NKV, B, T, causal, f_ms, b_ms, fb_ms, tf_f, tf_b,
                          tf_fb, extra, st_csv.c_str());
             std::fflush(csv);
+          }
+          if (opt.cp > 1 && causal && why.empty() && be.supports_ring()) {
+            const RingTimes rt = T >= 2 * opt.cp
+                                     ? time_ring_virtual(be, s, opt.cp, opt.warmup,
+                                                         std::min(opt.iters, 10))
+                                     : RingTimes{0, 0, 0, 0, "skipped: T < 2 cp"};
+            const std::string name = std::string(be.name()) + "/cp" + std::to_string(opt.cp);
+            const double rf = tf(fwd_flops, rt.fwd_ms), rb = tf(2.5 * fwd_flops, rt.bwd_ms),
+                         rfb = tf(3.5 * fwd_flops, rt.fb_ms);
+            const std::string rstatus =
+                rt.status == "ok" && fb_ms > 0
+                    ? flashgpt::strformat("ok: %d virtual ranks on one GPU, plain/ring f+b %.3f",
+                                          opt.cp, fb_ms / rt.fb_ms)
+                    : rt.status;
+            std::printf("%-8s %4d %4d %4d %4d %7d %3d | %9.3f %7.1f | %9.3f %7.1f | %9.3f %7.1f | %9.1f  %s\n",
+                        name.c_str(), HS, NH, NKV, B, T, causal, rt.fwd_ms, rf, rt.bwd_ms, rb,
+                        rt.fb_ms, rfb, double(rt.extra_bytes) / (1 << 20), rstatus.c_str());
+            std::fflush(stdout);
+            if (csv) {
+              std::string st_csv = rstatus;
+              std::replace(st_csv.begin(), st_csv.end(), ',', ';');
+              std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%zu,%s\n",
+                           name.c_str(), HS, NH, NKV, B, T, causal, rt.fwd_ms, rt.bwd_ms,
+                           rt.fb_ms, rf, rb, rfb, rt.extra_bytes, st_csv.c_str());
+              std::fflush(csv);
+            }
           }
         }
   }

@@ -590,6 +590,7 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
     ("iters", "timed runs per measurement (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.iters)))
     ("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", cxxopts::value<float>()->default_value("3000"))
     ("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)")
+    ("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", cxxopts::value<int>()->default_value("1"))
     ("csv", "also write the results to this CSV file", cxxopts::value<std::string>()->default_value(""))
     ("h,help", "this help");
   // clang-format on
@@ -606,7 +607,12 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
   opt.iters = get<int>(r, "iters");
   opt.budget_ms = get<float>(r, "budget-ms");
   opt.deterministic = r.count("deterministic") > 0;
+  opt.cp = get<int>(r, "cp");
   opt.csv_path = get<std::string>(r, "csv");
+  check_at_least("--cp", opt.cp, 1);
+  CHECK(opt.cp == 1 || !opt.deterministic,
+        "--deterministic with --cp %d: the ring's backward adds dQ in arrival order; drop one",
+        opt.cp);
   check_list_at_least("--hs", opt.head_sizes, 1);
   check_list_at_least("--seq-lens", opt.seq_lens, 1);
   CHECK(!opt.causal.empty(), "--causal is empty; give 1 and/or 0");

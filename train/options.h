@@ -140,6 +140,10 @@ struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_atten
   int warmup = 5, iters = 20;
   float budget_ms = 3000;  // GPU time per measurement at the most (at least 3 runs)
   bool deterministic = false;
+  // --cp N > 1: also time each backend's context-parallel ring (ring_attention.cuh) with N
+  // virtual ranks on this one GPU (threads; the hops are device copies): the ring's compute
+  // overhead against the whole-sequence backend, an upper bound on the efficiency of N GPUs.
+  int cp = 1;
   std::string csv_path;  // "" = no CSV
 };
 

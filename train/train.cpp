@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -323,6 +324,9 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   mo.classifier_chunk = opt.classifier_chunk;
   mo.cp = cp;
   mo.cp_rank = grid.cp_index;
+  // --bench with --cp: time the compute stream's waits for the ring (Model::cp_wait_ms) and
+  // print them per step; CUDA events around the attention calls cost well under 1%.
+  mo.time_attention = opt.bench && cp > 1;
   mo.cp_comm = comms.cp.get();
   std::unique_ptr<Model> model = make_model(opt.device, mo);
   if (!ckpt_params.empty()) model->set_params(ckpt_params);
@@ -468,6 +472,7 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   double timed_s = 0;
   int64_t timed_tokens = 0;
   std::vector<double> step_ms;
+  std::vector<double> cp_wait_ms;  // per timed step, --bench with --cp
   if (!val_loader && !opt.bench) say("no validation shards: evaluation is off");
   // Sampling runs the model on rank 0 alone, and a cp model's forward needs its whole cp group.
   const bool sampling = opt.sample_every > 0 && cp == 1;
@@ -521,6 +526,10 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
       timed_tokens += opt.total_batch;
     }
     step_ms.push_back(ms);
+    if (mo.time_attention) {
+      const double w = model->cp_wait_ms();
+      if (step > opt.bench_warmup) cp_wait_ms.push_back(w);
+    }
     double tok_s = opt.total_batch / (ms / 1e3);
     double eta = (last_step - step) * (timed_s > 0 ? timed_s / (timed_tokens / opt.total_batch) : ms / 1e3);
     if (!opt.quiet && lead)
@@ -585,10 +594,14 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
     double tps_gpu = tps / world;
     if (lead)
       std::printf("bench: %s %s attn=%s B=%d T=%d world=%d cp=%d dp=%d | median %.2f ms/step | "
-                  "%.0f tokens/s (%.0f per GPU) | MFU %s | peak memory %s\n", model->device_name(),
+                  "%.0f tokens/s (%.0f per GPU) | MFU %s | peak memory %s%s\n", model->device_name(),
                   opt.model.c_str(), model->attention_name(), B, T, world, cp, dp, med, tps, tps_gpu,
                   peak > 0 ? flashgpt::strformat("%.1f%%", 100 * tps_gpu * flops_tok / peak).c_str() : "n/a",
-                  human_bytes(model->peak_memory_bytes()).c_str());
+                  human_bytes(model->peak_memory_bytes()).c_str(),
+                  cp_wait_ms.empty() ? ""
+                      : flashgpt::strformat(" | comm_wait_ms=%.1f per step (rank 0)",
+                                            std::accumulate(cp_wait_ms.begin(), cp_wait_ms.end(), 0.0) /
+                                                cp_wait_ms.size()).c_str());
     result.tokens_per_s = tps;
   } else {
     if (lead)

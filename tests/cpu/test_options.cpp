@@ -222,6 +222,10 @@ TEST(Options, BenchAttention) {
   bad({"--warmup", "-1"}, "--warmup must be at least 0");
   bad({"--iters", "0"}, "--iters must be at least 1");
   bad({"--budget-ms", "0"}, "--budget-ms must be > 0");
+  bad({"--cp", "0"}, "--cp must be at least 1");
+  bad({"--cp", "2", "--deterministic"}, "--deterministic with --cp 2");
+  EXPECT_EQ(o.cp, 1);
+  EXPECT_EQ(parsed(parse_bench_attention_options, {"bench-attention", "--cp", "4"}).cp, 4);
 }
 
 TEST(Options, BenchKernels) {
