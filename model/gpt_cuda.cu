@@ -55,7 +55,7 @@ void GptCuda::init(const ModelOptions& opt) {
   if (opt.cp > 1) {  // context parallel: this rank holds its zigzag share of each sequence
     CHECK(sizeof(floatX) == 2, "--cp %d needs the bf16 build: the ring's kernels are bf16",
           opt.cp);
-    CHECK(opt.comm != nullptr && opt.cp_comm != nullptr,
+    CHECK(opt.comm != nullptr && (opt.cp_comm != nullptr || opt.cp_transport != nullptr),
           "internal: --cp %d without its communicators", opt.cp);
     CHECK(opt.cp_rank >= 0 && opt.cp_rank < opt.cp, "internal: cp rank %d of %d", opt.cp_rank,
           opt.cp);
@@ -137,8 +137,10 @@ void GptCuda::init(const ModelOptions& opt) {
     ring_bufs_.o_run = b_.cp_o;
     ring_ = std::make_unique<RingAttention>(
         *cp_, cp_rank_,
-        make_nccl_ring_transport(opt.cp_comm->nccl_comm(), cp_->ring_next(cp_rank_),
-                                 cp_->ring_prev(cp_rank_)));
+        opt.cp_transport ? borrow_ring_transport(opt.cp_transport)
+                         : make_nccl_ring_transport(opt.cp_comm->nccl_comm(),
+                                                    cp_->ring_next(cp_rank_),
+                                                    cp_->ring_prev(cp_rank_)));
     ring_->set_timing(opt.time_attention);
   }
   comm_->attach(b_.grads, b_.params, b_.master, stream_);

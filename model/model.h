@@ -85,6 +85,7 @@ class Model {
 };
 
 class DistComm;  // the multi-GPU process group: model/dist_comm.h
+class RingTransport;  // how the context-parallel ring moves its blocks: kernels/attention/ring_attention.cuh
 
 struct ModelOptions {
   GPTConfig config;
@@ -114,6 +115,9 @@ struct ModelOptions {
   int cp = 1;
   int cp_rank = 0;
   DistComm* cp_comm = nullptr;
+  // Tests: the ring's hops through this transport (ring_attention.cuh, LocalRingHub's: virtual
+  // ranks on one GPU) instead of NCCL on cp_comm; not owned.
+  RingTransport* cp_transport = nullptr;
 };
 constexpr int kDefaultClassifierChunk = 8192;
 // The KV-cache preconditions both models check (one error line each; model/memory_plan.cpp).

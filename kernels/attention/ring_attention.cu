@@ -97,6 +97,25 @@ std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm, int nex
   return std::make_unique<NcclRingTransport>(nccl_comm, next, prev);
 }
 
+namespace {
+class BorrowedRingTransport final : public RingTransport {
+ public:
+  explicit BorrowedRingTransport(RingTransport* t) : t_(t) {}
+  void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+           cudaStream_t stream) override {
+    t_->hop(send, send_bytes, recv, recv_bytes, stream);
+  }
+
+ private:
+  RingTransport* t_;
+};
+}  // namespace
+
+std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t) {
+  CHECK(t != nullptr, "internal: no ring transport to borrow");
+  return std::make_unique<BorrowedRingTransport>(t);
+}
+
 // ---- LocalRingHub: virtual ranks on one GPU (tests) ----
 class LocalRingTransport final : public RingTransport {
  public:

@@ -67,6 +67,8 @@ class RingTransport {
 };
 // NCCL: nccl_comm is the cp group's ncclComm_t (as void*); next and prev are ranks in it.
 std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm, int next, int prev);
+// One that forwards to `t` without owning it (ModelOptions::cp_transport).
+std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t);
 
 // Tests: n virtual ranks of one process on one GPU, each driven by its own host thread. A hop
 // posts the sender's buffer (and an event: its bytes are ready), copies the previous rank's
