@@ -2,13 +2,15 @@
 """bench_train.py — flashgpt's training step against PyTorch's on the same GPU, in one run.
 
 Runs `flashgpt train --bench` (random tokens, median ms/step after warm-up) for each of our
-attention backends, and a PyTorch GPT-2 of the identical configuration (eager, bf16 autocast,
-fused AdamW, grad-norm clipping, tied LM head, GELU-tanh MLP) with SDPA's MATH and FLASH
-backends. Prints tokens/s and our ratios, and writes bench/results/train_<gpu>_<date>.csv
+attention backends, and a PyTorch GPT-2 of the identical configuration (bf16 autocast, fused
+AdamW, grad-norm clipping, tied LM head, GELU-tanh MLP): eager with SDPA's MATH, FLASH or cuDNN
+backend, or torch.compile'd ("compile-cudnn", "compile-flash": the SDPA backend chosen by the
+global torch.backends.cuda flags, so the compiled graph has no context manager inside). Prints tokens/s and our ratios, and writes bench/results/train_<gpu>_<date>.csv
 (first lines: the command, the GPU and the date).
 
   python3 scripts/bench_train.py                       # d12 (GPT-2 124M), B=32, T=1024
   python3 scripts/bench_train.py --model d6 --batch 8 --seq-len 512 --ours naive,flash
+  python3 scripts/bench_train.py --ours flash3,flash --torch flash,cudnn,compile-cudnn
 """
 import argparse
 import datetime
@@ -47,8 +49,15 @@ def torch_gpt(a, backend_name):
 
     L, C, NH = PRESETS[a.model]
     V, Vp, T, B = 50257, 50304, a.seq_len, a.batch
+    compiled = backend_name.startswith("compile-")
+    sdpa = backend_name[len("compile-"):] if compiled else backend_name
     backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
-               "cudnn": SDPBackend.CUDNN_ATTENTION}[backend_name]
+               "cudnn": SDPBackend.CUDNN_ATTENTION}[sdpa]
+    if compiled:  # the one SDPA backend allowed, globally
+        torch.backends.cuda.enable_math_sdp(sdpa == "math")
+        torch.backends.cuda.enable_flash_sdp(sdpa == "flash")
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_cudnn_sdp(sdpa == "cudnn")
 
     class Block(nn.Module):
         def __init__(self):
@@ -59,8 +68,11 @@ def torch_gpt(a, backend_name):
 
         def forward(self, x):
             q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, NH, C // NH).permute(2, 0, 3, 1, 4)
-            with sdpa_kernel(backend):
+            if compiled:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                with sdpa_kernel(backend):
+                    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
             return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -81,6 +93,7 @@ def torch_gpt(a, backend_name):
 
     torch.manual_seed(0)
     model = GPT().cuda()
+    fwd = torch.compile(model) if compiled else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -92,7 +105,7 @@ def torch_gpt(a, backend_name):
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, y)
+            loss = fwd(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -112,8 +125,13 @@ def torch_gpt(a, backend_name):
         return None, "OOM"
     finally:
         peak = torch.cuda.max_memory_allocated()
-        del model, opt
+        del model, fwd, opt
         torch.cuda.empty_cache()
+        if compiled:
+            for f in (torch.backends.cuda.enable_math_sdp, torch.backends.cuda.enable_flash_sdp,
+                      torch.backends.cuda.enable_mem_efficient_sdp,
+                      torch.backends.cuda.enable_cudnn_sdp):
+                f(True)
     times.sort()
     med = times[len(times) // 2]
     return (B * T / med, med * 1e3, peak), ""
@@ -126,7 +144,8 @@ def main():
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--ours", default="naive,flash", help="our attention backends")
-    ap.add_argument("--torch", default="math,flash", help="SDPA backends: math, flash, cudnn")
+    ap.add_argument("--torch", default="math,flash",
+                    help="SDPA backends: math, flash, cudnn (eager), compile-flash, compile-cudnn")
     ap.add_argument("--binary", default="build/flashgpt")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
@@ -139,7 +158,8 @@ def main():
         r, err = run_ours(a.binary, attn, a)
         rows.append(("flashgpt", attn, r[0] if r else None, r[1] if r else None, r[2] if r else None, err))
     for be in [s for s in a.torch.split(",") if s]:
-        print(f"pytorch eager, SDPA {be} ...", flush=True)
+        print(f"pytorch {'torch.compile' if be.startswith('compile-') else 'eager'}, SDPA {be} ...",
+              flush=True)
         r, err = torch_gpt(a, be)
         rows.append(("pytorch", be, r[0] if r else None, r[1] if r else None, r[2] if r else None, err))
 
@@ -153,16 +173,22 @@ def main():
     header = f"{a.model} B={a.batch} T={a.seq_len}, bf16, {gpu}, {date}, command: python3 scripts/{cmd}"
     print("\n" + header)
     print("(peak GiB: ours = cudaMemGetInfo delta incl. cuBLAS; torch = max_memory_allocated)")
-    print(f"{'implementation':<12} {'attention':<10} {'tokens/s':>12} {'ms/step':>10} {'peak GiB':>9}  "
-          f"{'vs torch math':>14} {'vs torch flash':>14}")
+    torch_rows = [r for r in rows if r[0] == "pytorch" and r[2]]
+    best = max(torch_rows, key=lambda r: r[2]) if torch_rows else None
+    print(f"{'implementation':<12} {'attention':<14} {'tokens/s':>12} {'ms/step':>10} {'peak GiB':>9}  "
+          f"{'vs torch math':>14} {'vs torch flash':>14} {'vs best torch':>14}")
     for impl, attn, t, ms, peak, err in rows:
         if not t:
-            print(f"{impl:<12} {attn:<10} {'-':>12} {'-':>10} {'-':>9}  {err}")
+            print(f"{impl:<12} {attn:<14} {'-':>12} {'-':>10} {'-':>9}  {err}")
             continue
         rm, rf = tps("pytorch", "math"), tps("pytorch", "flash")
+        rb = best[2] if best else None
         pk = f"{peak / 2**30:.2f}" if peak else "-"
-        print(f"{impl:<12} {attn:<10} {t:>12.0f} {ms:>10.1f} {pk:>9}  "
-              f"{(f'{t / rm:.2f}x' if rm else '-'):>14} {(f'{t / rf:.2f}x' if rf else '-'):>14}")
+        print(f"{impl:<12} {attn:<14} {t:>12.0f} {ms:>10.1f} {pk:>9}  "
+              f"{(f'{t / rm:.2f}x' if rm else '-'):>14} {(f'{t / rf:.2f}x' if rf else '-'):>14} "
+              f"{(f'{t / rb:.3f}x' if rb else '-'):>14}")
+    if best:
+        print(f"best torch: {best[1]} ({best[2]:.0f} tokens/s)")
     os.makedirs(a.out, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
     shape = "" if (a.batch, a.seq_len) == (32, 1024) else f"_B{a.batch}_T{a.seq_len}"

@@ -33,6 +33,30 @@ COMMON=(--data "$DATA" --model d12 --seq-len 256 --steps 10 --lr 6e-4 --warmup 2
         --eval-steps 4 --sample-every 0 --seed 1337)
 fails=0
 result() { echo "$1"; echo "$1" >> "$OUT/summary.txt"; }
+
+# check_failed_rank NAME LOG TIMEOUT TRAIN_ARGS...: rank 1 fails at step 3 (FLASHGPT_TEST_FAIL),
+# two processes started by hand (no launcher to kill rank 0); rank 0 must stop with a message
+# naming rank 1, neither may hang (timeout) or exit 0.
+check_failed_rank() {
+  local name=$1 log=$2 limit=$3 tmpd t0 t1 pid0 pid1 rc0 rc1 r
+  shift 3
+  tmpd=$(mktemp -d)
+  t0=$(date +%s)
+  for r in 0 1; do
+    FLASHGPT_TEST_FAIL=1:3 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r timeout "$limit" $BIN train "$@" \
+      --dist-init "file://$tmpd/id" --dist-timeout 60 >"$OUT/${log}$r.log" 2>&1 &
+    eval "pid$r=\$!"
+  done
+  wait $pid0; rc0=$?
+  wait $pid1; rc1=$?
+  t1=$(date +%s)
+  rm -rf "$tmpd"
+  if [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && grep -q "rank 1" "$OUT/${log}0.log"; then
+    result "PASS $name: rank 1 rc $rc1, rank 0 rc $rc0 after $((t1 - t0)) s: $(grep -m1 error "$OUT/${log}0.log")"
+  else
+    result "FAIL $name: rc0 $rc0 rc1 $rc1 after $((t1 - t0)) s"; tail -n 3 "$OUT/${log}"*.log; fails=$((fails + 1))
+  fi
+}
 : > "$OUT/summary.txt"
 
 compare() {  # compare NAME A.jsonl B.jsonl TOL [first_step]
@@ -114,22 +138,7 @@ else
 fi
 
 # 3: failure of rank 1 at step 3, two processes started by hand (no launcher to kill rank 0)
-TMPD=$(mktemp -d)
-t0=$(date +%s)
-for r in 0 1; do
-  FLASHGPT_TEST_FAIL=1:3 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r timeout 120 $BIN train "${COMMON[@]}" \
-    --batch $B --dist-init "file://$TMPD/id" --dist-timeout 60 >"$OUT/fail_rank$r.log" 2>&1 &
-  eval "pid$r=\$!"
-done
-wait $pid0; rc0=$?
-wait $pid1; rc1=$?
-t1=$(date +%s)
-rm -rf "$TMPD"
-if [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && grep -q "rank 1" "$OUT/fail_rank0.log"; then
-  result "PASS failed rank: rank 1 rc $rc1, rank 0 rc $rc0 after $((t1 - t0)) s: $(grep error "$OUT/fail_rank0.log" | head -n 1)"
-else
-  result "FAIL failed rank: rc0 $rc0 rc1 $rc1 after $((t1 - t0)) s"; tail -n 3 "$OUT"/fail_rank*.log; fails=$((fails + 1))
-fi
+check_failed_rank "failed rank" fail_rank 120 "${COMMON[@]}" --batch $B
 FLASHGPT_TEST_FAIL=1:3 timeout 120 scripts/launch.sh --gpus 2 -- "${COMMON[@]}" --batch $B >"$OUT/fail_launch.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "launch.sh: rank 1 exited" "$OUT/fail_launch.log"; then
@@ -164,22 +173,7 @@ else
   result "FAIL cp mismatch on resume (rc $rc), see $OUT/cp1_resume_cp2.log"; tail -n 3 "$OUT/cp1_resume_cp2.log"; fails=$((fails + 1))
 fi
 # (c) rank 1 fails at step 3 (two processes by hand): rank 0 stops with a message naming it
-TMPD=$(mktemp -d)
-t0=$(date +%s)
-for r in 0 1; do
-  FLASHGPT_TEST_FAIL=1:3 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r timeout 180 $BIN train "${CP[@]}" --cp 2 \
-    --dist-init "file://$TMPD/id" --dist-timeout 60 >"$OUT/cp_fail_rank$r.log" 2>&1 &
-  eval "pid$r=\$!"
-done
-wait $pid0; rc0=$?
-wait $pid1; rc1=$?
-t1=$(date +%s)
-rm -rf "$TMPD"
-if [ $rc0 -ne 0 ] && [ $rc0 -ne 124 ] && [ $rc1 -ne 0 ] && grep -q "rank 1" "$OUT/cp_fail_rank0.log"; then
-  result "PASS cp failed rank: rank 1 rc $rc1, rank 0 rc $rc0 after $((t1 - t0)) s: $(grep -m1 error "$OUT/cp_fail_rank0.log")"
-else
-  result "FAIL cp failed rank: rc0 $rc0 rc1 $rc1 after $((t1 - t0)) s"; tail -n 3 "$OUT"/cp_fail_rank*.log; fails=$((fails + 1))
-fi
+check_failed_rank "cp failed rank" cp_fail_rank 180 "${CP[@]}" --cp 2
 # (d) learned positions: the wpe rows of each chunk's global positions
 CPL=("${CP[@]}" --pos learned)
 run cp1_learned $BIN train "${CPL[@]}" --log "$OUT/cp1_learned.jsonl"

@@ -7,9 +7,9 @@
 
 #define RING_NCCL_CHECK(call)                                                                 \
   do {                                                                                        \
-    const ncclResult_t nccl_result_ = (call);                                                           \
-    CHECK(nccl_result_ == ncclSuccess, "context parallel ring: %s failed: %s", #call,                 \
-          ncclGetErrorString(nccl_result_));                                                            \
+    const ncclResult_t nccl_result_ = (call);                                                 \
+    CHECK(nccl_result_ == ncclSuccess, "context parallel ring: %s failed: %s", #call,        \
+          ncclGetErrorString(nccl_result_));                                                \
   } while (0)
 
 RingAttention::RingAttention(const CpLayout& L, int r, std::unique_ptr<RingTransport> transport)
@@ -198,88 +198,110 @@ __global__ void ring_dkv_to_dqkv_kernel(floatX* __restrict__ dqkv, const float* 
 
 unsigned grid_for(size_t n) { return (unsigned)std::min<size_t>((n + 255) / 256, 8192); }
 
+// The problems are bf16 (attention.cuh); the FP32 build compiles this file but has no backend
+// with ring hooks, so nothing reaches a kernel there.
+const __nv_bfloat16* bf(const floatX* x) { return reinterpret_cast<const __nv_bfloat16*>(x); }
+
 }  // namespace
+
+RingAttention::Pair RingAttention::pair_at(int s) const {
+  const int r = r_, Tl = L_.local_len(r);
+  // Own chunks against own K/V: local rows are in global order within each chunk and chunk r
+  // precedes chunk 2N-1-r, so the plain causal mask on local rows is the global one.
+  if (s == 0) return {0, Tl, Tl, true};
+  const int src = L_.ring_source(r, s);
+  // src < r: both Q chunks against the block's first chunk (its second follows them: skipped).
+  if (src < r) return {0, Tl, L_.chunk(src, 0).len, false};
+  // src > r: Q chunk 2N-1-r against the whole block (chunk r precedes both: skipped).
+  const CpChunk q1 = L_.chunk(r, 1);
+  return {q1.local_begin, q1.len, L_.local_len(src), false};
+}
+
+int RingAttention::begin(const AttentionBackend& a, const AttnShape& local) {
+  CHECK(a.supports_ring(), "attention '%s' cannot run context parallel (--cp > 1): use --attn "
+        "flash or flash3", a.name());
+  const int Tl = L_.local_len(r_);
+  CHECK(local.T == Tl, "internal: ring on %d rows, rank %d holds %d", local.T, r_, Tl);
+  next_sync_ = 0;
+  return Tl;
+}
+
+cudaEvent_t RingAttention::send_own_kv(const floatX* qkv, const AttnShape& local,
+                                       const RingBuffers& rb, cudaStream_t st) {
+  const int N = L_.cp();
+  if (N == 1) return nullptr;
+  const int NH = local.NH, NKV = local.NKV, HS = local.HS;
+  const size_t QKV = (size_t)(NH + 2 * NKV) * HS, row = (size_t)2 * NKV * HS, es = sizeof(floatX);
+  // kv[0] = this rank's K/V heads, the tail of every qkv row; then its first hop.
+  CUDA_CHECK(cudaMemcpy2DAsync(rb.kv[0], row * es, qkv + (size_t)NH * HS, QKV * es, row * es,
+                               (size_t)local.B * local.T, cudaMemcpyDeviceToDevice, st));
+  wait(comm_st_, record(st), false);
+  send_kv(rb, 0, local);
+  return record(comm_st_);
+}
+
+void RingAttention::send_kv(const RingBuffers& rb, int s, const AttnShape& local) {
+  const size_t row = (size_t)2 * local.NKV * local.HS * sizeof(floatX) * local.B;
+  hop(rb.kv[s % 2], L_.local_len(L_.ring_source(r_, s)) * row, rb.kv[(s + 1) % 2],
+      L_.local_len(L_.ring_source(r_, s + 1)) * row);
+}
+
+void RingAttention::set_kv(const floatX* qkv, const RingBuffers& rb, int s,
+                           const AttnShape& local, const __nv_bfloat16*& k,
+                           const __nv_bfloat16*& v, size_t& ld, size_t& bs) const {
+  const int NH = local.NH, NKV = local.NKV, HS = local.HS;
+  if (s == 0) {  // own K/V in place in qkv
+    ld = (size_t)(NH + 2 * NKV) * HS;
+    k = bf(qkv + (size_t)NH * HS);
+    v = bf(qkv + (size_t)(NH + NKV) * HS);
+    bs = (size_t)local.T * ld;
+  } else {  // the block in hand: (B, Ts, 2*NKV, HS)
+    ld = (size_t)2 * NKV * HS;
+    k = bf(rb.kv[s % 2]);
+    v = bf(rb.kv[s % 2] + (size_t)NKV * HS);
+    bs = (size_t)L_.local_len(L_.ring_source(r_, s)) * ld;
+  }
+}
 
 void RingAttention::forward(const AttentionBackend& a, floatX* out, float* lse,
                             const floatX* qkv, const AttnShape& local, const RingBuffers& rb,
                             cudaStream_t st) {
-  CHECK(a.supports_ring(), "attention '%s' cannot run context parallel (--cp > 1): use --attn "
-        "flash or flash3", a.name());
-  const int N = L_.cp(), r = r_, B = local.B, NH = local.NH, NKV = local.NKV, HS = local.HS;
-  const int Tl = L_.local_len(r);
-  CHECK(local.T == Tl, "internal: ring forward on %d rows, rank %d holds %d", local.T, r, Tl);
-  const size_t QKV = (size_t)(NH + 2 * NKV) * HS, row = (size_t)2 * NKV * HS, ldo = (size_t)NH * HS;
-  const size_t es = sizeof(floatX);
-  next_sync_ = 0;
-
-  // kv[0] = this rank's K/V heads (the tail of every qkv row), then its first hop.
-  if (N > 1) {
-    CUDA_CHECK(cudaMemcpy2DAsync(rb.kv[0], row * es, qkv + (size_t)NH * HS, QKV * es, row * es,
-                                 (size_t)B * Tl, cudaMemcpyDeviceToDevice, st));
-    wait(comm_st_, record(st), false);
-    hop(rb.kv[0], (size_t)B * Tl * row * es, rb.kv[1],
-        (size_t)B * L_.local_len(L_.ring_source(r, 1)) * row * es);
-  }
-  cudaEvent_t kv_ready = N > 1 ? record(comm_st_) : nullptr;
-
+  const int Tl = begin(a, local), N = L_.cp();
+  const size_t QKV = (size_t)(local.NH + 2 * local.NKV) * local.HS,
+               ldo = (size_t)local.NH * local.HS;
+  cudaEvent_t kv_ready = send_own_kv(qkv, local, rb, st), done_prev = nullptr;
   AttnFwdProblem p{};
-  p.B = B;
-  p.NH = NH;
-  p.NKV = NKV;
-  p.HS = HS;
+  p.B = local.B;
+  p.NH = local.NH;
+  p.NKV = local.NKV;
+  p.HS = local.HS;
+  p.q_ld = QKV;
+  p.q_bs = (size_t)Tl * QKV;
   p.lse_T = Tl;
   p.o_ld = ldo;
   p.o_bs = (size_t)Tl * ldo;
-  // Step 0: own chunks against own K/V in place in qkv; local rows are in global order within
-  // each chunk and chunk r precedes chunk 2N-1-r, so the plain causal mask on local rows is
-  // the global one (context_parallel.h).
-  p.q = qkv;
-  p.k = qkv + (size_t)NH * HS;
-  p.v = qkv + (size_t)(NH + NKV) * HS;
-  p.q_ld = p.kv_ld = QKV;
-  p.q_bs = p.kv_bs = (size_t)Tl * QKV;
-  p.Tq = p.Tk = Tl;
-  p.causal = true;
-  p.lse = lse;
-  p.o_run = rb.o_run;
-  p.merge = false;
-  a.ring_forward(p, st);
-  cudaEvent_t done_prev = record(st);
-
-  for (int s = 1; s < N; s++) {
-    const int src = L_.ring_source(r, s), Ts = L_.local_len(src);
-    const floatX* blk = rb.kv[s % 2];
-    if (s + 1 < N) {  // the next block's hop overlaps this step
-      wait(comm_st_, done_prev, false);  // kv[(s+1)%2] was read by step s-1
-      hop(blk, (size_t)B * Ts * row * es, rb.kv[(s + 1) % 2],
-          (size_t)B * L_.local_len(L_.ring_source(r, s + 1)) * row * es);
+  for (int s = 0; s < N; s++) {
+    if (s > 0) {
+      if (s + 1 < N) {  // the next block's hop overlaps this step
+        wait(comm_st_, done_prev, false);  // kv[(s+1)%2] was read by step s-1
+        send_kv(rb, s, local);
+      }
+      wait(st, kv_ready, true);
+      if (s + 1 < N) kv_ready = record(comm_st_);
     }
-    wait(st, kv_ready, true);
-    if (s + 1 < N) kv_ready = record(comm_st_);
-    const CpChunk q0 = L_.chunk(r, 0), q1 = L_.chunk(r, 1), k0 = L_.chunk(src, 0);
-    p.k = blk;
-    p.v = blk + (size_t)NKV * HS;
-    p.kv_ld = row;
-    p.kv_bs = (size_t)Ts * row;
-    p.causal = false;
-    p.merge = true;
-    if (src < r) {  // both Q chunks x the block's first chunk (the only one before them)
-      p.q = qkv;
-      p.Tq = Tl;
-      p.Tk = k0.len;
-      p.lse = lse;
-      p.o_run = rb.o_run;
-    } else {  // Q chunk 2N-1-r x the whole block (chunk r precedes both of the block's: skipped)
-      p.q = qkv + (size_t)q1.local_begin * QKV;
-      p.Tq = q1.len;
-      p.Tk = Ts;
-      p.lse = lse + q0.len;
-      p.o_run = rb.o_run + (size_t)q1.local_begin * ldo;
-    }
+    const Pair pr = pair_at(s);
+    set_kv(qkv, rb, s, local, p.k, p.v, p.kv_ld, p.kv_bs);
+    p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
+    p.Tq = pr.Tq;
+    p.Tk = pr.Tk;
+    p.causal = pr.causal;
+    p.lse = lse + pr.q_row0;
+    p.o_run = rb.o_run + (size_t)pr.q_row0 * ldo;
+    p.merge = s > 0;  // step 0 writes the running (O, LSE), later steps merge into them
     a.ring_forward(p, st);
     done_prev = record(st);
   }
-  const size_t n = (size_t)B * Tl * ldo;
+  const size_t n = (size_t)local.B * Tl * ldo;
   ring_to_bf16_kernel<<<grid_for(n), 256, 0, st>>>(out, rb.o_run, n);
   CUDA_CHECK_LAUNCH();
 }
@@ -288,97 +310,55 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
                              const floatX* dout, const floatX* qkv, const floatX* out,
                              const float* lse, const AttnShape& local, const RingBuffers& rb,
                              cudaStream_t st) {
-  CHECK(a.supports_ring(), "attention '%s' cannot run context parallel (--cp > 1): use --attn "
-        "flash or flash3", a.name());
-  const int N = L_.cp(), r = r_, B = local.B, NH = local.NH, NKV = local.NKV, HS = local.HS;
-  const int Tl = L_.local_len(r);
-  CHECK(local.T == Tl, "internal: ring backward on %d rows, rank %d holds %d", local.T, r, Tl);
-  const size_t QKV = (size_t)(NH + 2 * NKV) * HS, row = (size_t)2 * NKV * HS, ldo = (size_t)NH * HS;
-  const size_t es = sizeof(floatX);
-  next_sync_ = 0;
-
+  const int Tl = begin(a, local), N = L_.cp(), B = local.B, NKV = local.NKV, HS = local.HS;
+  const size_t QKV = (size_t)(local.NH + 2 * NKV) * HS, row = (size_t)2 * NKV * HS,
+               ldo = (size_t)local.NH * HS;
   a.ring_backward_begin(scratch, dout, out, local, st);  // D, dQacc = 0
-  float* dq_accum = a.ring_dq_accum(scratch, local);
   const float* D = a.ring_D(scratch, local);
   CUDA_CHECK(cudaMemsetAsync(rb.dkv[0], 0, (size_t)B * Tl * row * sizeof(float), st));
-  if (N > 1) {
-    CUDA_CHECK(cudaMemcpy2DAsync(rb.kv[0], row * es, qkv + (size_t)NH * HS, QKV * es, row * es,
-                                 (size_t)B * Tl, cudaMemcpyDeviceToDevice, st));
-    wait(comm_st_, record(st), false);
-    hop(rb.kv[0], (size_t)B * Tl * row * es, rb.kv[1],
-        (size_t)B * L_.local_len(L_.ring_source(r, 1)) * row * es);
-  }
-  cudaEvent_t kv_ready = N > 1 ? record(comm_st_) : nullptr;
-  cudaEvent_t acc_ready = nullptr;
-
+  cudaEvent_t kv_ready = send_own_kv(qkv, local, rb, st), acc_ready = nullptr;
   AttnBwdProblem p{};
   p.B = B;
-  p.NH = NH;
+  p.NH = local.NH;
   p.NKV = NKV;
   p.HS = HS;
+  p.q_ld = QKV;
+  p.q_bs = (size_t)Tl * QKV;
   p.do_ld = ldo;
   p.do_bs = (size_t)Tl * ldo;
   p.lse_T = Tl;
-  p.dq_accum = dq_accum;
+  p.dq_accum = a.ring_dq_accum(scratch, local);
   p.dq_T = Tl;
   p.dkv_ld = row;
   for (int s = 0; s < N; s++) {
-    const int src = L_.ring_source(r, s), Ts = L_.local_len(src);
-    if (s > 0 && s + 1 < N)  // the next block's K/V hop overlaps this step (after dkv's hop of
-      hop(rb.kv[s % 2], (size_t)B * Ts * row * es, rb.kv[(s + 1) % 2],  // step s-1, which
-          (size_t)B * L_.local_len(L_.ring_source(r, s + 1)) * row * es);  // waited for s-1)
     if (s > 0) {
+      // The next block's K/V hop overlaps this step; it follows step s-1's dK/dV hop on the
+      // comm stream, which waited for step s-1 (the last reader of kv[(s+1)%2]).
+      if (s + 1 < N) send_kv(rb, s, local);
       wait(st, kv_ready, true);
       wait(st, acc_ready, true);
       if (s + 1 < N) kv_ready = record(comm_st_);
     }
-    float* acc = rb.dkv[s % 2];
+    const Pair pr = pair_at(s);
+    set_kv(qkv, rb, s, local, p.k, p.v, p.kv_ld, p.kv_bs);
+    float* acc = rb.dkv[s % 2];  // the accumulator of the block in hand, (B, Ts, 2*NKV, HS)
     p.dk_acc = acc;
     p.dv_acc = acc + (size_t)NKV * HS;
-    p.dkv_bs = (size_t)Ts * row;
-    const CpChunk q0 = L_.chunk(r, 0), q1 = L_.chunk(r, 1), k0 = L_.chunk(src, 0);
-    if (s == 0) {  // own chunks, causal, K/V in place in qkv
-      p.q = qkv;
-      p.dout = dout;
-      p.lse = lse;
-      p.D = D;
-      p.dq_row0 = 0;
-      p.k = qkv + (size_t)NH * HS;
-      p.v = qkv + (size_t)(NH + NKV) * HS;
-      p.q_ld = p.kv_ld = QKV;
-      p.q_bs = p.kv_bs = (size_t)Tl * QKV;
-      p.Tq = p.Tk = Tl;
-      p.causal = true;
-    } else {
-      const floatX* blk = rb.kv[s % 2];
-      p.k = blk;
-      p.v = blk + (size_t)NKV * HS;
-      p.kv_ld = row;
-      p.kv_bs = (size_t)Ts * row;
-      p.causal = false;
-      if (src < r) {  // both Q chunks x the block's first chunk
-        p.q = qkv;
-        p.dout = dout;
-        p.lse = lse;
-        p.D = D;
-        p.dq_row0 = 0;
-        p.Tq = Tl;
-        p.Tk = k0.len;
-      } else {  // Q chunk 2N-1-r x the whole block
-        p.q = qkv + (size_t)q1.local_begin * QKV;
-        p.dout = dout + (size_t)q1.local_begin * ldo;
-        p.lse = lse + q0.len;
-        p.D = D + q0.len;
-        p.dq_row0 = q1.local_begin;
-        p.Tq = q1.len;
-        p.Tk = Ts;
-      }
-    }
+    p.dkv_bs = (size_t)L_.local_len(L_.ring_source(r_, s)) * row;
+    p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
+    p.dout = bf(dout + (size_t)pr.q_row0 * ldo);
+    p.lse = lse + pr.q_row0;
+    p.D = D + pr.q_row0;
+    p.dq_row0 = pr.q_row0;
+    p.Tq = pr.Tq;
+    p.Tk = pr.Tk;
+    p.causal = pr.causal;
     a.ring_backward(p, st);
     if (N > 1) {  // the accumulator goes on to the next rank (after step N-1: home)
+      const size_t frow = row * sizeof(float) * B;
       wait(comm_st_, record(st), false);
-      hop(acc, (size_t)B * Ts * row * sizeof(float), rb.dkv[(s + 1) % 2],
-          (size_t)B * L_.local_len(L_.ring_source(r, s + 1)) * row * sizeof(float));
+      hop(acc, L_.local_len(L_.ring_source(r_, s)) * frow, rb.dkv[(s + 1) % 2],
+          L_.local_len(L_.ring_source(r_, s + 1)) * frow);
       acc_ready = record(comm_st_);
     }
   }
@@ -386,7 +366,7 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
   const float* mine = rb.dkv[N == 1 ? 0 : N % 2];  // this rank's dK, dV, every rank's part in
   const size_t rows = (size_t)B * Tl;
   ring_dkv_to_dqkv_kernel<<<grid_for(rows * row), 256, 0, st>>>(dqkv, mine, rows, (int)row,
-                                                                 (int)QKV, NH * HS);
+                                                                 (int)QKV, local.NH * HS);
   CUDA_CHECK_LAUNCH();
   a.ring_backward_end(dqkv, scratch, local, st);
 }

@@ -130,6 +130,22 @@ class RingAttention {
 
   cudaEvent_t record(cudaStream_t s);                         // an ordering event, recorded
   void wait(cudaStream_t waiter, cudaEvent_t e, bool timed);  // waiter waits for e
+  // What this rank computes at ring step s: its query rows [q_row0, q_row0 + Tq) against rows
+  // [0, Tk) of the K/V in hand (its own in qkv at s = 0), causal only at s = 0.
+  struct Pair {
+    int q_row0, Tq, Tk;
+    bool causal;
+  };
+  Pair pair_at(int s) const;
+  int begin(const AttentionBackend& a, const AttnShape& local);  // checks; returns Tl
+  // kv[0] = this rank's K/V, its first hop posted; returns "kv[1] arrived" (null for cp 1).
+  cudaEvent_t send_own_kv(const floatX* qkv, const AttnShape& local, const RingBuffers& rb,
+                          cudaStream_t st);
+  // The K/V hop after step s: send kv[s%2], receive kv[(s+1)%2].
+  void send_kv(const RingBuffers& rb, int s, const AttnShape& local);
+  // Step s's K and V pointers and strides (elements): qkv at s = 0, else the block in hand.
+  void set_kv(const floatX* qkv, const RingBuffers& rb, int s, const AttnShape& local,
+              const __nv_bfloat16*& k, const __nv_bfloat16*& v, size_t& ld, size_t& bs) const;
   // One hop on the comm stream (RingTransport::hop).
   void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
     transport_->hop(send, send_bytes, recv, recv_bytes, comm_st_);

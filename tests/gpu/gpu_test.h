@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/attention/backends.h"  // AttnShape
 #include "kernels/cuda_common.cuh"
 #include "tests/test_common.h"
 
@@ -60,6 +61,18 @@ struct DeviceBuffer {
 // n values N(0, sd) rounded to floatX (what the GPU sees), as float (f) and as floatX (x).
 inline void random_floatX(size_t n, float sd, std::mt19937_64& rng, std::vector<float>& f,
                           std::vector<floatX>& x);
+
+// Elements of a (B, T, NH + 2*NKV, HS) qkv-shaped array (dqkv) that belong to heads [h0, h1)
+// of every token: [0, NH) the queries, [NH, NH + NKV) the keys, then the values.
+inline std::vector<float> qkv_heads(const std::vector<float>& x, const AttnShape& s, int h0,
+                                    int h1) {
+  const size_t H3 = size_t(s.NH) + 2 * s.NKV, tokens = size_t(s.B) * s.T;
+  std::vector<float> r;
+  r.reserve(tokens * (h1 - h0) * s.HS);
+  for (size_t t = 0; t < tokens; ++t)
+    r.insert(r.end(), x.begin() + (t * H3 + h0) * s.HS, x.begin() + (t * H3 + h1) * s.HS);
+  return r;
+}
 
 // floatX values as float, and back (rounding to floatX; the identity in the FP32 build).
 inline std::vector<float> to_float(const std::vector<floatX>& x) {

@@ -47,16 +47,6 @@ std::string case_name(const FlashCase& c) {
          "_NKV" + std::to_string(c.NKV) + "_HS" + std::to_string(c.HS);
 }
 
-// Elements of dqkv that belong to heads [h0, h1) of every token.
-std::vector<float> heads(const std::vector<float>& x, const AttnShape& s, int h0, int h1) {
-  const size_t H3 = size_t(s.NH) + 2 * s.NKV, tokens = size_t(s.B) * s.T;
-  std::vector<float> r;
-  r.reserve(tokens * (h1 - h0) * s.HS);
-  for (size_t t = 0; t < tokens; ++t)
-    r.insert(r.end(), x.begin() + (t * H3 + h0) * s.HS, x.begin() + (t * H3 + h1) * s.HS);
-  return r;
-}
-
 size_t count_nonfinite(const std::vector<float>& v) {
   size_t n = 0;
   for (float x : v) n += !std::isfinite(x);
@@ -134,16 +124,16 @@ TEST_P(FlashGpu, Matches) {
   std::vector<Part> parts;
   parts.push_back({"out", r1.out, out_ref, out_b});
   const int NH = s.NH, NKV = s.NKV;
-  parts.push_back({"dQ", heads(r1.dqkv, s, 0, NH), heads(dqkv_ref, s, 0, NH), {}});
-  parts.push_back({"dK", heads(r1.dqkv, s, NH, NH + NKV), heads(dqkv_ref, s, NH, NH + NKV), {}});
+  parts.push_back({"dQ", qkv_heads(r1.dqkv, s, 0, NH), qkv_heads(dqkv_ref, s, 0, NH), {}});
+  parts.push_back({"dK", qkv_heads(r1.dqkv, s, NH, NH + NKV), qkv_heads(dqkv_ref, s, NH, NH + NKV), {}});
   parts.push_back({"dV",
-                   heads(r1.dqkv, s, NH + NKV, NH + 2 * NKV),
-                   heads(dqkv_ref, s, NH + NKV, NH + 2 * NKV),
+                   qkv_heads(r1.dqkv, s, NH + NKV, NH + 2 * NKV),
+                   qkv_heads(dqkv_ref, s, NH + NKV, NH + 2 * NKV),
                    {}});
 #if !defined(ENABLE_FP32)
-  parts[1].base = heads(dqkv_b, s, 0, NH);
-  parts[2].base = heads(dqkv_b, s, NH, NH + NKV);
-  parts[3].base = heads(dqkv_b, s, NH + NKV, NH + 2 * NKV);
+  parts[1].base = qkv_heads(dqkv_b, s, 0, NH);
+  parts[2].base = qkv_heads(dqkv_b, s, NH, NH + NKV);
+  parts[3].base = qkv_heads(dqkv_b, s, NH + NKV, NH + 2 * NKV);
 #endif
   std::printf("[ %-8s ] %s\n", kLseBackend, case_name(c).c_str());
   for (const Part& p : parts) {
@@ -171,14 +161,14 @@ TEST_P(FlashGpu, Matches) {
   // Repeat run: bitwise except the atomically summed gradients.
   EXPECT_EQ(count_diff(r1.out, r2.out), 0u) << "out differs between runs";
   EXPECT_EQ(count_diff(r1.lse, r2.lse), 0u) << "LSE differs between runs";
-  const size_t dq_diff = count_diff(heads(r1.dqkv, s, 0, NH), heads(r2.dqkv, s, 0, NH));
-  EXPECT_EQ(count_diff(heads(r1.dqkv, s, NH, NH + 2 * NKV), heads(r2.dqkv, s, NH, NH + 2 * NKV)),
+  const size_t dq_diff = count_diff(qkv_heads(r1.dqkv, s, 0, NH), qkv_heads(r2.dqkv, s, 0, NH));
+  EXPECT_EQ(count_diff(qkv_heads(r1.dqkv, s, NH, NH + 2 * NKV), qkv_heads(r2.dqkv, s, NH, NH + 2 * NKV)),
             0u)
       << "dK/dV differ between runs";
   if (attn->dq_bitwise(false)) EXPECT_EQ(dq_diff, 0u) << "dQ differs between runs";
 #if !defined(ENABLE_FP32)
   {
-    const ErrorStats e = error_stats(heads(r2.dqkv, s, 0, NH), parts[1].ref);
+    const ErrorStats e = error_stats(qkv_heads(r2.dqkv, s, 0, NH), parts[1].ref);
     const ErrorStats eb = error_stats(parts[1].base, parts[1].ref);
     EXPECT_LE(e.l2, 2.0 * eb.l2 + 1e-5 * std::sqrt(double(parts[1].ref.size())));
   }

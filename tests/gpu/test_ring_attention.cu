@@ -49,15 +49,6 @@ std::string ring_case_name(const RingCase& c) {
          std::to_string(c.HS);
 }
 
-std::vector<float> ring_heads(const std::vector<float>& x, const AttnShape& s, int h0, int h1) {
-  const size_t H3 = size_t(s.NH) + 2 * s.NKV, tokens = size_t(s.B) * s.T;
-  std::vector<float> r;
-  r.reserve(tokens * (h1 - h0) * s.HS);
-  for (size_t t = 0; t < tokens; ++t)
-    r.insert(r.end(), x.begin() + (t * H3 + h0) * s.HS, x.begin() + (t * H3 + h1) * s.HS);
-  return r;
-}
-
 int gpu_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
@@ -176,13 +167,13 @@ void RingAttentionGpu::check(bool nccl) {
   std::printf("[ ring %s ] %s\n", nccl ? "nccl" : "local", ring_case_name(c).c_str());
   const int NH = s.NH, NKV = s.NKV;
   expect_calibrated("out", out, out_b, out_ref, 4.0, [](size_t) { return true; });
-  expect_calibrated("dQ", ring_heads(dqkv, s, 0, NH), ring_heads(dqkv_b, s, 0, NH),
-                    ring_heads(dqkv_ref, s, 0, NH), 4.0, [](size_t) { return true; });
-  expect_calibrated("dK", ring_heads(dqkv, s, NH, NH + NKV), ring_heads(dqkv_b, s, NH, NH + NKV),
-                    ring_heads(dqkv_ref, s, NH, NH + NKV), 4.0, [](size_t) { return true; });
-  expect_calibrated("dV", ring_heads(dqkv, s, NH + NKV, NH + 2 * NKV),
-                    ring_heads(dqkv_b, s, NH + NKV, NH + 2 * NKV),
-                    ring_heads(dqkv_ref, s, NH + NKV, NH + 2 * NKV), 4.0,
+  expect_calibrated("dQ", qkv_heads(dqkv, s, 0, NH), qkv_heads(dqkv_b, s, 0, NH),
+                    qkv_heads(dqkv_ref, s, 0, NH), 4.0, [](size_t) { return true; });
+  expect_calibrated("dK", qkv_heads(dqkv, s, NH, NH + NKV), qkv_heads(dqkv_b, s, NH, NH + NKV),
+                    qkv_heads(dqkv_ref, s, NH, NH + NKV), 4.0, [](size_t) { return true; });
+  expect_calibrated("dV", qkv_heads(dqkv, s, NH + NKV, NH + 2 * NKV),
+                    qkv_heads(dqkv_b, s, NH + NKV, NH + 2 * NKV),
+                    qkv_heads(dqkv_ref, s, NH + NKV, NH + 2 * NKV), 4.0,
                     [](size_t) { return true; });
   double mx = 0;
   for (size_t i = 0; i < n_lse; ++i) mx = std::max(mx, std::fabs(double(lse[i]) - lse_ref[i]));
