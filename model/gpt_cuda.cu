@@ -53,8 +53,9 @@ void GptCuda::init(const ModelOptions& opt) {
         cfg_.max_seq_len);
   CHECK(maxB_ >= 1, "--batch must be at least 1 (got %d)", maxB_);
   if (opt.cp > 1) {  // context parallel: this rank holds its zigzag share of each sequence
-    CHECK(sizeof(floatX) == 2, "--cp %d needs the bf16 build: the ring's kernels are bf16",
-          opt.cp);
+#if defined(ENABLE_FP32)
+    THROW_ERROR("--cp %d needs the bf16 build: the ring's kernels are bf16", opt.cp);
+#else
     CHECK(opt.comm != nullptr && (opt.cp_comm != nullptr || opt.cp_transport != nullptr),
           "internal: --cp %d without its communicators", opt.cp);
     CHECK(opt.cp_rank >= 0 && opt.cp_rank < opt.cp, "internal: cp rank %d of %d", opt.cp_rank,
@@ -68,6 +69,7 @@ void GptCuda::init(const ModelOptions& opt) {
     cp_rank_ = opt.cp_rank;
     world_comm_ = opt.comm;
     maxT_ = cp_->max_local_len();
+#endif
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {

@@ -313,7 +313,11 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   ModelOptions mo;
   mo.comm = comm.get();
   mo.zero = zero;
-  mo.overlap_comm = opt.overlap_comm;
+  // With --cp the gradient all-reduce waits for the end of the backward: overlapped, it would run
+  // on the world communicator while the ring's hops run on the cp one, two NCCL kernels that
+  // must both be resident on every GPU to progress (NCCL's warning about concurrent
+  // communicators); on one node the overlap bought nothing measurable anyway (README, issue 6).
+  mo.overlap_comm = opt.overlap_comm && cp == 1;
   mo.config = cfg;
   mo.B = B;
   mo.T = T;
@@ -370,7 +374,7 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
     say(flashgpt::strformat("data parallel: %d processes (NCCL)%s, %d x %d per %s per micro-step, %s",
                             world, cp > 1 ? flashgpt::strformat(" = dp %d x cp %d", dp, cp).c_str() : "",
                             B, T, cp > 1 ? "dp group" : "rank", zero ? "ZeRO-1 (AdamW state sharded)"
-                            : opt.overlap_comm ? "gradient all-reduce per layer, overlapped with the backward"
+                            : mo.overlap_comm ? "gradient all-reduce per layer, overlapped with the backward"
                                                : "one gradient all-reduce per step"));
   if (cp > 1) {
     const CpChunk c0 = cp_layout.chunk(grid.cp_index, 0), c1 = cp_layout.chunk(grid.cp_index, 1);

@@ -235,7 +235,12 @@ const AttnBackendSpec kSpec_flash3 = {
     "FlashAttention-3 schedule on sm_90a: producer warp with TMA, 2 consumer warpgroups on "
     "wgmma, ping-pong, persistent grid (forward); flash's wgmma backward; saves LSE",
     /*bf16_only=*/true, /*dq_bitwise=*/false, /*deterministic_mode=*/true,
-    /*grid_per_head=*/false, flash3_limits, flash_saved, flash3_scratch, flash3_cost};
+    /*grid_per_head=*/false, flash3_limits, flash_saved, flash3_scratch, flash3_cost,
+    // auto_max_T: flash3's forward falls off past 128K, flash's does not (H100, B 1, 12 heads,
+    // HS 64, forward TFLOP/s flash3 / flash: 434 / 347 at 128K, 303 / 325 at 512K; a d12 step
+    // at 1M takes 263 s with flash3 and 223 s with flash;
+    // bench/results/context_parallel_nvidia-h100_2026-11-25/). 256K is not measured.
+    /*auto_max_T=*/131072};
 const AttnBackendSpec kSpec_naive = {
     "naive",
     "cuBLAS GEMMs and causal softmax kernels: materialises P and saves it, (B, NH, T, T)",
@@ -298,6 +303,7 @@ std::string attention_auto(const AttnShape& s, size_t es) {
   std::string reasons;
   for (const AttnBackendSpec& spec : attention_specs()) {
     const std::string why = attention_unsupported_reason(spec, s, es);
+    if (why.empty() && spec.auto_max_T > 0 && s.T > spec.auto_max_T) continue;  // a later one
     if (why.empty()) return spec.name;
     reasons += (reasons.empty() ? "" : "; ") + std::string(spec.name) + ": " + why;
   }
