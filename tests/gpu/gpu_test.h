@@ -74,6 +74,20 @@ inline std::vector<float> qkv_heads(const std::vector<float>& x, const AttnShape
   return r;
 }
 
+// Fresh inputs of one attention call on shape s, N(0, 1) rounded to bf16 (what the kernels read,
+// so the CPU reference sees the same values): qkv (B, T, NH + 2*NKV, HS), dout (B, T, NH, HS).
+// From test_rng(): FLASHGPT_SEED repeats them.
+inline void random_attention_inputs(const AttnShape& s, std::vector<float>& qkv,
+                                    std::vector<float>& dout) {
+  std::mt19937_64 rng = test_rng();
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const size_t tokens = size_t(s.B) * s.T;
+  qkv.resize(tokens * (s.NH + 2 * s.NKV) * s.HS);
+  dout.resize(tokens * s.NH * s.HS);
+  for (auto& x : qkv) x = bf16_round(nd(rng));
+  for (auto& x : dout) x = bf16_round(nd(rng));
+}
+
 // floatX values as float, and back (rounding to floatX; the identity in the FP32 build).
 inline std::vector<float> to_float(const std::vector<floatX>& x) {
   std::vector<float> f(x.size());

@@ -75,11 +75,8 @@ TEST_P(FlashGpu, Matches) {
   ASSERT_EQ(attn->saved_bytes(s), n_lse * sizeof(float));
 
   SEED_TRACE();
-  std::mt19937_64 rng = test_rng();
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> qkv(n_qkv), dout(n_out);
-  for (auto& x : qkv) x = bf16_round(nd(rng));
-  for (auto& x : dout) x = bf16_round(nd(rng));
+  std::vector<float> qkv, dout;
+  random_attention_inputs(s, qkv, dout);
 
   DeviceBuffer<floatX> d_qkv(n_qkv), d_dout(n_out), d_out(n_out), d_dqkv(n_qkv);
   DeviceBuffer<char> d_saved(attn->saved_bytes(s)), d_scratch(attn->scratch_bytes(s));

@@ -75,11 +75,8 @@ void RingAttentionGpu::check(bool nccl) {
                n_lse = size_t(s.B) * s.NH * s.T;
 
   SEED_TRACE();
-  std::mt19937_64 rng = test_rng();
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> qkv(n_qkv), dout(n_out);
-  for (auto& x : qkv) x = bf16_round(nd(rng));
-  for (auto& x : dout) x = bf16_round(nd(rng));
+  std::vector<float> qkv, dout;
+  random_attention_inputs(s, qkv, dout);
 
   std::vector<ncclComm_t> comms(N);
   std::unique_ptr<LocalRingHub> hub;
