@@ -37,8 +37,8 @@ ModelOptions model_options(const ProfileOptions& opt, const std::string& backend
   mo.seed = opt.seed;
   mo.recompute = opt.recompute;
   mo.time_attention = true;
-  // --cp: the plan (and a measured point) of one GPU of a cp group, cp rank 0's (the ranks'
-  // local lengths differ by at most 2 rows: context_parallel.h).
+  // --cp (with --plan-only): the plan of one GPU of a cp group, cp rank 0's (the ranks' local
+  // lengths differ by at most 2 rows: context_parallel.h).
   mo.cp = opt.cp;
   mo.cp_rank = 0;
   return mo;

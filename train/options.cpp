@@ -517,7 +517,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
     ("steps", "timed training steps per point (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
     ("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
     ("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", cxxopts::value<std::string>()->default_value(pos_name(d.pos)))
-    ("cp", "context-parallel degree of `train --cp`: plan (and measure) one GPU of a cp group, which holds T/cp tokens of each sequence", cxxopts::value<int>()->default_value(std::to_string(d.cp)))
+    ("cp", "context-parallel degree of `train --cp`: plan one GPU of a cp group, which holds T/cp tokens of each sequence (with --plan-only)", cxxopts::value<int>()->default_value(std::to_string(d.cp)))
     ("vocab", "vocabulary size", cxxopts::value<int>()->default_value(std::to_string(d.vocab)))
     ("out", "output directory (profile.csv, profile.json, PNG plots)", cxxopts::value<std::string>()->default_value(d.out_dir))
     ("plan-only", "print the predicted table only; no GPU needed")
@@ -554,6 +554,10 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
   check_at_least("--batch", opt.batch, 0, "; 0 = from --tokens");
   for (int T : opt.seq_lens) check_tokens_per_pass(profile_batch(opt, T), T, "--seq-lens");
   check_at_least("--cp", opt.cp, 1, "; 1 = no context parallelism");
+  CHECK(opt.cp == 1 || opt.plan_only,
+        "profile --cp %d plans one GPU of a cp group and needs --plan-only: measuring it takes %d "
+        "GPUs (`scripts/launch.sh --gpus %d -- --bench --cp %d ...`, or bench-attention --cp %d "
+        "for the ring on one GPU)", opt.cp, opt.cp, opt.cp, opt.cp, opt.cp);
   for (int T : opt.seq_lens)
     CHECK(T >= 2 * opt.cp, "--seq-lens: %d is shorter than 2 * --cp = %d: the zigzag split cuts "
           "each sequence into 2*cp chunks of at least one token; drop it or lower --cp", T,

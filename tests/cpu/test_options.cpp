@@ -308,8 +308,12 @@ TEST(Options, ProfileContextParallelFlag) {
   EXPECT_EQ(parsed(parse_profile_options, {"profile", "--plan-only"}).cp, 1);
   EXPECT_EQ(parsed(parse_profile_options, {"profile", "--plan-only", "--cp", "2"}).cp, 2);
   expect_refused(parse_profile_options, {"profile", "--cp", "0"}, "--cp must be at least 1");
-  expect_refused(parse_profile_options, {"profile", "--seq-lens", "1024,3", "--cp", "2"},
+  expect_refused(parse_profile_options,
+                 {"profile", "--plan-only", "--seq-lens", "1024,3", "--cp", "2"},
                  "--seq-lens: 3 is shorter than 2 * --cp = 4");
+  // Measuring a cp point needs its N GPUs (a cp model has no communicators in one process).
+  expect_refused(parse_profile_options, {"profile", "--cp", "2"},
+                 "profile --cp 2 plans one GPU of a cp group and needs --plan-only");
 }
 
 // --bench-warmup: untimed steps before --bench-steps timed ones (long-context benchmarks keep
