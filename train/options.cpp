@@ -309,6 +309,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
                       " (and use --total-batch for a bigger step)");
   check_at_least("--steps", opt.steps, 1);
   if (opt.cp > 1) (void)CpLayout(opt.cp, opt.seq_len);  // --seq-len >= 2 x --cp, before any work
+  CHECK(opt.cp == 1 || !opt.deterministic,
+        "--deterministic with --cp %d: the ring's backward adds dQ in arrival order; drop "
+        "--deterministic or use --cp 1", opt.cp);
   check_at_least("--total-batch", opt.total_batch, 0, "; 0 = --batch x --seq-len");
   // One step over all ranks takes dp x batch x seq-len tokens per micro-step: the cp ranks of
   // a dp group share their sequences (dp = world without --cp).

@@ -511,6 +511,7 @@ TEST(BadInputExit, ContextParallelFlagsExitWithOneLine) {
       {"--cp 2", "--cp 2 does not divide the world size 1"},
       {"--cp 2 --device cpu " + world2, "--device cpu has none"},
       {"--cp 2 --seq-len 3 " + world2, "--seq-len 3 is shorter than 2 * --cp = 4"},
+      {"--cp 2 --deterministic " + world2, "--deterministic with --cp 2"},
       // parsed fine, refused by the run before any work (this build or machine has no GPU)
       {"--cp 2 --seq-len 16 --batch 1 " + world2, "rank 0: --cp 2 splits each sequence over 2 GPUs"},
   };
