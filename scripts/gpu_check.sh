@@ -2,7 +2,7 @@
 # gpu_check.sh — everything a GPU machine proves about flashgpt, in one go (what we run on
 # the H100/H200 before closing an issue). Build first (`make -j`); logs go to $OUT.
 #   scripts/gpu_check.sh [tests] [sanitize] [train] [bench-train] [bench-attention]
-#                        [long-context] [profile]
+#                        [long-context] [profile] [cp]   (cp: 2 GPUs)
 # (no argument = all). DATA = a prepared corpus (default runs/data/fortunes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +74,22 @@ PY
     python3 scripts/bench_train.py --model d12 --batch 1 --seq-len 131072 --steps 2 --ours flash \
       --torch flash --out "$OUT" >"$OUT/bench_train_128k.log" 2>&1
     summary+=("torch comparison: see $OUT/bench_train_32k.log, $OUT/bench_train_128k.log")
+    ;;
+  cp)
+    # Context parallelism on 2 GPUs (issue 12): the ring over NCCL, the trainer's cp checks, cp 2
+    # against one GPU at 128K and 256K (CP_TS), and a real d12 run at 1M on the 2 GPUs
+    # (LONG_DATA: a corpus with > 1M training tokens, e.g. `flashgpt prepare` of a few MB of text).
+    build/test_gpu --gtest_filter='RingShapes/RingAttentionGpu.Nccl/*' >"$OUT/ring_nccl.log" 2>&1
+    summary+=("ring over NCCL (rc $?): $(tail -n 1 "$OUT/ring_nccl.log")")
+    SECTIONS=cp OUT="$OUT/multigpu_cp" DATA="$DATA" scripts/test_multigpu.sh >"$OUT/multigpu_cp.log" 2>&1
+    summary+=("test_multigpu cp (rc $?): $(tail -n 1 "$OUT/multigpu_cp.log")")
+    TS="${CP_TS:-131072 262144}" OUT="$OUT/bench_cp" scripts/bench_cp.sh >"$OUT/bench_cp.log" 2>&1
+    summary+=("bench_cp (rc $?): see $OUT/bench_cp/table.md")
+    scripts/launch.sh --gpus 2 -- --data "${LONG_DATA:-runs/data/long}" --val-pattern none \
+      --model d12 --pos rope --seq-len 1048576 --batch 1 --cp 2 --recompute layer-but-attn \
+      --attn flash --steps 3 --warmup 1 --eval-every 0 --sample-every 0 \
+      --log "$OUT/train_1m_cp2.jsonl" >"$OUT/train_1m_cp2.log" 2>&1
+    summary+=("1M cp 2 train (rc $?): $(grep -E '^done' "$OUT/train_1m_cp2.log")")
     ;;
   profile)
     build/flashgpt profile --model d12 --attn flash,naive,flash1 --steps 2 --warmup 1 \
