@@ -62,40 +62,40 @@
 // (cp_token_dloss()): the average over the N cp ranks gives back the sum over all tokens.
 //
 // ---------------------------------------------------------------------------------------------
-// GPU path: design note (not built yet; the CPU oracle is ring_attention_ref.h)
+// GPU path (built: kernels/attention/ring_attention.cuh; its oracle is ring_attention_ref.h)
 //
-// Kernel. The ring composes with any backend that saves only the LSE (flash, flash1, and the
-// FA3-schedule backend when it lands) if its forward/backward entry points gain:
-//   - Q and K/V from different buffers: Q rows of one local chunk (token stride
-//     (NH + 2*NKV) * HS in the local qkv) and K/V rows of the block in hand (token stride
-//     2 * NKV * HS in the packed block), with their own lengths Tq != Tk;
-//   - the global offsets q_pos0, k_pos0 of the pair: a tile is skipped when its first key
-//     follows its last query and masked only when it crosses the diagonal, now measured in
-//     global positions. With the zigzag layout every computed pair is either fully visible
-//     (a rectangular, unmasked launch) or the chunk against itself (today's causal kernel), so
-//     a `causal` flag plus Tq, Tk would do; the offsets also cover the plain ring and varlen;
-//   - forward: merging into a running fp32 O (B, Tl, NH, HS) and LSE (B, NH, Tl) instead of
-//     writing bf16 out: its epilogue reads the tile's running (O, LSE), merges exactly as
-//     attention_merge_ref does, writes them back (one CTA owns a Q tile: no races), and the
-//     last step converts O to bf16. Cost: B x Tl x NH x HS x 4 bytes of running O per layer
-//     in flight (scratch_bytes), the LSE is the saved LSE as today;
-//   - backward: the final LSE and D = rowsum(dO o O) computed once per rank (today's
-//     preprocessing pass), dQ accumulated in the existing fp32 dq_accum over all steps, and
-//     dK/dV of the pair written to an fp32 block buffer that is added to the arriving
-//     accumulator (the add waits for the receive; the kernel does not).
-//   AttentionBackend gains a capability query (supports_ring()) and these entry points; the
-//   model calls them per (step, pair) from a small ring driver beside the model.
+// Kernel. The ring composes with any backend that saves only the LSE through the ring hooks of
+// attention.cuh: one attention problem (AttnFwdProblem / AttnBwdProblem) with
+//   - Q and K/V from different buffers: the local qkv (token stride (NH + 2*NKV) * HS) and the
+//     block in hand (token stride 2 * NKV * HS), with their own lengths Tq != Tk and a Q row
+//     offset;
+//   - a `causal` flag instead of global offsets: with the zigzag layout every computed pair is
+//     either fully visible (a rectangular, unmasked problem) or the rank's own chunks (the plain
+//     causal kernel on local rows: the local order is the global one within and across them);
+//     and the two pairs of a step after the first are one problem (both Q chunks against the
+//     block's first chunk, or the second Q chunk against the whole block);
+//   - forward: merging into a running fp32 O (B, Tl, NH, HS) and the LSE (B, NH, Tl) in the
+//     kernel's epilogue (one CTA owns a Q tile: no races), exactly as attention_merge_ref does;
+//     the last step converts O to bf16;
+//   - backward: the final LSE and D = rowsum(dO o O) once per rank, dQ accumulated in the fp32
+//     dq_accum over all steps (at the problem's row offset), dK/dV ADDED by each block's
+//     epilogue into the fp32 accumulator that travels with the block.
+// flash and flash3 offer the hooks (flash's FA2-schedule forward and its wgmma backward; flash3's
+// TMA forward has no problem form yet); the model calls RingAttention per layer.
 //
-// Communication. A cp communicator per cp group (ncclCommSplit of the world by dp index) and
-// its own stream, separate from the data-parallel gradient all-reduce and its stream. Per step:
-//   comm stream:    wait(event "step s-1 done reading buf[(s+1)%2]");
-//                   ncclGroupStart; ncclSend(buf[s%2] -> next); ncclRecv(buf[(s+1)%2] <- prev);
-//                   ncclGroupEnd; record(event "recv s")
-//   compute stream: wait(event "recv s-1"); kernels on buf[s%2]; record(event "done s")
+// Communication. A cp communicator per cp group (ncclCommSplit of the world by dp index; the
+// trainer's) and the ring's own stream, separate from the gradient all-reduce. Per step:
+//   comm stream:    wait(event "step s-1 done reading kv[(s+1)%2]");
+//                   ncclGroupStart; ncclSend(kv[s%2] -> next); ncclRecv(kv[(s+1)%2] <- prev);
+//                   ncclGroupEnd; record(event "kv s+1 arrived")
+//   compute stream: wait(event "kv s arrived"); the step's problem; record(event "done s")
 // (send and recv in one group: no deadlock round the ring.) Two K/V buffers of
-// max_local_len() rows (2 x B x Tmax x 2 x NKV x HS bf16), step 0's filled by packing the
-// local K/V heads out of qkv. The backward double-buffers K/V the same way plus two fp32 dK/dV
-// accumulators and one fp32 partial; the accumulator's send after step s overlaps step s+1.
+// max_local_len() rows, step 0's packed out of qkv. The backward double-buffers K/V the same
+// way and two fp32 dK/dV accumulators; a block's accumulator is sent on after the step that
+// added to it and the next step waits for its arrival: that hop is NOT overlapped (the next rank
+// needs it right away; a separate fp32 partial would overlap it for one more buffer). Memory:
+// cp_ring_elems() below; the model's buffer table holds them. The hops go through a
+// RingTransport: NCCL, or device copies between virtual ranks on one GPU (the GPU tests).
 // Overlap condition (forward, bf16, per step after the first): compute 8 B NH c^2 HS FLOPs
 // (two full c x c pairs, c = T/2N), traffic 8 B c NKV HS bytes, so compute hides the transfer
 // when c >= (NKV/NH) x F / BW. H200 NVLink (~450 GB/s one way, F ~400 TFLOP/s sustained by our
