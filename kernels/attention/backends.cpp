@@ -73,12 +73,13 @@ AttnCost flash_cost(const AttnShape& s, size_t es) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// flash3: the FlashAttention-3 schedule's forward (flash3.cu; tiles: flash3_tiles.h) with
-// flash's backward (flash_bwd.cu).
+// flash3: the FlashAttention-3 schedule (flash3.cu, flash3_bwd.cu; tiles: flash3_tiles.h, and
+// flash_tiles.h for the backward, whose steps and tiles are flash's).
 //   saved   = LSE (B, NH, T) fp32
 //   scratch = flash's backward scratch; the forward uses its first int (the work-tile counter
 //             of the persistent scheduler), which the backward then overwrites
-//   mma_flops forward 4*HS*tile(T, 128, 128) per head; backward as flash
+//   mma_flops forward 4*HS*tile(T, 128, 128) per head; backward as flash (the same products
+//             and causal skipping, scheduled over warp-specialised warpgroups)
 //   bytes   as flash (the forward reads Q once per work tile and K/V tiles through TMA; L2
 //           re-reads are not counted)
 
@@ -233,7 +234,7 @@ const AttnBackendSpec kSpec_flash = {
 const AttnBackendSpec kSpec_flash3 = {
     "flash3",
     "FlashAttention-3 schedule on sm_90a: producer warp with TMA, 2 consumer warpgroups on "
-    "wgmma, ping-pong, persistent grid (forward); flash's wgmma backward; saves LSE",
+    "wgmma, ping-pong, persistent grid; warp-specialised backward with a dQ writer warp; saves LSE",
     /*bf16_only=*/true, /*dq_bitwise=*/false, /*deterministic_mode=*/true,
     /*grid_per_head=*/false, flash3_limits, flash_saved, flash3_scratch, flash3_cost,
     // auto_max_T: flash3's forward falls off past 128K, flash's does not (H100, B 1, 12 heads,

@@ -80,8 +80,8 @@
 //   - backward: the final LSE and D = rowsum(dO o O) once per rank, dQ accumulated in the fp32
 //     dq_accum over all steps (at the problem's row offset), dK/dV ADDED by each block's
 //     epilogue into the fp32 accumulator that travels with the block.
-// flash and flash3 offer the hooks (flash's FA2-schedule forward and its wgmma backward; flash3's
-// TMA forward has no problem form yet); the model calls RingAttention per layer.
+// flash and flash3 offer the hooks (flash's FA2-schedule forward for both: flash3's TMA forward
+// has no problem form yet; each its own backward); the model calls RingAttention per layer.
 //
 // Communication. A cp communicator per cp group (ncclCommSplit of the world by dp index; the
 // trainer's) and the ring's own stream, separate from the gradient all-reduce. Per step:

@@ -29,19 +29,24 @@ using BwdProblem = AttnBwdProblem;
 void forward_problem(const FwdProblem& p, cudaStream_t stream);
 
 // D = rowsum(dO o O) and dq_accum = 0 over (B, T) local rows of out/dout (B, T, NH, HS);
-// scratch as backward_bf16's.
+// scratch as backward_bf16's; zero_semaphores: also the fixed dQ order's semaphores.
 void backward_begin(void* scratch, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                    const AttnShape& s, cudaStream_t stream);
+                    const AttnShape& s, cudaStream_t stream, bool zero_semaphores = false);
+// backward_bf16's problem: the whole causal sequence of qkv, dO, LSE and the scratch's D and
+// dq_accum, dK and dV into dqkv. dq_semaphores: the fixed order's semaphores in the scratch.
+BwdProblem whole_sequence_problem(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                                  const __nv_bfloat16* qkv, const float* lse, const AttnShape& s);
+int* dq_semaphores(void* scratch, const AttnShape& s);
 void backward_problem(const BwdProblem& p, cudaStream_t stream);  // kArrival dQ order
 // dQ = scale dq_accum -> bf16 into dqkv's query heads (B, T, NH + 2*NKV, HS).
 void backward_end(__nv_bfloat16* dqkv, void* scratch, const AttnShape& s, cudaStream_t stream);
 
 }  // namespace flash
 
-// The ring hooks (attention.cuh) of the backends whose backward is flash's and whose saved
+// The ring hooks (attention.cuh) of the backends whose backward scratch is flash's and whose saved
 // state is the LSE alone: flash and flash3 derive from this. A ring pair runs flash's
 // forward_problem (FA2 schedule; flash3's TMA forward reads whole-sequence tensor maps and has
-// no problem form yet) and backward_problem.
+// no problem form yet) and backward_problem (flash3 overrides it with its own).
 class FlashFamilyBackend : public AttentionBackend {
  public:
   using AttentionBackend::AttentionBackend;

@@ -1,8 +1,8 @@
 // flash3.cu — the "flash3" attention backend: the FlashAttention-3 forward schedule on sm_90a
 // (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024), and the backend class. The backward is
-// flash's (flash_bwd.cu: FlashAttention-2's recomputation on wgmma; not yet FA3's warp-
-// specialised backward). Tile sizes: flash3_tiles.h; limits, saved/scratch bytes, cost: its
-// spec kSpec_flash3 (backends.cpp).
+// flash3_bwd.cu (FlashAttention-2's recomputation on the FA3 warp-specialised schedule). Tile
+// sizes: flash3_tiles.h; limits, saved/scratch bytes, cost: its spec kSpec_flash3
+// (backends.cpp).
 //
 // Computes, for every (batch b, query head h, query t), causal, scale = 1/sqrt(HS):
 //   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s
@@ -491,7 +491,8 @@ void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bflo
 
 // ---------------------------------------------------------------------------------------------
 // The backend class: its spec is kSpec_flash3 (backends.cpp, from flash3_tiles.h); the forward
-// is above, the backward is flash's (flash_bwd.cu).
+// is above, the backward flash3_bwd.cu. A ring pair's forward is flash's (FlashFamilyBackend),
+// its backward flash3's.
 namespace {
 
 class Flash3Attention final : public FlashFamilyBackend {
@@ -507,10 +508,15 @@ class Flash3Attention final : public FlashFamilyBackend {
   void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
     check(a.shape);
 #if !defined(ENABLE_FP32)
-    flash::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out,
-                         static_cast<const float*>(a.saved), a.shape, a.deterministic, stream);
+    flash3::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out,
+                          static_cast<const float*>(a.saved), a.shape, a.deterministic, stream);
 #endif
   }
+#if !defined(ENABLE_FP32)
+  void ring_backward(const AttnBwdProblem& p, cudaStream_t st) const override {
+    flash3::backward_problem(p, st);
+  }
+#endif
 };
 
 }  // namespace

@@ -1,17 +1,25 @@
-// flash3.cuh — the "flash3" GPU attention backend: the FlashAttention-3 schedule's forward on
-// sm_90a (warp-specialised TMA + wgmma, flash3.cu) and flash's wgmma backward (flash_bwd.cu).
+// flash3.cuh — the "flash3" GPU attention backend: the FlashAttention-3 schedule on sm_90a,
+// warp-specialised TMA + wgmma, forward (flash3.cu) and backward (flash3_bwd.cu).
 // Saves only LSE (B, NH, T) fp32, like flash. Tiles: flash3_tiles.h; spec: backends.cpp.
 #pragma once
 #include <memory>
 
 #include "kernels/attention/attention.cuh"
+#include "kernels/attention/flash.cuh"  // BwdProblem, the backward's scratch
 
 std::unique_ptr<AttentionBackend> make_flash3_attention();
 
-// The forward kernel behind the backend, bf16, causal, scale 1/sqrt(HS), HS 64 or 128.
+// The kernels behind the backend, bf16, causal, scale 1/sqrt(HS), HS 64 or 128.
 namespace flash3 {
 // out (B, T, NH, HS), lse (B, NH, T) fp32, qkv (B, T, NH + 2*NKV, HS); scratch of at least
 // kFwdScratchBytes (its first int is the work-tile counter).
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
                   const AttnShape& s, cudaStream_t stream);
+// The backward (flash3_bwd.cu): as flash::backward_bf16 (same scratch, same arguments), on the
+// warp-specialised schedule.
+void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                   const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                   const AttnShape& s, bool deterministic, cudaStream_t stream);
+// One problem (a ring pair), dQ in arrival order: as flash::backward_problem.
+void backward_problem(const flash::BwdProblem& p, cudaStream_t stream);
 }  // namespace flash3

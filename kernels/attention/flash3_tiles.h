@@ -5,7 +5,8 @@
 // flash3 = the FlashAttention-3 schedule on sm_90a (flash3.cu says how): a producer warp issues
 // TMA loads of Q_i once per work tile and of K_j, V_j into a ring of kFwdStages(HS) shared-memory
 // stages; 2 consumer warpgroups of 64 query rows each (Br = 128) run S = Q K^T and O += P V on
-// wgmma; persistent grid, longest tiles first. The backward is flash's (flash_tiles.h).
+// wgmma; persistent grid, longest tiles first. The backward (flash3_bwd.cu) runs flash's steps
+// and tiles (flash_tiles.h) on a warp-specialised schedule.
 #pragma once
 #include <cstddef>
 
@@ -20,6 +21,9 @@ constexpr bool kFwdPingPongDefault = true;
 // Work tiles handed out by an atomic counter when true; else block k takes tiles k, k + grid, ...
 // of the longest-first order.
 constexpr bool kFwdDynamicDefault = true;
+// Backward: after the dS^T exchange of a step, issue dQ before dK (dQ's staging then runs under
+// dK) when true; else dK before the exchange, as flash's kernel (flash3_bwd.cu).
+constexpr bool kBwdDqFirstDefault = true;
 // The forward's scratch: the work-tile counter, one int at offset 0 (the backward later
 // overwrites it: the forward's scratch need not survive).
 constexpr size_t kFwdScratchBytes = sizeof(int);

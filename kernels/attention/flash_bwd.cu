@@ -183,21 +183,18 @@ static void launch_end(__nv_bfloat16* dqkv, const BwdScratchPtrs& sp, const Attn
   CUDA_CHECK_LAUNCH();
 }
 
-template <int HS>
-static void launch_bwd_hs(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
-                          const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                          const AttnShape& s, bool deterministic, cudaStream_t stream) {
+BwdProblem whole_sequence_problem(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                                  const __nv_bfloat16* qkv, const float* lse, const AttnShape& s) {
   const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
-  launch_begin<HS>(sp, dout, out, s, deterministic ? sp.sem : nullptr, stream);
-  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * HS;
+  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
   BwdProblem p{};
   p.q = qkv;
-  p.k = qkv + (size_t)s.NH * HS;
-  p.v = qkv + (size_t)(s.NH + s.NKV) * HS;
+  p.k = qkv + (size_t)s.NH * s.HS;
+  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
   p.dout = dout;
   p.q_ld = p.kv_ld = ld;
   p.q_bs = p.kv_bs = (size_t)s.T * ld;
-  p.do_ld = (size_t)s.NH * HS;
+  p.do_ld = (size_t)s.NH * s.HS;
   p.do_bs = (size_t)s.T * p.do_ld;
   p.lse = lse;
   p.D = sp.D;
@@ -209,12 +206,24 @@ static void launch_bwd_hs(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat1
   p.Tq = p.Tk = s.T;
   p.NH = s.NH;
   p.NKV = s.NKV;
-  p.HS = HS;
+  p.HS = s.HS;
   p.causal = true;
-  p.dk = dqkv + (size_t)s.NH * HS;
-  p.dv = dqkv + (size_t)(s.NH + s.NKV) * HS;
+  p.dk = dqkv + (size_t)s.NH * s.HS;
+  p.dv = dqkv + (size_t)(s.NH + s.NKV) * s.HS;
   p.dkv_ld = ld;
   p.dkv_bs = (size_t)s.T * ld;
+  return p;
+}
+
+int* dq_semaphores(void* scratch, const AttnShape& s) { return scratch_ptrs(scratch, s).sem; }
+
+template <int HS>
+static void launch_bwd_hs(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                          const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                          const AttnShape& s, bool deterministic, cudaStream_t stream) {
+  const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
+  launch_begin<HS>(sp, dout, out, s, deterministic ? sp.sem : nullptr, stream);
+  const BwdProblem p = whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s);
   if (deterministic)
     launch_main<BwdTileFor<HS>, DqOrder::kFixed>(p, sp.sem, stream);
   else
@@ -238,10 +247,11 @@ void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout
 }
 
 void backward_begin(void* scratch, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                    const AttnShape& s, cudaStream_t stream) {
+                    const AttnShape& s, cudaStream_t stream, bool zero_semaphores) {
   const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
-  if (s.HS == 64) launch_begin<64>(sp, dout, out, s, nullptr, stream);
-  else if (s.HS == 128) launch_begin<128>(sp, dout, out, s, nullptr, stream);
+  int* sem = zero_semaphores ? sp.sem : nullptr;
+  if (s.HS == 64) launch_begin<64>(sp, dout, out, s, sem, stream);
+  else if (s.HS == 128) launch_begin<128>(sp, dout, out, s, sem, stream);
   else THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", s.HS);
 }
 

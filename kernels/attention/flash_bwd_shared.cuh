@@ -73,14 +73,15 @@ __device__ __forceinline__ void bwd_add_dq_tile(const BwdProblem& p, uint32_t sd
 // writes; rows past T are not written.
 // With p.dk_acc (the ring's fp32 accumulator) the fragments are added to it straight from the
 // registers instead (each block owns its key rows: no other block touches them).
-template <int HS, class FragK, class FragV>
+// tid: the thread among the block's 8 key warps (256 threads); all_done_with_kv(): the barrier
+// after which no warp reads K_j, V_j any more (they are overwritten).
+template <int HS, class FragK, class FragV, class Barrier>
 __device__ __forceinline__ void bwd_store_dk_dv(FragK dk, FragV dv, float scale, uint32_t sK,
                                                 uint32_t sV, const BwdProblem& p, int b, int k0,
-                                                int kvh, int tid) {
+                                                int kvh, int tid, Barrier all_done_with_kv) {
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const size_t ld = p.dkv_ld;
-  if (tid == 0) bulk_wait_all();  // the last dQ reduce-add has finished
-  __syncthreads();                // all warps done reading K_j, V_j before they are overwritten
+  all_done_with_kv();
   if (p.dk_acc != nullptr) {
 #pragma unroll
     for (int nt = 0; nt < HS / 8; ++nt)

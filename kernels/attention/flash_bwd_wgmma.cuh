@@ -2,7 +2,8 @@
 // flash_bwd_wg_kernel, one block per (K/V tile j of 128 keys, kv head, batch), each product one
 // warpgroup MMA. It runs both head sizes (HS 64: Br 128, HS 128: Br 64) for the "flash" and
 // "flash3" backends. The schedule, scratch and limits: flash_bwd.cu; the tile loads, the dQ
-// hand-off and the dK/dV store: flash_bwd_shared.cuh. Included by flash_bwd.cu only.
+// hand-off and the dK/dV store: flash_bwd_shared.cuh. Included by flash_bwd.cu and by flash3_bwd.cu
+// (flash3's warp-specialised kernel runs the same step: bwd_step_dkdv, bwd_issue_dq, bwd_stage_dq).
 //
 // How the dQ partials of a Q tile reach dQacc (DqOrder):
 //   kArrival  each block hands its fp32 dQ_i partial to the copy engine (cp.reduce.async.bulk
@@ -105,19 +106,181 @@ struct BwdTileWG {
 // How the dQ partials of a Q tile are summed into dQacc (the top of this file).
 enum class DqOrder { kArrival, kFixed };
 
+// dK += dS^T Q_i (A = dS^T from registers, B = Q_i MN-major), issued and committed.
+template <class K>
+__device__ __forceinline__ void bwd_issue_dk(float (&dk)[K::NA], uint32_t (&as)[K::QK][4],
+                                             uint32_t sQb) {
+  reg_fence(as);
+  wgmma_fence();
+#pragma unroll
+  for (int kq = 0; kq < K::QK; ++kq)
+    wgmma_rs<1>(dk, as[kq], gmma_desc(sQb + kq * 2048, K::QT_PANEL, 1024));
+  wgmma_commit();
+}
+
+// One step's products of one warpgroup (the schedule of flash_bwd.cu's header), shared by this
+// file's kernel and flash3's warp-specialised one (flash3_bwd.cu). The warpgroup owns keys
+// key_wg .. +63 (this thread's accumulator rows: key_row, key_row + 8); kw = the thread's warp
+// among the block's 8 key warps (dS^T rows 16 kw ..). Inputs in shared memory: aK, aV = this
+// warpgroup's rows of K_j, V_j; sQb, sdOb = Q_i, dO_i (query rows q0 ..); Lb, Db = LSE_i, D_i.
+//   S^T  = K_wg Q_i^T;  dP^T = V_wg dO_i^T              (two groups: P^T while dP^T runs)
+//   P^T  = exp2(S^T scale log2e - LSE log2e) (0 where key > query);  dV += P^T dO_i
+//   dS^T = P^T o (dP^T - D) -> sdSb (bf16; zeros when no query of the tile sees these keys)
+//   dK  += dS^T Q_i: issued and committed, not waited for; or, with issue_dk = false, left to
+//         the caller (bwd_issue_dk; its A fragments are returned in as)
+// Returns false when no query of the tile sees these keys (then dK is not issued).
+// The caller fences (fence_proxy_async_smem) and meets the other warpgroup before a wgmma reads
+// sdSb, and waits for dK before Q_i's buffer is reused.
+template <class K>
+__device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K::NA], uint32_t aK,
+                                              uint32_t aV, uint32_t sQb, uint32_t sdOb,
+                                              uint32_t Lb, uint32_t Db, uint32_t sdSb, int q0,
+                                              int key_wg, int key_row, int kw, bool causal,
+                                              float scale_log2, uint32_t (&as)[K::QK][4],
+                                              bool issue_dk = true) {
+  constexpr int Br = K::Br, KH = K::KH, QK = K::QK, NS = K::NS;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
+  const bool active = !causal || key_wg <= q0 + Br - 1;
+  const bool needs_mask = causal && key_wg + 63 > q0;
+  uint32_t ap[QK][4];
+  if (active) {
+    float st[NS], dpt[NS];
+#pragma unroll
+    for (int n = 0; n < NS; ++n) st[n] = dpt[n] = 0.f;
+    // S^T = K_wg Q_i^T, then dP^T = V_wg dO_i^T (two groups: P is computed while dP runs)
+    reg_fence(st);
+    reg_fence(dpt);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KH; ++kk) {
+      const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
+      const uint32_t ob = (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
+      wgmma_ss<0, 0>(st, gmma_desc(aK + oa, 16, 1024), gmma_desc(sQb + ob, 16, 1024));
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < KH; ++kk) {
+      const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
+      const uint32_t ob = (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
+      wgmma_ss<0, 0>(dpt, gmma_desc(aV + oa, 16, 1024), gmma_desc(sdOb + ob, 16, 1024));
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    reg_fence(st);
+    // P^T = exp2(S^T scale log2e - LSE log2e) (0 where key > query), packed to bf16 as the A
+    // fragments of dV += P^T dO_i, which is issued at once and runs while dS^T is computed
+#pragma unroll
+    for (int qt = 0; qt < Br / 8; ++qt) {
+      const int ql = qt * 8 + 2 * t4;  // tile-local query of elements e = 0, 2
+      const float2 L = ld_shared_f2(Lb + ql * 4);
+      const float l0 = L.x * kLog2e, l1 = L.y * kLog2e;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float p = fast_exp2(fmaf(st[4 * qt + e], scale_log2, -((e & 1) ? l1 : l0)));
+        if (needs_mask && key_row + (e >> 1) * 8 > q0 + ql + (e & 1)) p = 0.f;
+        st[4 * qt + e] = p;
+      }
+    }
+#pragma unroll
+    for (int kq = 0; kq < QK; ++kq) {
+      const int a = 8 * kq, c = 8 * kq + 4;  // n-tiles 2 kq and 2 kq + 1
+      ap[kq][0] = pack_bf16(st[a + 0], st[a + 1]);
+      ap[kq][1] = pack_bf16(st[a + 2], st[a + 3]);
+      ap[kq][2] = pack_bf16(st[c + 0], st[c + 1]);
+      ap[kq][3] = pack_bf16(st[c + 2], st[c + 3]);
+    }
+    reg_fence(ap);
+    wgmma_fence();
+#pragma unroll
+    for (int kq = 0; kq < QK; ++kq)
+      wgmma_rs<1>(dv, ap[kq], gmma_desc(sdOb + kq * 2048, K::QT_PANEL, 1024));
+    wgmma_commit();
+    wgmma_wait<1>();  // dP^T (dV may still run)
+    reg_fence(dpt);
+    // dS^T = P^T o (dP^T - D), with the bf16 P^T of dV (as a bf16 framework would)
+#pragma unroll
+    for (int kq = 0; kq < QK; ++kq)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // n-tile 2 kq + h: queries 16 kq + 8 h + 2 t, +1
+        const float2 Dq = ld_shared_f2(Db + (16 * kq + 8 * h + 2 * t4) * 4);
+        const int n = 8 * kq + 4 * h;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {  // rows g, g + 8
+          const float2 pp = unpack_bf16(ap[kq][2 * h + r]);
+          as[kq][2 * h + r] = pack_bf16(pp.x * (dpt[n + 2 * r] - Dq.x),
+                                        pp.y * (dpt[n + 2 * r + 1] - Dq.y));
+        }
+      }
+  } else {
+#pragma unroll
+    for (int kq = 0; kq < QK; ++kq)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) as[kq][e] = 0u;
+  }
+  // dS^T (bf16) -> smem: rows = this warp's keys, 8-query chunk qt = 2 kq + (e / 2) of panel
+  // qt / 8 (as[kq][e]: row g + 8 (e % 2), queries 16 kq + 8 (e / 2) + 2 t)
+#pragma unroll
+  for (int kq = 0; kq < QK; ++kq)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = kw * 16 + g + (e & 1) * 8;
+      const int qt = 2 * kq + (e >> 1);
+      const uint32_t addr = sdSb + (qt >> 3) * K::DS_PANEL + row * 128 +
+                            ((((qt & 7) ^ (row & 7))) << 4) + t4 * 4;
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(as[kq][e]) : "memory");
+    }
+  if (active && issue_dk) bwd_issue_dk<K>(dk, as, sQb);
+  return active;
+}
+
+// dQ_i's part of one warpgroup, issued and committed (the caller waits): dq = dS_ij K_j over
+// all Bc keys, 64 x 64 (adS, aKt: this warpgroup's query panel of dS^T and head-dim panel of K_j,
+// or the reverse; the kernel says which).
+template <class K>
+__device__ __forceinline__ void bwd_issue_dq(float (&dq)[32], uint32_t adS, uint32_t aKt) {
+  reg_fence(dq);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < K::Bc / 16; ++ks)
+    wgmma_ss<1, 1>(dq, gmma_desc(adS + ks * 2048, K::DS_PANEL, 1024),
+                   gmma_desc(aKt + ks * 2048, K::KV_PANEL, 1024), ks > 0 ? 1 : 0);
+  wgmma_commit();
+}
+
+// Warpgroup wg's dQ part -> the fp32 staging tile sdQ (Br x HS) in dQacc's layout: 8-float
+// segment s of row r at s ^ ((dq_row0 + r) % 8), dq_sw = dq_row0 % 8.
+template <class K>
+__device__ __forceinline__ void bwd_stage_dq(const float (&dq)[32], uint32_t sdQ, int wg,
+                                             int dq_sw) {
+  const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = (K::DQ_SPLIT_N ? 0 : wg * 64) + wq * 16 + g + r * 8;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int seg = (K::DQ_SPLIT_N ? wg * 8 : 0) + n;
+      const uint32_t addr =
+          sdQ + (row * K::HS + ((seg ^ ((row + dq_sw) & 7)) << 3) + 2 * t4) * 4;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * r]),
+                   "f"(dq[4 * n + 2 * r + 1])
+                   : "memory");
+    }
+  }
+}
+
 // p: the problem (flash.cuh BwdProblem; the whole-sequence case is backward_bf16's).
 // dq_sem (B, NH, ceil(Tq / Br)): kFixed's semaphores (unused, may be null, for kArrival).
 template <class K, DqOrder ORDER>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash_bwd_wg_kernel(const BwdProblem p, int* __restrict__ dq_sem, float scale_log2,
                         float scale) {
-  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, KH = K::KH, QK = K::QK, NS = K::NS,
-                NA = K::NA, NTHREADS = K::NTHREADS;
+  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, NTHREADS = K::NTHREADS;
   constexpr bool DET = ORDER == DqOrder::kFixed;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
+  const int g = lane >> 2;
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
   const int NH = p.NH, NKV = p.NKV, Tq = p.Tq;
   const bool causal = p.causal;
@@ -193,108 +356,11 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     step_tile(it, hq, q0);
     const uint32_t qoff = buf * K::QT_BYTES;
     const uint32_t Lb = sL + buf * Br * 4, Db = sD + buf * Br * 4;
-    // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
-    const bool active = !causal || key_wg <= q0 + Br - 1;
-    const bool needs_mask = causal && key_wg + 63 > q0;
-
-    uint32_t ap[QK][4], as[QK][4];
-    if (active) {
-      float st[NS], dpt[NS];
-#pragma unroll
-      for (int n = 0; n < NS; ++n) st[n] = dpt[n] = 0.f;
-      // S^T = K_wg Q_i^T, then dP^T = V_wg dO_i^T (two groups: P is computed while dP runs)
-      reg_fence(st);
-      reg_fence(dpt);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KH; ++kk) {
-        const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
-        const uint32_t ob = qoff + (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
-        wgmma_ss<0, 0>(st, gmma_desc(aK + oa, 16, 1024), gmma_desc(sQ + ob, 16, 1024));
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < KH; ++kk) {
-        const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
-        const uint32_t ob = qoff + (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
-        wgmma_ss<0, 0>(dpt, gmma_desc(aV + oa, 16, 1024), gmma_desc(sdO + ob, 16, 1024));
-      }
-      wgmma_commit();
-      wgmma_wait<1>();
-      reg_fence(st);
-      // P^T = exp2(S^T scale log2e - LSE log2e) (0 where key > query), packed to bf16 as the A
-      // fragments of dV += P^T dO_i, which is issued at once and runs while dS^T is computed
-#pragma unroll
-      for (int qt = 0; qt < Br / 8; ++qt) {
-        const int ql = qt * 8 + 2 * t4;  // tile-local query of elements e = 0, 2
-        const float2 L = ld_shared_f2(Lb + ql * 4);
-        const float l0 = L.x * kLog2e, l1 = L.y * kLog2e;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float p = fast_exp2(fmaf(st[4 * qt + e], scale_log2, -((e & 1) ? l1 : l0)));
-          if (needs_mask && key_row + (e >> 1) * 8 > q0 + ql + (e & 1)) p = 0.f;
-          st[4 * qt + e] = p;
-        }
-      }
-#pragma unroll
-      for (int kq = 0; kq < QK; ++kq) {
-        const int a = 8 * kq, c = 8 * kq + 4;  // n-tiles 2 kq and 2 kq + 1
-        ap[kq][0] = pack_bf16(st[a + 0], st[a + 1]);
-        ap[kq][1] = pack_bf16(st[a + 2], st[a + 3]);
-        ap[kq][2] = pack_bf16(st[c + 0], st[c + 1]);
-        ap[kq][3] = pack_bf16(st[c + 2], st[c + 3]);
-      }
-      reg_fence(ap);
-      wgmma_fence();
-#pragma unroll
-      for (int kq = 0; kq < QK; ++kq)
-        wgmma_rs<1>(dv, ap[kq], gmma_desc(sdO + qoff + kq * 2048, K::QT_PANEL, 1024));
-      wgmma_commit();
-      wgmma_wait<1>();  // dP^T (dV may still run)
-      reg_fence(dpt);
-      // dS^T = P^T o (dP^T - D), with the bf16 P^T of dV (as a bf16 framework would)
-#pragma unroll
-      for (int kq = 0; kq < QK; ++kq)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // n-tile 2 kq + h: queries 16 kq + 8 h + 2 t, +1
-          const float2 Dq = ld_shared_f2(Db + (16 * kq + 8 * h + 2 * t4) * 4);
-          const int n = 8 * kq + 4 * h;
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {  // rows g, g + 8
-            const float2 pp = unpack_bf16(ap[kq][2 * h + r]);
-            as[kq][2 * h + r] = pack_bf16(pp.x * (dpt[n + 2 * r] - Dq.x),
-                                          pp.y * (dpt[n + 2 * r + 1] - Dq.y));
-          }
-        }
-    } else {
-#pragma unroll
-      for (int kq = 0; kq < QK; ++kq)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) as[kq][e] = 0u;
-    }
-    // dS^T (bf16) -> smem: rows = this warp's keys, 8-query chunk qt = 2 kq + (e / 2) of panel
-    // qt / 8 (as[kq][e]: row g + 8 (e % 2), queries 16 kq + 8 (e / 2) + 2 t)
-#pragma unroll
-    for (int kq = 0; kq < QK; ++kq)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = warp * 16 + g + (e & 1) * 8;
-        const int qt = 2 * kq + (e >> 1);
-        const uint32_t addr = sdSb + (qt >> 3) * K::DS_PANEL + row * 128 +
-                              ((((qt & 7) ^ (row & 7))) << 4) + t4 * 4;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(as[kq][e]) : "memory");
-      }
-    if (active) {
-      // dK += dS^T Q_i
-      reg_fence(as);
-      wgmma_fence();
-#pragma unroll
-      for (int kq = 0; kq < QK; ++kq)
-        wgmma_rs<1>(dk, as[kq], gmma_desc(sQ + qoff + kq * 2048, K::QT_PANEL, 1024));
-      wgmma_commit();
-      wgmma_wait<0>();
-    }
-    cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
+    uint32_t as[K::QK][4];
+    if (bwd_step_dkdv<K>(dk, dv, aK, aV, sQ + qoff, sdO + qoff, Lb, Db, sdSb, q0, key_wg,
+                         key_row, warp, causal, scale_log2, as))
+      wgmma_wait<0>();  // dK
+    cp_async_wait<0>();    cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
     fence_proxy_async_smem();  // those tiles and this step's dS^T, before wgmma reads
     if (tid == 0) bulk_wait_read_all();  // the last dQ reduction has read its staging tile
     __syncthreads();
@@ -306,32 +372,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     // ---- dQacc_i += dS_ij K_j : (Br x Bc) (Bc x HS), this warpgroup's 64 x 64 part ----
     {
       float dq[32];
-#pragma unroll
-      for (int n = 0; n < 32; ++n) dq[n] = 0.f;
-      reg_fence(dq);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < Bc / 16; ++ks)
-        wgmma_ss<1, 1>(dq, gmma_desc(adS + buf * K::DS_BYTES + ks * 2048, K::DS_PANEL, 1024),
-                       gmma_desc(aKt + ks * 2048, K::KV_PANEL, 1024));
-      wgmma_commit();
+      bwd_issue_dq<K>(dq, adS + buf * K::DS_BYTES, aKt);
       wgmma_wait<0>();
       reg_fence(dq);
-      // Stage in smem (dQacc's layout: 8-float segment s of row r at s ^ (r % 8)), then one
-      // bulk reduce-add into dQacc.
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = (K::DQ_SPLIT_N ? 0 : wg * 64) + wq * 16 + g + r * 8;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const int seg = (K::DQ_SPLIT_N ? wg * 8 : 0) + n;
-          const uint32_t addr =
-              sdQ + (row * HS + ((seg ^ ((row + dq_sw) & 7)) << 3) + 2 * t4) * 4;
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * r]),
-                       "f"(dq[4 * n + 2 * r + 1])
-                       : "memory");
-        }
-      }
+      bwd_stage_dq<K>(dq, sdQ, wg, dq_sw);
       bwd_add_dq_tile<HS, Br>(p, sdQ, b, hq, q0, tid, [&] {
         if constexpr (DET) {
           // The last step's add (issued a step ago) is complete: let block j + 1 add to that
@@ -357,7 +401,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   }
   bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
                       [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p, b, k0,
-                      kvh, tid);
+                      kvh, tid, [&] {
+                        if (tid == 0) bulk_wait_all();  // the last dQ reduce-add has finished
+                        __syncthreads();
+                      });
 }
 
 // The sizes live in flash_tiles.h (Br; Bc = 128 is this kernel's two warpgroups of 64 keys).

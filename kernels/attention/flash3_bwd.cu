@@ -1,0 +1,366 @@
+// flash3_bwd.cu — the "flash3" backward: FlashAttention-2's recomputation (the maths of
+// flash_bwd.cu, one step = bwd_step_dkdv + bwd_issue_dq in flash_bwd_wgmma.cuh) on the
+// FlashAttention-3 backward schedule: warp specialisation, TMA loads into an mbarrier ring, and
+// the dQ reduce-adds handed to a writer warp, so the math warpgroups never load and never wait
+// for a whole-block barrier.
+//
+// One thread block per (K/V tile j of Bc = 128 keys, kv head, batch), blocks in order of j (the
+// longest first), 3 warpgroups (Br, Bc, tiles: flash_tiles.h, as flash's backward):
+//   producer warpgroup (setmaxnreg 24):
+//     warp 0 (loader):  TMA K_j, V_j once (kv_full); for each step it (query head h, Q tile i):
+//                       wait empty[s]; LSE_i, D_i rows -> smem (lanes); TMA Q_i, dO_i -> stage s
+//                       (s = it mod 2), completing on full[s]
+//     warp 1 (dQ writer): for each step: wait dQ_full (named barrier); [--deterministic: wait
+//                       for block j - 1's add to this tile, as flash_bwd_wgmma.cuh]; one bulk
+//                       reduce-add of the staged fp32 dQ_i tile into dQacc (in L2); once the
+//                       copy engine has read it, free the staging buffer (dQ_empty)
+//   2 math warpgroups (setmaxnreg 240), warpgroup c owns keys j Bc + 64 c .. +63:
+//     wait kv_full; for each step: wait full[s]
+//       S^T = K_c Q_i^T, dP^T = V_c dO_i^T; P^T; dV_c += P^T dO_i; dS^T -> smem; dK_c += dS^T Q_i
+//       meet the other math warpgroup (named barrier: dS^T of all 128 keys is in smem)
+//       dQ_i part = dS_ij K_j; wait for dK and dQ; release stage s (empty[s])
+//       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout; signal dQ_full
+//     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
+// Against flash's kernel (the same products, same tiles): no cp.async issued by the math warps,
+// no __syncthreads in the loop (one 256-thread named barrier per step instead of two block-wide
+// ones), and the dQ add (and the deterministic order's wait) leaves the math warps' path.
+//
+// Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
+// 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
+// needs Tq == Tk; any T >= 1 (TMA zero-fills rows past T; LSE and D rows past T read as 0).
+// Scratch: flash's backward scratch (dQacc, D, semaphores: flash_tiles.h).
+//
+// Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:RingAttention*'
+// Bench: ./build/flashgpt bench-attention --backends flash,flash3 [--deterministic]
+//        python3 scripts/bench_attention.py --backends flash,flash3
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/attention/flash.cuh"
+#include "kernels/attention/flash3.cuh"
+#include "kernels/attention/flash3_tiles.h"
+#include "kernels/attention/flash_bwd_wgmma.cuh"
+#include "kernels/attention/hopper.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "flash3_bwd.cu uses TMA, wgmma and setmaxnreg: build for sm_90a (GPU_ARCH=90a)"
+#endif
+
+namespace flash3 {
+
+using flash::BwdProblem;
+using flash::DqOrder;
+using flash::kLog2e;
+using flash::reg_fence;
+using flash::smem_u32;
+
+// Compile-time traits: flash's step sizes (flash::BwdTileWG) plus this kernel's shared memory.
+template <int HS_, int Br_>
+struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
+  using Base = flash::BwdTileWG<HS_, Br_>;
+  static constexpr int HS = HS_, Br = Br_, Bc = Base::Bc;
+  static constexpr int NTHREADS = 384;         // producer warpgroup + 2 math warpgroups
+  static constexpr int MATH_THREADS = 256;
+  static constexpr int PANELS = HS / 64;       // 64-column TMA boxes per row
+  static constexpr int KV_BYTES = Base::KV_BYTES, QT_BYTES = Base::QT_BYTES,
+                       DS_BYTES = Base::DS_BYTES, DQ_BYTES = Br * HS * 4;
+  // smem (1024-aligned): K_j | V_j | Q x2 | dO x2 | dS^T x2 | dQ staging x DQ_STAGES | LSE x2 |
+  // D x2 | mbarriers (full[2], empty[2], kv_full)
+  static constexpr int OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES, OFF_DO = OFF_Q + 2 * QT_BYTES,
+                       OFF_DS = OFF_DO + 2 * QT_BYTES, OFF_DQ = OFF_DS + 2 * DS_BYTES;
+  static constexpr int FIXED = OFF_DQ + 4 * Br * 4 + 5 * 8 + 1024;  // + slack to align the base
+  // Two dQ staging buffers (the writer may lag a whole step) where they fit: HS 128 (Br 64);
+  // HS 64 (Br 128) misses by 64 bytes and has one.
+  static constexpr int DQ_STAGES = FIXED + 2 * DQ_BYTES <= 227 * 1024 ? 2 : 1;
+  static constexpr int OFF_L = OFF_DQ + DQ_STAGES * DQ_BYTES, OFF_D = OFF_L + 2 * Br * 4,
+                       OFF_BAR = OFF_D + 2 * Br * 4;
+  static constexpr int SMEM = OFF_BAR + 5 * 8 + 1024;
+  static_assert(SMEM <= 227 * 1024, "shared memory per block");
+  static_assert(Br % 32 == 0, "LSE/D rows: whole passes of the loader warp");
+};
+
+// Named barrier ids (0 is __syncthreads): the math warpgroups' dS^T exchange and epilogue, and
+// per dQ staging buffer its full (math -> writer) and empty (writer -> math) signals.
+constexpr int kBarDs = 1, kBarEpilogue = 2, kBarDqFull0 = 3, kBarDqEmpty0 = 5;
+constexpr int kDqBarThreads = 256 + 32;  // the math warpgroups and the writer warp
+
+// DQ_FIRST: after the dS^T exchange, dQ is issued before dK, so that dQ's staging runs under
+// dK; else dK is issued before the exchange (as flash's kernel) and both are waited for.
+template <class K, DqOrder ORDER, bool DQ_FIRST>
+__global__ void __launch_bounds__(K::NTHREADS, 1)
+    flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
+                      const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v,
+                      const __grid_constant__ CUtensorMap tm_do, const BwdProblem p,
+                      int* __restrict__ dq_sem, float scale_log2, float scale) {
+  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
+                DQS = K::DQ_STAGES;
+  constexpr bool DET = ORDER == DqOrder::kFixed;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const int NH = p.NH, NKV = p.NKV, Tq = p.Tq;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
+  const int j = blockIdx.y;
+  const int G = NH / NKV;
+  const int k0 = j * Bc;
+  const int dq_sw = p.dq_row0 & 7;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
+
+  const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
+  const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
+                 sdS = s0 + K::OFF_DS, sdQ = s0 + K::OFF_DQ, sL = s0 + K::OFF_L,
+                 sD = s0 + K::OFF_D;
+  const uint32_t bar_full = s0 + K::OFF_BAR, bar_empty = bar_full + 16,
+                 bar_kv = bar_full + 32;
+
+  const int i_begin = causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
+  const int n_qtiles = (Tq + Br - 1) / Br;
+  const int n_i = n_qtiles - i_begin;
+  const int total = G * n_i;
+  // Step it -> (query head hq, first query q0): flash_bwd_wgmma.cuh's orders.
+  auto step_tile = [&](int it, int& hq, int& q0) {
+    if constexpr (DET) {
+      hq = kvh * G + it % G;
+      q0 = (n_qtiles - 1 - it / G) * Br;
+    } else {
+      hq = kvh * G + it / n_i;
+      q0 = (i_begin + it % n_i) * Br;
+    }
+  };
+
+  if (tid == 0) {
+    for (int s = 0; s < 2; ++s) {
+      hopper::mbar_init(bar_full + 8 * s, 32);  // the loader warp's lanes (+ the TMA bytes)
+      hopper::mbar_init(bar_empty + 8 * s, 8);  // lane 0 of each math warp
+    }
+    hopper::mbar_init(bar_kv, 1);
+    hopper::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ================================ producer ================================
+    hopper::setmaxnreg_dec<24>();
+    if (warp == 0) {
+      // ---- loader ----
+      if (lane == 0) {
+        hopper::tma_prefetch_map(&tm_q);
+        hopper::tma_prefetch_map(&tm_do);
+        hopper::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
+#pragma unroll
+        for (int pn = 0; pn < PANELS; ++pn) {
+          hopper::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
+          hopper::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
+        }
+      }
+      for (int it = 0; it < total; ++it) {
+        const int s = it & 1;
+        hopper::mbar_wait(bar_empty + 8 * s, ((it >> 1) & 1) ^ 1);
+        int hq, q0;
+        step_tile(it, hq, q0);
+        const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
+#pragma unroll
+        for (int r = lane; r < Br; r += 32) {
+          const bool ok = q0 + r < Tq;
+          const float l = ok ? p.lse[row + r] : 0.f, d = ok ? p.D[row + r] : 0.f;
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
+          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
+        }
+        const uint32_t full = bar_full + 8 * s;
+        if (lane == 0) {
+          hopper::mbar_arrive_expect_tx(full, 2 * K::QT_BYTES);
+#pragma unroll
+          for (int pn = 0; pn < PANELS; ++pn) {
+            hopper::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
+                                hq, q0, b);
+            hopper::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
+                                hq, q0, b);
+          }
+        } else {
+          hopper::mbar_arrive(full);
+        }
+      }
+    } else if (warp == 1) {
+      // ---- dQ writer ----
+      int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
+      for (int it = 0; it < total; ++it) {
+        const int d = it % DQS;
+        hopper::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
+        if (lane == 0) {
+          int hq, q0;
+          step_tile(it, hq, q0);
+          if constexpr (DET) {
+            // The last add is complete: let block j + 1 add to that tile; then wait until
+            // blocks 0 .. j-1 have added their parts of this one (flash_bwd_wgmma.cuh).
+            if (sem_pending != nullptr) {
+              flash::bulk_wait_all();
+              hopper::fence_proxy_async_global();
+              hopper::st_release_gpu(sem_pending, j + 1);
+            }
+            sem_pending = dq_sem + ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
+            hopper::wait_flag_equals(sem_pending, j);
+            hopper::fence_proxy_async_global();
+          }
+          flash::bulk_reduce_add_f32(
+              p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS,
+              sdQ + d * K::DQ_BYTES, (uint32_t)(min(Br, Tq - q0) * HS * 4));
+          flash::bulk_commit();
+          flash::bulk_wait_read_all();  // the staging buffer may be overwritten
+        }
+        __syncwarp();
+        if (it + DQS < total) hopper::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+      }
+      if (lane == 0) {
+        flash::bulk_wait_all();  // the adds are done before the block (and its smem) goes
+        if constexpr (DET) {
+          if (sem_pending != nullptr) {
+            hopper::fence_proxy_async_global();
+            hopper::st_release_gpu(sem_pending, j + 1);
+          }
+        }
+      }
+    }
+  } else {
+    // ================================ math ================================
+    hopper::setmaxnreg_inc<240>();
+    const int c = wg - 1;                 // math warpgroup: keys k0 + 64 c .. +63
+    const int mtid = tid - 128;           // thread among the 256 math threads
+    const int kw = warp - 4, wq = warp & 3, g = lane >> 2;
+    const uint32_t aK = sK + c * 64 * 128, aV = sV + c * 64 * 128;  // A of S^T, dP^T
+    // dQ: A = dS from dS^T (MN-major), B = K_j (MN-major); this warpgroup's query panel (row
+    // split) or head-dim panel (column split).
+    const uint32_t adS = sdS + (K::DQ_SPLIT_N ? 0 : c * K::DS_PANEL);
+    const uint32_t aKt = sK + (K::DQ_SPLIT_N ? c * K::KV_PANEL : 0);
+    const int key_wg = k0 + c * 64;           // this warpgroup's first key
+    const int key_row = key_wg + wq * 16 + g; // key of accumulator elements e = 0, 1 (+8: 2, 3)
+
+    float dk[NA], dv[NA];
+#pragma unroll
+    for (int n = 0; n < NA; ++n) dk[n] = dv[n] = 0.f;
+
+    hopper::mbar_wait(bar_kv, 0);
+    for (int it = 0; it < total; ++it) {
+      const int s = it & 1, d = it % DQS;
+      int hq, q0;
+      step_tile(it, hq, q0);
+      hopper::mbar_wait(bar_full + 8 * s, (it >> 1) & 1);
+      const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
+      uint32_t as[K::QK][4];
+      const bool active = flash::bwd_step_dkdv<K>(
+          dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
+          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/!DQ_FIRST);
+      flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+      hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
+      float dq[32];
+      flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
+      if constexpr (DQ_FIRST) {
+        // dK runs while dQ is staged
+        if (active) {
+          flash::bwd_issue_dk<K>(dk, as, sQb);
+          flash::wgmma_wait<1>();  // dQ (and dV)
+        } else {
+          flash::wgmma_wait<0>();
+        }
+      } else {
+        flash::wgmma_wait<0>();  // dK and dQ
+        if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
+      }
+      reg_fence(dq);
+      if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+      flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
+      flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+      hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+      if constexpr (DQ_FIRST) {
+        flash::wgmma_wait<0>();  // dK
+        if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
+      }
+    }
+    flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
+                               [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p,
+                               b, k0, kvh, mtid,
+                               [&] { hopper::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+  }
+}
+
+namespace {
+
+template <class K, DqOrder ORDER, bool DQ_FIRST>
+void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+  auto kernel = flash3_bwd_kernel<K, ORDER, DQ_FIRST>;
+  static bool attr_set = false;  // one-time, per instantiation
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
+    attr_set = true;
+  }
+  CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
+  CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash3 backward: one dK output");
+  CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout) &&
+            p.q_ld % 8 == 0 && p.kv_ld % 8 == 0 && p.do_ld % 8 == 0 && p.q_bs % 8 == 0 &&
+            p.kv_bs % 8 == 0 && p.do_bs % 8 == 0,
+        "flash3 backward: q, k, v, dout must be 16-byte aligned with strides of 8 elements");
+  // 4-D tensor maps (head dim, head, row, batch); a box = one 64-column panel of one head.
+  auto map = [](const __nv_bfloat16* base, int heads, int rows, int B, size_t ld, size_t bs,
+                int box_rows) {
+    const uint64_t dims[4] = {(uint64_t)K::HS, (uint64_t)heads, (uint64_t)rows, (uint64_t)B};
+    const uint64_t strides[3] = {(uint64_t)K::HS * 2, (uint64_t)ld * 2, (uint64_t)bs * 2};
+    const uint32_t box[4] = {64, 1, (uint32_t)box_rows, 1};
+    return hopper::make_tensor_map_bf16_4d(base, dims, strides, box);
+  };
+  const CUtensorMap tq = map(p.q, p.NH, p.Tq, p.B, p.q_ld, p.q_bs, K::Br);
+  const CUtensorMap tdo = map(p.dout, p.NH, p.Tq, p.B, p.do_ld, p.do_bs, K::Br);
+  const CUtensorMap tk = map(p.k, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
+  const CUtensorMap tv = map(p.v, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
+  const float scale = 1.f / sqrtf((float)K::HS);
+  dim3 grid((unsigned)(p.B * p.NKV), (unsigned)ceil_div(p.Tk, K::Bc));
+  kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(tq, tk, tv, tdo, p, dq_sem, scale * kLog2e,
+                                                 scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int HS>
+using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br>;
+
+// Which order runs: kBwdDqFirstDefault (flash3_tiles.h), or the one named by
+// FLASHGPT_FLASH3_BWD ("dqfirst" | "dkfirst"): a measurement switch, read once.
+bool use_dq_first() {
+  static const bool v = [] {
+    const char* e = std::getenv("FLASHGPT_FLASH3_BWD");
+    if (e && std::strcmp(e, "dqfirst") == 0) return true;
+    if (e && std::strcmp(e, "dkfirst") == 0) return false;
+    return kBwdDqFirstDefault;
+  }();
+  return v;
+}
+
+template <DqOrder ORDER, bool DQ_FIRST>
+void launch_bwd_order(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+  if (p.HS == 64) launch_bwd<Bwd3TileFor<64>, ORDER, DQ_FIRST>(p, dq_sem, stream);
+  else if (p.HS == 128) launch_bwd<Bwd3TileFor<128>, ORDER, DQ_FIRST>(p, dq_sem, stream);
+  else THROW_ERROR("flash3 attention backward: head size %d is not supported (64 or 128)", p.HS);
+}
+template <DqOrder ORDER>
+void launch_bwd_hs(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+  if (use_dq_first()) launch_bwd_order<ORDER, true>(p, dq_sem, stream);
+  else launch_bwd_order<ORDER, false>(p, dq_sem, stream);
+}
+
+}  // namespace
+
+void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                   const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                   const AttnShape& s, bool deterministic, cudaStream_t stream) {
+  flash::backward_begin(scratch, dout, out, s, stream, /*zero_semaphores=*/deterministic);
+  const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s);
+  if (deterministic)
+    launch_bwd_hs<DqOrder::kFixed>(p, flash::dq_semaphores(scratch, s), stream);
+  else
+    launch_bwd_hs<DqOrder::kArrival>(p, nullptr, stream);
+  flash::backward_end(dqkv, scratch, s, stream);
+}
+
+void backward_problem(const BwdProblem& p, cudaStream_t stream) {
+  launch_bwd_hs<DqOrder::kArrival>(p, nullptr, stream);
+}
+
+}  // namespace flash3
