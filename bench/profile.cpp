@@ -323,8 +323,8 @@ ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
         have_last = true;
         last_index = r.points.size() - 1;
       }
+      fill_speedups(opt, ceil, r);  // before the row: its gemm% column comes from here
       print_sweep_row(r.points.back(), out);
-      fill_speedups(opt, ceil, r);
       write_profile_outputs(opt, r, meta);
     }
   }

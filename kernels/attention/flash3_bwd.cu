@@ -16,14 +16,38 @@
 //                       copy engine has read it, free the staging buffer (dQ_empty)
 //   2 math warpgroups (setmaxnreg 240), warpgroup c owns keys j Bc + 64 c .. +63:
 //     wait kv_full; for each step: wait full[s]
-//       S^T = K_c Q_i^T, dP^T = V_c dO_i^T; P^T; dV_c += P^T dO_i; dS^T -> smem; dK_c += dS^T Q_i
+//       S^T = K_c Q_i^T, dP^T = V_c dO_i^T; P^T; dV_c += P^T dO_i; dS^T -> smem
 //       meet the other math warpgroup (named barrier: dS^T of all 128 keys is in smem)
-//       dQ_i part = dS_ij K_j; wait for dK and dQ; release stage s (empty[s])
-//       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout; signal dQ_full
+//       issue dQ_i part = dS_ij K_j, then dK_c += dS^T Q_i; wait for dQ
+//       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout (under dK); signal dQ_full
+//       wait for dK; release stage s (empty[s])
 //     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
 // Against flash's kernel (the same products, same tiles): no cp.async issued by the math warps,
 // no __syncthreads in the loop (one 256-thread named barrier per step instead of two block-wide
 // ones), and the dQ add (and the deterministic order's wait) leaves the math warps' path.
+//
+// Tuning notes. H100 80GB HBM3, 2026-11-25, causal bf16, 16384 tokens per batch (12 heads at
+// HS 64, 16 at HS 128), backward TFLOP/s (2.5 x 4 B NH T^2 HS / 2 / time), `flashgpt
+// bench-attention`, medians of 20; logs: bench/results/flash3_bwd_nvidia-h100_2026-11-25/.
+//   HS / T:                               64/4K  64/16K  64/64K  128/4K  128/16K  128/64K
+//   flash's kernel (same run as v1)        351    417     418     371     395      441
+//   v1 warp-specialised, dK before the     348    435     429     373     438      475
+//      meeting (predicted +10-20%: the math warps stop loading and lose a barrier per step;
+//      got -1 to +11%, most at long T)
+//   v2 dQ issued before dK, its staging    372    430-461 430-437 371-374 422-447  484-487
+//      under dK (predicted +3-5%; got 0-3% at HS 128, noise at HS 64: 3 runs)
+//   tried, removed: each math warpgroup    290    413     416     271     381      394
+//      adds its own dQ partial over its 64 keys (no meeting, so the warpgroups could run out
+//      of phase; twice the dQ bytes into L2): predicted +10%, got 13-27% slower (commit 6b29e8b)
+//   --deterministic on v2                  342    401     425     320     431      478
+//      (8 / 13 / 1 / 15 / 4 / 1% slower; flash's kernel: 14-24%): over the 3% that would
+//      make it the default at short T, so it stays a flag
+// Nsight Compute (v2, HS 128, T 16K, clocks locked at 1.45 GHz): tensor pipe 57% busy, issue
+// slots 45%, L1/shared 62%, L2 54%, DRAM 17%, 0.66 eligible warps per scheduler. What is left,
+// as far as we can tell: at HS 128 (Br 64) S^T, dP^T and dQ are m64n64 products with both
+// operands in shared memory, 4 KB per 32-clock k-step per warpgroup, the SM's whole shared-
+// memory bandwidth for one warpgroup, so the two warpgroups' products run at about half rate;
+// larger products need accumulators the 240 registers do not have (not confirmed by a counter).
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
@@ -54,16 +78,11 @@ using flash::kLog2e;
 using flash::reg_fence;
 using flash::smem_u32;
 
-// How the two math warpgroups produce dQ_i (flash3_tiles.h picks; FLASHGPT_FLASH3_BWD names one):
-//   kDkFirst  both write dS^T, meet, and each computes its half of dQ_i = dS_ij K_j over all Bc
-//             keys (flash's split); dK issued before the meeting
-//   kDqFirst  the same, dQ issued before dK so that dQ's staging runs under dK
-//   kSplitDq  each warpgroup computes dQ_i's partial over its own 64 keys (dS_i,c K_c, the whole
-//             Br x HS tile) and hands it to its own writer warp: no meeting, so the warpgroups run
-//             out of phase (one's exponentials under the other's GEMMs), at twice the dQ adds
-//             into L2; a warpgroup whose keys no query of the tile sees adds nothing
-// --deterministic always runs kDqFirst (its order is per block, not per warpgroup).
-enum class BwdVariant { kDkFirst, kDqFirst, kSplitDq };
+// The order of a step's tail (flash3_tiles.h picks; FLASHGPT_FLASH3_BWD names one): both math
+// warpgroups write dS^T, meet, and each computes its half of dQ_i = dS_ij K_j over all Bc keys
+// (flash's split); kDqFirst issues dQ before dK so that dQ's staging runs under dK, kDkFirst
+// issues dK before the meeting (as flash's kernel). --deterministic runs kDqFirst.
+enum class BwdVariant { kDkFirst, kDqFirst };
 
 // Compile-time traits: flash's step sizes (flash::BwdTileWG) plus this kernel's shared memory.
 template <int HS_, int Br_, BwdVariant V_>
@@ -71,94 +90,31 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   using Base = flash::BwdTileWG<HS_, Br_>;
   static constexpr int HS = HS_, Br = Br_, Bc = Base::Bc;
   static constexpr BwdVariant V = V_;
-  static constexpr bool SPLIT = V_ == BwdVariant::kSplitDq;
   static constexpr int NTHREADS = 384;         // producer warpgroup + 2 math warpgroups
   static constexpr int MATH_THREADS = 256;
   static constexpr int PANELS = HS / 64;       // 64-column TMA boxes per row
   static constexpr int KV_BYTES = Base::KV_BYTES, QT_BYTES = Base::QT_BYTES,
                        DS_BYTES = Base::DS_BYTES, DQ_BYTES = Br * HS * 4;
-  // dS^T buffers: kSplitDq reads only its own rows, after its own writes: one; else two (the
-  // next step's dS^T is written while the other warpgroup may still read this one).
-  static constexpr int DS_BUFS = SPLIT ? 1 : 2;
-  // smem (1024-aligned): K_j | V_j | Q x2 | dO x2 | dS^T x DS_BUFS | dQ staging x DQ_BUFS |
-  // LSE x2 | D x2 | mbarriers (full[2], empty[2], kv_full) | 2 skip flags (kSplitDq)
+  // smem (1024-aligned): K_j | V_j | Q x2 | dO x2 | dS^T x2 (the next step's is written while
+  // the other warpgroup may still read this one) | dQ staging x DQ_BUFS | LSE x2 | D x2 |
+  // mbarriers (full[2], empty[2], kv_full)
   static constexpr int OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES, OFF_DO = OFF_Q + 2 * QT_BYTES,
-                       OFF_DS = OFF_DO + 2 * QT_BYTES, OFF_DQ = OFF_DS + DS_BUFS * DS_BYTES;
-  static constexpr int FIXED = OFF_DQ + 4 * Br * 4 + 5 * 8 + 8 + 1024;  // + slack: align the base
-  // Staging buffers: kSplitDq one per warpgroup; else two (the writer may lag a whole step)
-  // where they fit: HS 128 (Br 64); HS 64 (Br 128) misses by 64 bytes and has one.
-  static constexpr int DQ_BUFS = SPLIT ? 2 : (FIXED + 2 * DQ_BYTES <= 227 * 1024 ? 2 : 1);
+                       OFF_DS = OFF_DO + 2 * QT_BYTES, OFF_DQ = OFF_DS + 2 * DS_BYTES;
+  static constexpr int FIXED = OFF_DQ + 4 * Br * 4 + 5 * 8 + 1024;  // + slack to align the base
+  // Two staging buffers (the writer may lag a whole step) where they fit: HS 128 (Br 64);
+  // HS 64 (Br 128) misses by 64 bytes and has one.
+  static constexpr int DQ_BUFS = FIXED + 2 * DQ_BYTES <= 227 * 1024 ? 2 : 1;
   static constexpr int OFF_L = OFF_DQ + DQ_BUFS * DQ_BYTES, OFF_D = OFF_L + 2 * Br * 4,
-                       OFF_BAR = OFF_D + 2 * Br * 4, OFF_FLAG = OFF_BAR + 5 * 8;
-  static constexpr int SMEM = OFF_FLAG + 8 + 1024;
+                       OFF_BAR = OFF_D + 2 * Br * 4;
+  static constexpr int SMEM = OFF_BAR + 5 * 8 + 1024;
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
   static_assert(Br % 32 == 0, "LSE/D rows: whole passes of the loader warp");
 };
 
-// kSplitDq: dQ_i's partial of warpgroup c over its 64 keys, Br x HS fp32, 64 per thread: one
-// m64n128 accumulator at HS 128, two m64n64 at HS 64 (queries 0..63 and 64..127).
-template <int HS>
-struct DqPartial {
-  float q0[32], q1[32];  // HS 128: columns 0..63 and 64..127 are q0 and q1 of one m64n128
-};
-template <class K>
-__device__ __forceinline__ float dq_at(const DqPartial<K::HS>& d, int h, int i) {
-  return h == 0 ? d.q0[i] : d.q1[i];
-}
-
-// adS = this warpgroup's rows of dS^T (MN-major A), aK = its rows of K_j (MN-major B); issued
-// and committed.
-template <class K>
-__device__ __forceinline__ void issue_dq_partial(DqPartial<K::HS>& d, uint32_t adS, uint32_t aK) {
-  reg_fence(d.q0);
-  reg_fence(d.q1);
-  flash::wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
-    const uint32_t ab = adS + ks * 2048;  // 16 keys of dS^T
-    if constexpr (K::HS == 128) {
-      // m64n128 as two m64n64 on the two 64-column panels of K_j (same A)
-      flash::wgmma_ss<1, 1>(d.q0, flash::gmma_desc(ab, K::DS_PANEL, 1024),
-                            flash::gmma_desc(aK + ks * 2048, K::KV_PANEL, 1024), ks > 0 ? 1 : 0);
-      flash::wgmma_ss<1, 1>(d.q1, flash::gmma_desc(ab, K::DS_PANEL, 1024),
-                            flash::gmma_desc(aK + K::KV_PANEL + ks * 2048, K::KV_PANEL, 1024),
-                            ks > 0 ? 1 : 0);
-    } else {
-      const uint64_t db = flash::gmma_desc(aK + ks * 2048, K::KV_PANEL, 1024);
-      flash::wgmma_ss<1, 1>(d.q0, flash::gmma_desc(ab, K::DS_PANEL, 1024), db, ks > 0 ? 1 : 0);
-      flash::wgmma_ss<1, 1>(d.q1, flash::gmma_desc(ab + K::DS_PANEL, K::DS_PANEL, 1024), db,
-                            ks > 0 ? 1 : 0);
-    }
-  }
-  flash::wgmma_commit();
-}
-
-// The partial -> its staging tile (Br x HS fp32, dQacc's layout: 8-float segment s of row r at
-// s ^ ((dq_row0 + r) % 8)). Accumulator h: HS 128 columns 64 h.., HS 64 rows 64 h...
-template <class K>
-__device__ __forceinline__ void stage_dq_partial(const DqPartial<K::HS>& d, uint32_t sdQ,
-                                                 int dq_sw) {
-  const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = (K::HS == 128 ? 0 : h * 64) + wq * 16 + g + r * 8;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const int seg = (K::HS == 128 ? h * 8 : 0) + n;
-        const uint32_t addr = sdQ + (row * K::HS + ((seg ^ ((row + dq_sw) & 7)) << 3) + 2 * t4) * 4;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr),
-                     "f"(dq_at<K>(d, h, 4 * n + 2 * r)), "f"(dq_at<K>(d, h, 4 * n + 2 * r + 1))
-                     : "memory");
-      }
-    }
-}
-
-// Named barrier ids (0 is __syncthreads): the dS^T exchange (both math warpgroups, or one per
-// warpgroup for kSplitDq's own rows), the epilogue, and per dQ staging buffer its full (math ->
-// writer) and empty (writer -> math) signals.
-constexpr int kBarDs = 1, kBarEpilogue = 3, kBarDqFull0 = 4, kBarDqEmpty0 = 6;
+// Named barrier ids (0 is __syncthreads): the math warpgroups' dS^T exchange and epilogue, and
+// per dQ staging buffer its full (math -> writer) and empty (writer -> math) signals.
+constexpr int kBarDs = 1, kBarEpilogue = 2, kBarDqFull0 = 3, kBarDqEmpty0 = 5;
+constexpr int kDqBarThreads = 256 + 32;  // the math warpgroups and the writer warp
 
 template <class K, DqOrder ORDER>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
@@ -169,11 +125,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                       int* __restrict__ dq_sem, float scale_log2, float scale) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
                 DQS = K::DQ_BUFS;
-  constexpr bool DET = ORDER == DqOrder::kFixed, SPLIT = K::SPLIT;
+  constexpr bool DET = ORDER == DqOrder::kFixed;
   constexpr bool DQ_FIRST = K::V == BwdVariant::kDqFirst;
-  static_assert(!(DET && SPLIT), "--deterministic runs kDqFirst");
-  // Writers and the threads that meet them at a staging buffer's barriers.
-  constexpr int WRITERS = SPLIT ? 2 : 1, DQ_BAR_THREADS = (SPLIT ? 128 : 256) + 32;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
@@ -191,9 +144,6 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                  sD = s0 + K::OFF_D;
   const uint32_t bar_full = s0 + K::OFF_BAR, bar_empty = bar_full + 16,
                  bar_kv = bar_full + 32;
-  // kSplitDq: per warpgroup, "this step's staging tile holds a partial" (0: nothing to add).
-  volatile int* skip_flag =
-      reinterpret_cast<volatile int*>(smem_raw + (s0 + K::OFF_FLAG - smem_u32(smem_raw)));
 
   const int i_begin = causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
   const int n_qtiles = (Tq + Br - 1) / Br;
@@ -262,14 +212,13 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           hopper::mbar_arrive(full);
         }
       }
-    } else if (warp <= WRITERS) {
-      // ---- dQ writer(s): kSplitDq, warp 1 + c takes warpgroup c's partials ----
-      const int wc = warp - 1;
+    } else if (warp == 1) {
+      // ---- dQ writer ----
       int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
       for (int it = 0; it < total; ++it) {
-        const int d = SPLIT ? wc : it % DQS;
-        hopper::named_bar_sync(kBarDqFull0 + d, DQ_BAR_THREADS);
-        if (lane == 0 && (!SPLIT || skip_flag[wc] == 0)) {
+        const int d = it % DQS;
+        hopper::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
+        if (lane == 0) {
           int hq, q0;
           step_tile(it, hq, q0);
           if constexpr (DET) {
@@ -291,8 +240,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           flash::bulk_wait_read_all();  // the staging buffer may be overwritten
         }
         __syncwarp();
-        if (it + (SPLIT ? 1 : DQS) < total)
-          hopper::named_bar_arrive(kBarDqEmpty0 + d, DQ_BAR_THREADS);
+        if (it + DQS < total) hopper::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
       }
       if (lane == 0) {
         flash::bulk_wait_all();  // the adds are done before the block (and its smem) goes
@@ -328,59 +276,37 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       int hq, q0;
       step_tile(it, hq, q0);
       hopper::mbar_wait(bar_full + 8 * s, (it >> 1) & 1);
-      const uint32_t sdSb = sdS + (SPLIT ? 0 : s * K::DS_BYTES), sQb = sQ + s * K::QT_BYTES;
+      const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
       uint32_t as[K::QK][4];
       const bool active = flash::bwd_step_dkdv<K>(
           dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
           key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/K::V == BwdVariant::kDkFirst);
-      if constexpr (SPLIT) {
-        // ---- dQ_i's partial over this warpgroup's keys, to its own writer ----
-        if (it >= 1) hopper::named_bar_sync(kBarDqEmpty0 + c, DQ_BAR_THREADS);
+      // ---- both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all keys ----
+      const int d = it % DQS;
+      flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+      hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
+      float dq[32];
+      flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
+      if constexpr (DQ_FIRST) {
+        // dK runs while dQ is staged
         if (active) {
-          flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-          hopper::named_bar_sync(kBarDs + c, 128);
-          DqPartial<HS> dq;
-          issue_dq_partial<K>(dq, sdS + c * 64 * 128, sK + c * 64 * 128);
-          flash::bwd_issue_dk<K>(dk, as, sQb);  // runs while dQ is staged
-          flash::wgmma_wait<1>();               // dQ (and dV)
-          reg_fence(dq.q0);
-          reg_fence(dq.q1);
-          stage_dq_partial<K>(dq, sdQ + c * K::DQ_BYTES, dq_sw);
+          flash::bwd_issue_dk<K>(dk, as, sQb);
+          flash::wgmma_wait<1>();  // dQ (and dV)
+        } else {
+          flash::wgmma_wait<0>();
         }
-        if ((tid & 127) == 0) skip_flag[c] = active ? 0 : 1;
-        flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-        hopper::named_bar_arrive(kBarDqFull0 + c, DQ_BAR_THREADS);
+      } else {
+        flash::wgmma_wait<0>();  // dK and dQ
+        if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
+      }
+      reg_fence(dq);
+      if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+      flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
+      flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+      hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+      if constexpr (DQ_FIRST) {
         flash::wgmma_wait<0>();  // dK
         if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
-        continue;
-      } else {
-        // ---- both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all keys ----
-        const int d = it % DQS;
-        flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-        hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
-        float dq[32];
-        flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
-        if constexpr (DQ_FIRST) {
-          // dK runs while dQ is staged
-          if (active) {
-            flash::bwd_issue_dk<K>(dk, as, sQb);
-            flash::wgmma_wait<1>();  // dQ (and dV)
-          } else {
-            flash::wgmma_wait<0>();
-          }
-        } else {
-          flash::wgmma_wait<0>();  // dK and dQ
-          if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
-        }
-        reg_fence(dq);
-        if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, DQ_BAR_THREADS);
-        flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-        flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-        hopper::named_bar_arrive(kBarDqFull0 + d, DQ_BAR_THREADS);
-        if constexpr (DQ_FIRST) {
-          flash::wgmma_wait<0>();  // dK
-          if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
-        }
       }
     }
     flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
@@ -428,15 +354,14 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
 template <int HS, BwdVariant V>
 using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
-// Which variant runs (without --deterministic): kBwdVariantDefault (flash3_tiles.h), or the one
-// named by FLASHGPT_FLASH3_BWD ("dkfirst" | "dqfirst" | "split"): a measurement switch, read once.
+// Which variant runs (without --deterministic): kBwdDqFirstDefault (flash3_tiles.h), or the one
+// named by FLASHGPT_FLASH3_BWD ("dkfirst" | "dqfirst"): a measurement switch, read once.
 BwdVariant variant() {
   static const BwdVariant v = [] {
     const char* e = std::getenv("FLASHGPT_FLASH3_BWD");
     if (e && std::strcmp(e, "dkfirst") == 0) return BwdVariant::kDkFirst;
     if (e && std::strcmp(e, "dqfirst") == 0) return BwdVariant::kDqFirst;
-    if (e && std::strcmp(e, "split") == 0) return BwdVariant::kSplitDq;
-    return kBwdSplitDqDefault ? BwdVariant::kSplitDq : BwdVariant::kDqFirst;
+    return kBwdDqFirstDefault ? BwdVariant::kDqFirst : BwdVariant::kDkFirst;
   }();
   return v;
 }
@@ -453,9 +378,6 @@ void launch_bwd_hs(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
       break;
     case BwdVariant::kDqFirst:
       launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kArrival>(p, nullptr, stream);
-      break;
-    case BwdVariant::kSplitDq:
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kSplitDq>, DqOrder::kArrival>(p, nullptr, stream);
       break;
   }
 }

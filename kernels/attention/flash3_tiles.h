@@ -21,9 +21,10 @@ constexpr bool kFwdPingPongDefault = true;
 // Work tiles handed out by an atomic counter when true; else block k takes tiles k, k + grid, ...
 // of the longest-first order.
 constexpr bool kFwdDynamicDefault = true;
-// Backward: each math warpgroup adds its own dQ partial (kSplitDq) when true; else the two
-// meet and split dQ_i's columns, dQ issued before dK (kDqFirst). flash3_bwd.cu BwdVariant.
-constexpr bool kBwdSplitDqDefault = true;
+// Backward: after the dS^T exchange of a step, issue dQ before dK (dQ's staging then runs under
+// dK) when true; else dK before the exchange, as flash's kernel (flash3_bwd.cu BwdVariant; the
+// measured reason is in its tuning notes).
+constexpr bool kBwdDqFirstDefault = true;
 // The forward's scratch: the work-tile counter, one int at offset 0 (the backward later
 // overwrites it: the forward's scratch need not survive).
 constexpr size_t kFwdScratchBytes = sizeof(int);
