@@ -65,6 +65,17 @@ inline int cuda_num_sms() {
   return n;
 }
 
+// L2 cache size of the current device in bytes (cached after the first call).
+inline long long cuda_l2_bytes() {
+  static int n = -1;
+  if (n < 0) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev));
+  }
+  return n;
+}
+
 // Packed128: 16 bytes of T (8 bf16 or 4 fp32), loaded and stored with one 128-bit access.
 template <class T>
 struct alignas(16) Packed128 {

@@ -237,11 +237,13 @@ const AttnBackendSpec kSpec_flash3 = {
     "wgmma, ping-pong, persistent grid; warp-specialised backward with a dQ writer warp; saves LSE",
     /*bf16_only=*/true, /*dq_bitwise=*/false, /*deterministic_mode=*/true,
     /*grid_per_head=*/false, flash3_limits, flash_saved, flash3_scratch, flash3_cost,
-    // auto_max_T: flash3's forward falls off past 128K, flash's does not (H100, B 1, 12 heads,
-    // HS 64, forward TFLOP/s flash3 / flash: 434 / 347 at 128K, 303 / 325 at 512K; a d12 step
-    // at 1M takes 263 s with flash3 and 223 s with flash;
-    // bench/results/context_parallel_nvidia-h100_2026-11-25/). 256K is not measured.
-    /*auto_max_T=*/131072};
+    // auto_max_T: up to 512K flash3 is the faster (H100, 2026-11-25, B 1, 12 heads, HS 64,
+    // fwd+bwd TFLOP/s flash3 / flash, same run: 438 / 377 at 256K, 441 / 378 at 512K;
+    // bench/results/flash3_bwd_nvidia-h100_2026-11-25/run15_*). Past it flash: the one
+    // whole-model measurement there, a d12 step at 1M (the day before, flash's backward under
+    // both), took 263 s with flash3 and 223 s with flash, although the kernels alone at 1M
+    // (4 heads, run16_*) give flash3 448 and flash 383 TFLOP/s: unexplained, so not assumed.
+    /*auto_max_T=*/524288};
 const AttnBackendSpec kSpec_naive = {
     "naive",
     "cuBLAS GEMMs and causal softmax kernels: materialises P and saves it, (B, NH, T, T)",

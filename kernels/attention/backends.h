@@ -58,9 +58,9 @@ struct AttnCost {
 };
 
 // Every backend, in registry order: --attn auto (the default) takes the first that supports the
-// model (attention_auto) and whose auto_max_T admits its T. flash3 leads: its forward is
-// 1.3-2.0x flash's on an H100 up to T = 128K and its backward runs flash's steps
-// (bench/results/flash3_nvidia-h100_2026-11-23/); past 128K flash takes over (flash3's
+// model (attention_auto) and whose auto_max_T admits its T. flash3 leads: on an H100 its
+// forward is 1.3-1.9x flash's and its backward 1.0-1.2x up to T = 512K
+// (bench/results/flash3_bwd_nvidia-h100_2026-11-25/); past 512K flash takes over (flash3's
 // auto_max_T); naive is the fallback for head sizes the tensor-core kernels do not take.
 #define FLASHGPT_ATTENTION_BACKENDS(X) X(flash3) X(flash) X(naive) X(flash1) X(scalar)
 

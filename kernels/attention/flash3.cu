@@ -36,6 +36,10 @@
 // Work tiles: kFwdDynamicDefault: the producer takes the next tile of the longest-first list
 // from an atomic counter (one int of the scratch, zeroed before the launch) and passes its index
 // to the consumers in shared memory with the Q_full phase; else block k takes k, k + grid, ...
+// The list is row-major (the longest rows of every head first) while the K/V of all heads fit
+// L2, else head-major (work_tile; flash3_tiles.h kv_outgrows_l2 has the measurements): with
+// row-major order at long T the ~132 running tiles belong to every head at scattered points of
+// their rows, so their K/V reads miss L2; head-major keeps them on one head's K/V.
 // Only tiles that cross the diagonal are masked; with Br = Bc that is the first tile of a row.
 // Rows >= T of a ragged last tile compute on zero-filled Q rows and are never stored.
 //
@@ -169,11 +173,25 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 8][4], const float (&s
   }
 }
 
+// Work tile w (0 .. Tr BH - 1, handed out in order) -> (Q tile i, sequence-head bh). Row-major:
+// the longest rows of every head first (i = Tr-1 for all heads, then Tr-2, ...). Head-major
+// (long T): one head at a time, its longest rows first, so that the tiles running at once read
+// the same head's K/V tiles within a few steps of each other (L2 hits); see Work tiles above.
+__device__ __forceinline__ void work_tile(int w, int Tr, int BH, int head_major, int& i, int& bh) {
+  if (head_major) {
+    bh = w / Tr;
+    i = Tr - 1 - w % Tr;
+  } else {
+    i = Tr - 1 - w / BH;
+    bh = w % BH;
+  }
+}
+
 template <class K>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash3_fwd_kernel(const __grid_constant__ CUtensorMap tm_qkv, __nv_bfloat16* __restrict__ out,
                       float* __restrict__ lse, int* __restrict__ tile_counter, int B, int T, int NH,
-                      int NKV, float scale_log2, float scale) {
+                      int NKV, float scale_log2, float scale, int head_major) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, STAGES = K::STAGES, NS = K::NS, NO = K::NO,
                 KQ = K::KQ, KP = K::KP, PANELS = K::PANELS;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -215,7 +233,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           hopper::mbar_arrive(bar_q_full);  // tells the consumers to stop
           break;
         }
-        const int i = Tr - 1 - w / BH, bh = w % BH, b = bh / NH, h = bh % NH;
+        int i, bh;
+        work_tile(w, Tr, BH, head_major, i, bh);
+        const int b = bh / NH, h = bh % NH;
         const int kvh = h / (NH / NKV), q0 = i * Br;
         const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
         hopper::mbar_arrive_expect_tx(bar_q_full, K::Q_BYTES);
@@ -294,7 +314,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       hopper::mbar_wait(bar_q_full, tile_it & 1);
       const int w = tile_slot[tile_it & 1];
       if (w >= n_work) break;
-      const int i = Tr - 1 - w / BH, bh = w % BH, b = bh / NH, h = bh % NH;
+      int i, bh;
+      work_tile(w, Tr, BH, head_major, i, bh);
+      const int b = bh / NH, h = bh % NH;
       const int q0 = i * Br;
       const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
       const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
@@ -431,6 +453,15 @@ bool use_dynamic() {
   static const bool v = env_choice("FLASHGPT_FLASH3_SCHED", "dynamic", "static", kFwdDynamicDefault);
   return v;
 }
+// Head-major work order for this shape: when the K and V of all (sequence, kv head) pairs
+// outgrow the L2 cache (flash3_tiles.h kv_outgrows_l2), or as FLASHGPT_FLASH3_ORDER ("heads" |
+// "rows") says for every shape (a measurement switch).
+bool use_head_major(const AttnShape& s) {
+  static const char* e = std::getenv("FLASHGPT_FLASH3_ORDER");
+  if (e && std::strcmp(e, "heads") == 0) return true;
+  if (e && std::strcmp(e, "rows") == 0) return false;
+  return kv_outgrows_l2(s.B, s.NKV, s.T, s.HS, cuda_l2_bytes());
+}
 
 template <class K>
 void launch_fwd(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
@@ -451,7 +482,8 @@ void launch_fwd(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bf
   const float scale = 1.f / sqrtf((float)s.HS);
   if (K::DYNAMIC) CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
   flash3_fwd_kernel<K><<<grid, K::NTHREADS, K::SMEM, stream>>>(
-      tm, out, lse, tile_counter, s.B, s.T, s.NH, s.NKV, scale * kLog2e, scale);
+      tm, out, lse, tile_counter, s.B, s.T, s.NH, s.NKV, scale * kLog2e, scale,
+      use_head_major(s) ? 1 : 0);
   CUDA_CHECK_LAUNCH();
 }
 

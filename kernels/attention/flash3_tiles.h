@@ -25,6 +25,17 @@ constexpr bool kFwdDynamicDefault = true;
 // dK) when true; else dK before the exchange, as flash's kernel (flash3_bwd.cu BwdVariant; the
 // measured reason is in its tuning notes).
 constexpr bool kBwdDqFirstDefault = true;
+// Work order of the forward's tiles (flash3.cu work_tile): row-major (the longest rows of every
+// head first) while the K and V of all B x NKV heads fit the L2 cache; head-major (one head at a
+// time, its longest rows first) once they outgrow it, so that the tiles running at once share
+// one head's K/V tiles in L2. Measured on an H100 (50 MiB L2), 2026-11-25, forward TFLOP/s
+// head-major / row-major: HS 128 B 4 T 4K 582 / 528, T 16K-128K +2.5..+5%; HS 64 (12 heads)
+// T 16K (48 MiB of K/V: row-major kept) +1%, 64K -2%, 128K-512K +1..+3%
+// (bench/results/flash3_bwd_nvidia-h100_2026-11-25/run15_*).
+constexpr bool kv_outgrows_l2(long long B, long long NKV, long long T, long long HS,
+                              long long l2_bytes) {
+  return B * NKV * T * HS * 2 * 2 > l2_bytes;
+}
 // The forward's scratch: the work-tile counter, one int at offset 0 (the backward later
 // overwrites it: the forward's scratch need not survive).
 constexpr size_t kFwdScratchBytes = sizeof(int);
