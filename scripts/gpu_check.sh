@@ -2,7 +2,7 @@
 # gpu_check.sh — everything a GPU machine proves about flashgpt, in one go (what we run on
 # the H100/H200 before closing an issue). Build first (`make -j`); logs go to $OUT.
 #   scripts/gpu_check.sh [tests] [sanitize] [train] [bench-train] [bench-attention]
-#                        [long-context] [profile] [cp]   (cp: 2 GPUs)
+#                        [long-context] [profile] [flash3] [cp]   (cp: 2 GPUs)
 # (no argument = all). DATA = a prepared corpus (default runs/data/fortunes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +95,48 @@ PY
     build/flashgpt profile --model d12 --attn flash,naive,flash1 --steps 2 --warmup 1 \
       --max-step-seconds 20 --plot=false --out "$OUT/profile" >"$OUT/profile.log" 2>&1
     summary+=("profile (rc $?): $(tail -n 1 "$OUT/profile.log")")
+    ;;
+  flash3)
+    # Issue 11's measurements (README, flash3 section): flash3 and flash against SDPA FA2 and
+    # cuDNN in one process, the cost of --deterministic, d12 curves flash3 vs flash, d12 against
+    # torch.compile, d12 at 128K, and the profile sweep with flash3.
+    python3 scripts/bench_attention.py --binary build/flashgpt --backends flash,flash3 \
+      --torch-backends flash,cudnn --hs 64,128 --seq-lens 4096,16384,65536 --iters 10 --warmup 3 \
+      --budget-ms 1500 --out-dir "$OUT" --csv "$OUT/flash3_attention.csv" >"$OUT/flash3_attention.log" 2>&1
+    summary+=("flash3 vs SDPA (rc $?): see $OUT/flash3_attention.log")
+    for det in "" --deterministic; do
+      build/flashgpt bench-attention --backends flash,flash3 --hs 64,128 \
+        --seq-lens 4096,16384,65536 --iters 10 --warmup 3 --budget-ms 1500 $det \
+        >"$OUT/flash3_bench${det:+_det}.log" 2>&1
+      summary+=("bench-attention $det (rc $?)")
+    done
+    for attn in flash3 flash; do
+      build/flashgpt train --data "$DATA" --model d12 --seq-len 1024 --batch 16 --steps 200 \
+        --lr 6e-4 --warmup 20 --eval-every 50 --sample-every 0 --attn "$attn" \
+        --log "$OUT/flash3_d12_$attn.jsonl" >"$OUT/flash3_d12_$attn.log" 2>&1
+      summary+=("train d12 $attn (rc $?): $(grep -E '^done' "$OUT/flash3_d12_$attn.log")")
+    done
+    python3 - "$OUT" <<'PY' | tee "$OUT/flash3_curves.txt"
+import json, sys
+out = sys.argv[1]
+f = [json.loads(l) for l in open(f"{out}/flash3_d12_flash3.jsonl") if '"loss"' in l]
+g = [json.loads(l) for l in open(f"{out}/flash3_d12_flash.jsonl") if '"loss"' in l]
+d = [abs(a["loss"] - b["loss"]) for a, b in zip(f, g)]
+print(f"flash3 vs flash over {len(d)} steps: last loss {f[-1]['loss']:.4f}/{g[-1]['loss']:.4f}, "
+      f"mean |difference| {sum(d) / len(d):.4f}, max {max(d):.4f}")
+PY
+    summary+=("curves: $(cat "$OUT/flash3_curves.txt")")
+    python3 scripts/bench_train.py --ours flash3,flash --torch compile-cudnn --out "$OUT" \
+      >"$OUT/flash3_bench_train.log" 2>&1
+    summary+=("bench_train vs torch.compile (rc $?): see $OUT/flash3_bench_train.log")
+    for run in "flash3 layer-but-attn" "flash layer-but-attn" "flash3 layer"; do
+      set -- $run
+      build/flashgpt train --bench --model d12 --vocab-size 50257 --pos rope --seq-len 131072 \
+        --batch 1 --attn "$1" --recompute "$2" --bench-steps 2 >"$OUT/flash3_128k_$1_$2.log" 2>&1
+      summary+=("128K $1 $2 (rc $?): $(grep -E '^bench' "$OUT/flash3_128k_$1_$2.log")")
+    done
+    build/flashgpt profile --out "$OUT/profile_flash3" >"$OUT/profile_flash3.log" 2>&1
+    summary+=("profile flash3,flash,naive (rc $?): $(tail -n 2 "$OUT/profile_flash3.log" | head -n 1)")
     ;;
   *) echo "unknown step '$s'"; exit 2 ;;
   esac
