@@ -5,6 +5,7 @@
 
 #include "kernels/attention/backends.h"
 #include "kernels/attention/flash1_tiles.h"
+#include "kernels/attention/flash3_tiles.h"
 #include "kernels/attention/naive_plan.h"
 #include "test_helpers.h"
 
@@ -35,6 +36,17 @@ TEST(AttentionSpec, Auto) {
   EXPECT_EQ(attention_auto({1, 64, 4, 4, 32}, 2), "naive");   // the tiny preset's HS 32
   EXPECT_EQ(attention_auto({2, 1024, 12, 4, 64}, 4), "naive");  // the FP32 build
   expect_error([] { attention_auto({1, 64, 4, 4, 12}, 2); }, "--device cpu");
+}
+
+// flash3's forward goes head-major once the K/V of all heads outgrow L2 (flash3_tiles.h): the
+// shapes it was measured at on an H100 (50 MiB of L2) fall on the side that measured faster.
+TEST(AttentionSpec, Flash3WorkOrder) {
+  const long long l2 = 50ll << 20;
+  EXPECT_FALSE(flash3::kv_outgrows_l2(1, 12, 16384, 64, l2));   // 48 MiB: row-major kept
+  EXPECT_FALSE(flash3::kv_outgrows_l2(4, 12, 4096, 64, l2));    // the same 48 MiB at B 4
+  EXPECT_TRUE(flash3::kv_outgrows_l2(4, 16, 4096, 128, l2));    // 128 MiB: head-major, +10%
+  EXPECT_TRUE(flash3::kv_outgrows_l2(1, 12, 524288, 64, l2));
+  EXPECT_TRUE(flash3::kv_outgrows_l2(1, 4, 1 << 20, 64, l2));   // no int overflow at 1M
 }
 
 TEST(AttentionSpec, Limits) {
