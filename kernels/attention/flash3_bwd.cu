@@ -102,7 +102,7 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
                        OFF_DS = OFF_DO + 2 * QT_BYTES, OFF_DQ = OFF_DS + 2 * DS_BYTES;
   static constexpr int FIXED = OFF_DQ + 4 * Br * 4 + 5 * 8 + 1024;  // + slack to align the base
   // Two staging buffers (the writer may lag a whole step) where they fit: HS 128 (Br 64);
-  // HS 64 (Br 128) misses by 64 bytes and has one.
+  // HS 64 (Br 128) misses by 40 bytes and has one.
   static constexpr int DQ_BUFS = FIXED + 2 * DQ_BYTES <= 227 * 1024 ? 2 : 1;
   static constexpr int OFF_L = OFF_DQ + DQ_BUFS * DQ_BYTES, OFF_D = OFF_L + 2 * Br * 4,
                        OFF_BAR = OFF_D + 2 * Br * 4;
