@@ -130,12 +130,12 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  const int NH = p.NH, NKV = p.NKV, Tq = p.Tq;
+  const int NH = p.NH, Tq = p.Tq;
   const bool causal = p.causal;
-  const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
-  const int j = blockIdx.y;
-  const int G = NH / NKV;
-  const int k0 = j * Bc;
+  const flash::BwdBlock<Bc, Br, ORDER> blk(p);  // flash_bwd_wgmma.cuh's step orders
+  const int b = blk.b, kvh = blk.kvh, j = blk.j, k0 = blk.k0;
+  const int total = blk.total, n_qtiles = blk.n_qtiles;
+  auto step_tile = [&](int it, int& hq, int& q0) { blk.tile(it, hq, q0); };
   const int dq_sw = p.dq_row0 & 7;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
 
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
@@ -145,20 +145,6 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const uint32_t bar_full = s0 + K::OFF_BAR, bar_empty = bar_full + 16,
                  bar_kv = bar_full + 32;
 
-  const int i_begin = causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
-  const int n_qtiles = (Tq + Br - 1) / Br;
-  const int n_i = n_qtiles - i_begin;
-  const int total = G * n_i;
-  // Step it -> (query head hq, first query q0): flash_bwd_wgmma.cuh's orders.
-  auto step_tile = [&](int it, int& hq, int& q0) {
-    if constexpr (DET) {
-      hq = kvh * G + it % G;
-      q0 = (n_qtiles - 1 - it / G) * Br;
-    } else {
-      hq = kvh * G + it / n_i;
-      q0 = (i_begin + it % n_i) * Br;
-    }
-  };
 
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
@@ -221,18 +207,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         if (lane == 0) {
           int hq, q0;
           step_tile(it, hq, q0);
-          if constexpr (DET) {
-            // The last add is complete: let block j + 1 add to that tile; then wait until
-            // blocks 0 .. j-1 have added their parts of this one (flash_bwd_wgmma.cuh).
-            if (sem_pending != nullptr) {
-              flash::bulk_wait_all();
-              hopper::fence_proxy_async_global();
-              hopper::st_release_gpu(sem_pending, j + 1);
-            }
-            sem_pending = dq_sem + ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
-            hopper::wait_flag_equals(sem_pending, j);
-            hopper::fence_proxy_async_global();
-          }
+          if constexpr (DET)
+            flash::fixed_order_before_add(sem_pending, dq_sem,
+                                          ((size_t)b * NH + hq) * n_qtiles + q0 / Br, j);
           flash::bulk_reduce_add_f32(
               p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS,
               sdQ + d * K::DQ_BYTES, (uint32_t)(min(Br, Tq - q0) * HS * 4));
@@ -244,12 +221,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       }
       if (lane == 0) {
         flash::bulk_wait_all();  // the adds are done before the block (and its smem) goes
-        if constexpr (DET) {
-          if (sem_pending != nullptr) {
-            hopper::fence_proxy_async_global();
-            hopper::st_release_gpu(sem_pending, j + 1);
-          }
-        }
+        if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
       }
     }
   } else {

@@ -106,6 +106,71 @@ struct BwdTileWG {
 // How the dQ partials of a Q tile are summed into dQacc (the top of this file).
 enum class DqOrder { kArrival, kFixed };
 
+// A backward block: (batch b, kv head kvh) = blockIdx.x, K/V tile j = blockIdx.y (first key
+// k0), G query heads per kv head; and its steps: step it -> (query head hq, first query q0).
+// kArrival: head by head, each from the diagonal tile up (the longest work first). kFixed: Q
+// tiles from the last down to the diagonal, the group's heads inside (the top of this file says
+// why).
+template <int Bc, int Br, DqOrder ORDER>
+struct BwdBlock {
+  int b, kvh, j, k0, G, i_begin, n_qtiles, n_i, total;
+  __device__ __forceinline__ explicit BwdBlock(const BwdProblem& p) {
+    b = blockIdx.x / p.NKV;
+    kvh = blockIdx.x % p.NKV;
+    j = blockIdx.y;
+    k0 = j * Bc;
+    G = p.NH / p.NKV;
+    i_begin = p.causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
+    n_qtiles = (p.Tq + Br - 1) / Br;
+    n_i = n_qtiles - i_begin;
+    total = G * n_i;
+  }
+  __device__ __forceinline__ void tile(int it, int& hq, int& q0) const {
+    if constexpr (ORDER == DqOrder::kFixed) {
+      hq = kvh * G + it % G;
+      q0 = (n_qtiles - 1 - it / G) * Br;
+    } else {
+      hq = kvh * G + it / n_i;
+      q0 = (i_begin + it % n_i) * Br;
+    }
+  }
+};
+
+// kFixed, on the thread that adds block j's dQ partials: before the add to Q tile `tile` (its
+// semaphore dq_sem[tile]), release the previous add (now complete) to block j + 1, then wait
+// until blocks 0 .. j-1 have added theirs; after the block's last add, fixed_order_release_last.
+__device__ __forceinline__ void fixed_order_before_add(int*& sem_pending, int* dq_sem, size_t tile,
+                                                       int j) {
+  if (sem_pending != nullptr) {
+    bulk_wait_all();
+    hopper::fence_proxy_async_global();
+    hopper::st_release_gpu(sem_pending, j + 1);
+  }
+  sem_pending = dq_sem + tile;
+  hopper::wait_flag_equals(sem_pending, j);
+  hopper::fence_proxy_async_global();
+}
+__device__ __forceinline__ void fixed_order_release_last(int* sem_pending, int j) {
+  if (sem_pending != nullptr) {
+    bulk_wait_all();
+    hopper::fence_proxy_async_global();
+    hopper::st_release_gpu(sem_pending, j + 1);
+  }
+}
+
+// acc += A B^T over the head dim, both operands K-major 64-column panels (aA: 64 rows of K_j
+// or V_j, aB: Br rows of Q_i or dO_i): S^T or dP^T. Issued and committed.
+template <class K>
+__device__ __forceinline__ void bwd_issue_over_hs(float (&acc)[K::NS], uint32_t aA, uint32_t aB) {
+#pragma unroll
+  for (int kk = 0; kk < K::KH; ++kk) {
+    const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
+    const uint32_t ob = (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
+    wgmma_ss<0, 0>(acc, gmma_desc(aA + oa, 16, 1024), gmma_desc(aB + ob, 16, 1024));
+  }
+  wgmma_commit();
+}
+
 // dK += dS^T Q_i (A = dS^T from registers, B = Q_i MN-major), issued and committed.
 template <class K>
 __device__ __forceinline__ void bwd_issue_dk(float (&dk)[K::NA], uint32_t (&as)[K::QK][4],
@@ -138,7 +203,7 @@ __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K:
                                               int key_wg, int key_row, int kw, bool causal,
                                               float scale_log2, uint32_t (&as)[K::QK][4],
                                               bool issue_dk = true) {
-  constexpr int Br = K::Br, KH = K::KH, QK = K::QK, NS = K::NS;
+  constexpr int Br = K::Br, QK = K::QK, NS = K::NS;
   const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
   const bool active = !causal || key_wg <= q0 + Br - 1;
@@ -152,20 +217,8 @@ __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K:
     reg_fence(st);
     reg_fence(dpt);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < KH; ++kk) {
-      const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
-      const uint32_t ob = (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
-      wgmma_ss<0, 0>(st, gmma_desc(aK + oa, 16, 1024), gmma_desc(sQb + ob, 16, 1024));
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < KH; ++kk) {
-      const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
-      const uint32_t ob = (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
-      wgmma_ss<0, 0>(dpt, gmma_desc(aV + oa, 16, 1024), gmma_desc(sdOb + ob, 16, 1024));
-    }
-    wgmma_commit();
+    bwd_issue_over_hs<K>(st, aK, sQb);
+    bwd_issue_over_hs<K>(dpt, aV, sdOb);
     wgmma_wait<1>();
     reg_fence(st);
     // P^T = exp2(S^T scale log2e - LSE log2e) (0 where key > query), packed to bf16 as the A
@@ -282,12 +335,12 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2;
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
-  const int NH = p.NH, NKV = p.NKV, Tq = p.Tq;
+  const int NH = p.NH;
   const bool causal = p.causal;
-  const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
-  const int j = blockIdx.y;
-  const int G = NH / NKV;
-  const int k0 = j * Bc;
+  const BwdBlock<Bc, Br, ORDER> blk(p);
+  const int b = blk.b, kvh = blk.kvh, j = blk.j, k0 = blk.k0;
+  const int total = blk.total, n_qtiles = blk.n_qtiles;
+  auto step_tile = [&](int it, int& hq, int& q0) { blk.tile(it, hq, q0); };
   // dQacc's swizzle follows its own row index dq_row0 + q0 + r; q0 % 8 == 0.
   const int dq_sw = p.dq_row0 & 7;
 
@@ -297,22 +350,6 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                  sdS = s0 + K::OFF_DS, sL = s0 + K::OFF_L, sD = s0 + K::OFF_D, sdQ = s0 + K::OFF_DQ;
 
   bwd_load_kv<Bc, HS, NTHREADS>(sK, sV, p, b, k0, kvh, tid);
-  const int i_begin = causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
-  const int n_qtiles = (Tq + Br - 1) / Br;
-  const int n_i = n_qtiles - i_begin;
-  const int total = G * n_i;
-  // Step it -> (query head hq, first query q0). kArrival: head by head, each from the diagonal
-  // tile up (the longest work first). kFixed: Q tiles from the last down to the diagonal, the
-  // group's heads inside (the top of this file says why).
-  auto step_tile = [&](int it, int& hq, int& q0) {
-    if constexpr (DET) {
-      hq = kvh * G + it % G;
-      q0 = (n_qtiles - 1 - it / G) * Br;
-    } else {
-      hq = kvh * G + it / n_i;
-      q0 = (i_begin + it % n_i) * Br;
-    }
-  };
   auto prefetch = [&](int it, int buf) {
     int hq, q0;
     step_tile(it, hq, q0);
@@ -377,27 +414,14 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       reg_fence(dq);
       bwd_stage_dq<K>(dq, sdQ, wg, dq_sw);
       bwd_add_dq_tile<HS, Br>(p, sdQ, b, hq, q0, tid, [&] {
-        if constexpr (DET) {
-          // The last step's add (issued a step ago) is complete: let block j + 1 add to that
-          // tile. Then wait until blocks 0 .. j-1 have added their parts of this one.
-          if (sem_pending != nullptr) {
-            bulk_wait_all();
-            hopper::fence_proxy_async_global();
-            hopper::st_release_gpu(sem_pending, j + 1);
-          }
-          sem_pending = dq_sem + ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
-          hopper::wait_flag_equals(sem_pending, j);
-          hopper::fence_proxy_async_global();
-        }
+        if constexpr (DET)  // the last step's add was issued a step ago
+          fixed_order_before_add(sem_pending, dq_sem,
+                                 ((size_t)b * NH + hq) * n_qtiles + q0 / Br, j);
       });
     }
   }
   if constexpr (DET) {
-    if (tid == 0 && sem_pending != nullptr) {  // release the last add once it is complete
-      bulk_wait_all();
-      hopper::fence_proxy_async_global();
-      hopper::st_release_gpu(sem_pending, j + 1);
-    }
+    if (tid == 0) fixed_order_release_last(sem_pending, j);
   }
   bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
                       [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p, b, k0,
