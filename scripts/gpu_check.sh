@@ -65,7 +65,7 @@ PY
         --batch 1 --attn flash --recompute "$rc" --bench-steps 3 >"$OUT/bench_128k_$rc.log" 2>&1
       summary+=("128K bench recompute=$rc (rc $?): $(grep -E '^bench' "$OUT/bench_128k_$rc.log")")
     done
-    build/flashgpt train --data "$DATA" --val-pattern none --model d12 --pos rope \
+    build/flashgpt train --data "$DATA" --eval-steps 1 --model d12 --pos rope \
       --seq-len 131072 --batch 1 --steps 12 --lr 6e-4 --warmup 2 --eval-every 0 \
       --sample-every 0 --attn flash --log "$OUT/train_128k.jsonl" >"$OUT/train_128k.log" 2>&1
     summary+=("128K train (rc $?): $(grep -E '^done' "$OUT/train_128k.log")")
@@ -85,7 +85,7 @@ PY
     summary+=("test_multigpu cp (rc $?): $(tail -n 1 "$OUT/multigpu_cp.log")")
     TS="${CP_TS:-131072 262144}" OUT="$OUT/bench_cp" scripts/bench_cp.sh >"$OUT/bench_cp.log" 2>&1
     summary+=("bench_cp (rc $?): see $OUT/bench_cp/table.md")
-    scripts/launch.sh --gpus 2 -- --data "${LONG_DATA:-runs/data/long}" --val-pattern none \
+    scripts/launch.sh --gpus 2 -- --data "${LONG_DATA:-runs/data/long}" --eval-steps 1 \
       --model d12 --pos rope --seq-len 1048576 --batch 1 --cp 2 --recompute layer-but-attn \
       --attn flash --steps 3 --warmup 1 --eval-every 0 --sample-every 0 \
       --log "$OUT/train_1m_cp2.jsonl" >"$OUT/train_1m_cp2.log" 2>&1
