@@ -15,7 +15,10 @@
 //     (expect_calibrated: L2 <= 2x and max <= 4x the baseline's error) for out, dQ, dK, dV, and
 //     LSE max error <= 2e-4;
 //   * out, LSE, dqkv and every ring buffer are filled with NaN first, so an unwritten element,
-//     a block read before it arrived or a pair left out fails.
+//     a block read before it arrived or a pair left out fails;
+//   * the rank threads meet (ThreadBarrier) before the ring starts and before any frees: over
+//     NCCL a rank still allocating, or one that throws mid-ring, leaves the other's kernels
+//     spinning (a failure there hangs rather than fails: run it under `timeout`).
 // Ragged T (odd lengths: chunk lengths differ, the second Q chunk starts at a row that is not a
 // multiple of 8), GQA and MQA, HS 64 and 128, both ring backends.
 //
@@ -23,7 +26,9 @@
 #include <nccl.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -48,6 +53,30 @@ std::string ring_case_name(const RingCase& c) {
          "_NH" + std::to_string(c.NH) + "_NKV" + std::to_string(c.NKV) + "_HS" +
          std::to_string(c.HS);
 }
+
+// The ranks of one process meet here. Over NCCL one process drives both GPUs, and NCCL's kernels
+// spin until the peer's matching kernel runs: no rank may start the ring while another is still
+// in cudaMalloc/cudaMemcpy, or free its buffers while the other's ring is in flight.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    const int gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return gen_ != gen; });
+    }
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int n_, arrived_ = 0, gen_ = 0;
+};
 
 int gpu_count() {
   int n = 0;
@@ -90,7 +119,16 @@ void RingAttentionGpu::check(bool nccl) {
 
   std::vector<float> out(n_out, NAN), lse(n_lse, NAN), dqkv(n_qkv, NAN);
   std::vector<std::string> errors(N);
+  ThreadBarrier meet(N);
   auto rank_main = [&](int r) {
+    // Every rank reaches both meeting points, even after an error (else the others would wait).
+    int met = 0;
+    auto meet_once = [&](int point) {
+      while (met < point) {
+        meet.arrive_and_wait();
+        ++met;
+      }
+    };
     try {
       CUDA_CHECK(cudaSetDevice(nccl ? r : 0));
       const int Tl = L.local_len(r);
@@ -122,6 +160,8 @@ void RingAttentionGpu::check(bool nccl) {
       rb.o_run = o_run.ptr;
       cudaStream_t st;
       CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaDeviceSynchronize());
+      meet_once(1);  // all buffers allocated and uploaded
       {
         RingAttention ring(L, r, nccl ? make_nccl_ring_transport(comms[r], L.ring_next(r),
                                                                  L.ring_prev(r))
@@ -134,6 +174,7 @@ void RingAttentionGpu::check(bool nccl) {
         const double w = ring.comm_wait_ms();
         EXPECT_GE(w, 0.0);
       }
+      meet_once(2);  // every ring done before any rank frees
       CUDA_CHECK(cudaStreamDestroy(st));
       const std::vector<float> o_l = to_float(d_out.download()), dq_l = to_float(d_dqkv.download()),
                                l_l = d_lse.download();
@@ -144,6 +185,7 @@ void RingAttentionGpu::check(bool nccl) {
     } catch (const std::exception& ex) {
       errors[r] = ex.what();
     }
+    meet_once(2);
   };
   std::vector<std::thread> others;
   for (int r = 1; r < N; r++) others.emplace_back(rank_main, r);
