@@ -2,6 +2,11 @@
 """plot_cp.py — the table and plot of scripts/bench_cp.sh (context parallelism, issue 12).
 
     python3 scripts/plot_cp.py OUT/runs.csv [MORE/runs.csv ...] --out DIR
+    python3 scripts/plot_cp.py runs.csv --real-run 1048576:2:train_1m_cp2.jsonl --out DIR
+
+--real-run T:CP:LOG.jsonl adds a point from a real `flashgpt train --log` run at --seq-len T,
+--batch 1, --cp CP (at T = 1M a --bench run costs as much as a real one): the median of its
+steps' ms, tokens/s = T / that, and its peak memory; its recompute column says "real run".
 
 Reads the per-run rows bench_cp.sh writes (several files merge: a later row of the same T and
 cp replaces an earlier one, and a measured row beats a failed one), and writes into DIR:
@@ -29,6 +34,21 @@ def load(paths):
     return runs
 
 
+def load_real_run(spec, device):
+    """T:CP:PATH of a `train --log` jsonl (B 1) -> a runs.csv row."""
+    T, cp, path = spec.split(":", 2)
+    import json
+    steps = [json.loads(l) for l in open(path) if '"ms"' in l]
+    if not steps:
+        sys.exit(f"plot_cp.py: --real-run {spec}: no steps in {path}")
+    ms = sorted(s["ms"] for s in steps)[len(steps) // 2]
+    peak = max(s.get("peak_mem_bytes", 0) for s in steps) / 2**30
+    return {"T": T, "cp": cp, "recompute": f"real run ({len(steps)} steps)", "status": "ok",
+            "ms_per_step": f"{ms:.2f}", "tokens_per_s": f"{int(T) / (ms / 1e3):.0f}",
+            "peak_gib_per_gpu": f"{peak:.3f}" if peak else "", "comm_wait_ms": "",
+            "device": device, "log": path}
+
+
 def num(row, field):
     try:
         return float(row[field]) if row and row.get(field) else None
@@ -44,8 +64,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="runs.csv files of bench_cp.sh")
     ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--real-run", action="append", default=[], metavar="T:CP:LOG.jsonl",
+                    help="a point from a real train run's --log (B 1); replaces a bench row")
+    ap.add_argument("--device", default="", help="the GPU of the --real-run logs")
     args = ap.parse_args()
     runs = load(args.runs)
+    for spec in args.real_run:
+        row = load_real_run(spec, args.device)
+        runs[(int(row["T"]), int(row["cp"]))] = row
     if not runs:
         sys.exit("plot_cp.py: no runs in " + ", ".join(args.runs))
     cps = sorted({cp for _, cp in runs if cp > 1})
