@@ -12,8 +12,6 @@
 // "every rank runs the op, every rank's stream drains", timed on the host.
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "bench/bench_ring.h"
@@ -22,29 +20,6 @@
 #include "kernels/attention/ring_attention.cuh"
 
 namespace {
-
-// All n threads wait until all have arrived (reusable).
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(m_);
-    const long gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      gen_++;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return gen_ != gen; });
-    }
-  }
-
- private:
-  int n_, count_ = 0;
-  long gen_ = 0;
-  std::mutex m_;
-  std::condition_variable cv_;
-};
 
 struct RankBuffers {
   floatX *qkv, *dqkv, *out, *dout;
@@ -92,7 +67,7 @@ RingTimes time_ring_virtual(const AttentionBackend& be, const AttnShape& s, int 
   CUDA_CHECK(cudaDeviceSynchronize());
 
   LocalRingHub hub(N);
-  Barrier bar(N);
+  RankBarrier bar(N);
   std::vector<std::string> errors(N);
   std::vector<double> f_ms, b_ms, fb_ms;
   auto rank_main = [&](int r) {
@@ -110,12 +85,12 @@ RingTimes time_ring_virtual(const AttentionBackend& be, const AttnShape& s, int 
       };
       auto rounds = [&](int which, std::vector<double>& ms) {
         for (int it = 0; it < warmup + iters; it++) {
-          bar.wait();
+          bar.arrive_and_wait();
           const auto t0 = std::chrono::steady_clock::now();
           if (which != 1) fwd();
           if (which != 0) bwd();
           CUDA_CHECK(cudaStreamSynchronize(st));
-          bar.wait();
+          bar.arrive_and_wait();
           if (r == 0 && it >= warmup)
             ms.push_back(std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - t0)

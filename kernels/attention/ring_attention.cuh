@@ -70,6 +70,32 @@ std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm, int nex
 // One that forwards to `t` without owning it (ModelOptions::cp_transport).
 std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t);
 
+// Tests and bench-attention --cp: the ranks of one process (a host thread each) meet here; all n
+// wait until all have arrived (reusable). Over NCCL one process may drive two GPUs, and NCCL's
+// kernels spin until the peer's matching kernel runs: no rank may start the ring while another
+// is still in cudaMalloc/cudaMemcpy, or free its buffers while the other's ring is in flight.
+class RankBarrier {
+ public:
+  explicit RankBarrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    const long gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return gen_ != gen; });
+    }
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int n_, arrived_ = 0;
+  long gen_ = 0;
+};
+
 // Tests: n virtual ranks of one process on one GPU, each driven by its own host thread. A hop
 // posts the sender's buffer (and an event: its bytes are ready), copies the previous rank's
 // posted buffer on the receiver's stream, and makes the sender's stream wait for that copy.

@@ -16,7 +16,7 @@
 //     LSE max error <= 2e-4;
 //   * out, LSE, dqkv and every ring buffer are filled with NaN first, so an unwritten element,
 //     a block read before it arrived or a pair left out fails;
-//   * the rank threads meet (ThreadBarrier) before the ring starts and before any frees: over
+//   * the rank threads meet (RankBarrier) before the ring starts and before any frees: over
 //     NCCL a rank still allocating, or one that throws mid-ring, leaves the other's kernels
 //     spinning (a failure there hangs rather than fails: run it under `timeout`).
 // Ragged T (odd lengths: chunk lengths differ, the second Q chunk starts at a row that is not a
@@ -26,9 +26,7 @@
 #include <nccl.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -53,30 +51,6 @@ std::string ring_case_name(const RingCase& c) {
          "_NH" + std::to_string(c.NH) + "_NKV" + std::to_string(c.NKV) + "_HS" +
          std::to_string(c.HS);
 }
-
-// The ranks of one process meet here. Over NCCL one process drives both GPUs, and NCCL's kernels
-// spin until the peer's matching kernel runs: no rank may start the ring while another is still
-// in cudaMalloc/cudaMemcpy, or free its buffers while the other's ring is in flight.
-class ThreadBarrier {
- public:
-  explicit ThreadBarrier(int n) : n_(n) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(m_);
-    const int gen = gen_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++gen_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return gen_ != gen; });
-    }
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  int n_, arrived_ = 0, gen_ = 0;
-};
 
 int gpu_count() {
   int n = 0;
@@ -119,7 +93,7 @@ void RingAttentionGpu::check(bool nccl) {
 
   std::vector<float> out(n_out, NAN), lse(n_lse, NAN), dqkv(n_qkv, NAN);
   std::vector<std::string> errors(N);
-  ThreadBarrier meet(N);
+  RankBarrier meet(N);
   auto rank_main = [&](int r) {
     // Every rank reaches both meeting points, even after an error (else the others would wait).
     int met = 0;
