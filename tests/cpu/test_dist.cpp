@@ -3,7 +3,8 @@
 // TCP (threads on 127.0.0.1), the ZeRO-1 shard arithmetic, world-size checks on resume, and
 // --total-batch divisibility at world > 1. (Per-rank data slicing: test_data.cpp.) Context
 // parallelism's trainer side: the rank grid, the loader split over cp ranks, the --cp check on
-// resume and the GPU-only refusal (the ring itself: test_context_parallel.cpp).
+// resume and the GPU-only refusal (the ring itself: test_context_parallel.cpp). The scripts,
+// with a stand-in for flashgpt: launch.sh, and bench_cp.sh + plot_cp.py (the cp benchmark's table).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -277,6 +278,87 @@ TEST(Dist, LaunchScript) {
   EXPECT_NE(all.find("launch.sh: rank 1 exited with code 3"), std::string::npos) << all;
   rc = std::system(("scripts/launch.sh --gpus 0 -- x > " + d.path + "/log3 2>&1").c_str());
   EXPECT_NE(WEXITSTATUS(rc), 0);
+}
+
+// scripts/bench_cp.sh + scripts/plot_cp.py with a stand-in for flashgpt that prints `train
+// --bench`'s line (rank 0 only, as the trainer): the numbers parsed into runs.csv (MiB peaks
+// converted), the recompute fallback and "does not fit" (a smaller T not fitting skips the
+// larger ones on one GPU), T > CP1_MAX_T skipped, and the table's efficiency
+// tok/s(cp 2) / (2 tok/s(1 GPU)); then --real-run points from train --log jsonl files.
+TEST(Dist, BenchCpScriptTableAndEfficiency) {
+  if (access("scripts/bench_cp.sh", X_OK) != 0) GTEST_SKIP() << "run from the repository root";
+  TempDir d;
+  const std::string fake = d / "fake.sh";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/bash\n"
+         "a=\"$*\"\n"
+         "T=$(sed -nE 's/.*--seq-len ([0-9]+).*/\\1/p' <<<\"$a\")\n"
+         "rec=$(sed -nE 's/.*--recompute ([a-z-]+).*/\\1/p' <<<\"$a\")\n"
+         "cp=1; [[ \"$a\" == *'--cp 2'* ]] && cp=2\n"
+         "echo \"$cp $T $rec\" >> " << d.path << "/calls\n"
+         "oom() { echo 'flashgpt: error: the model needs 90.00 GiB of GPU memory; lower --seq-len' >&2; exit 1; }\n"
+         "if [ $cp = 1 ]; then\n"
+         "  [ $T = 262144 ] && [ $rec = layer-but-attn ] && oom\n"
+         "  [ $T -ge 524288 ] && oom\n"
+         "fi\n"
+         "[ \"${RANK:-0}\" = 0 ] || exit 0\n"
+         "case $cp.$T in\n"
+         "  1.131072) ms=3276.8; tok=40000; peak='12.14 GiB'; comm='' ;;\n"
+         "  2.131072) ms=1820.4; tok=72000; peak='6460.00 MiB'; comm=' | comm_wait_ms=64.8 per step (rank 0)' ;;\n"
+         "  1.262144) ms=13107.2; tok=20000; peak='16.99 GiB'; comm='' ;;\n"
+         "  2.262144) ms=7084.9; tok=37000; peak='15.69 GiB'; comm=' | comm_wait_ms=275.0 per step (rank 0)' ;;\n"
+         "  *) ms=30000.0; tok=17476; peak='26.56 GiB'; comm=' | comm_wait_ms=500.0 per step (rank 0)' ;;\n"
+         "esac\n"
+         "echo \"bench: Fake GPU d12 attn=flash B=1 T=$T world=$cp cp=$cp dp=1 | median $ms ms/step | "
+         "$tok tokens/s ($tok per GPU) | MFU 30.0% | peak memory $peak$comm\"\n";
+  }
+  chmod(fake.c_str(), 0755);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string out = d / "bench";
+  int rc = std::system(("FLASHGPT=" + fake + " TS='131072 262144 524288 1048576' OUT=" + out +
+                        " scripts/bench_cp.sh > " + d.path + "/log 2>&1").c_str());
+  ASSERT_EQ(WEXITSTATUS(rc), 0) << read(d / "log");
+  // Calls: cp 2 at every T; one GPU at 128K, 256K (layer-but-attn, then the fallback), 512K
+  // (both modes fail), none at 1M (above CP1_MAX_T).
+  EXPECT_EQ(read(d / "calls"),
+            "2 131072 layer-but-attn\n2 131072 layer-but-attn\n1 131072 layer-but-attn\n"
+            "2 262144 layer-but-attn\n2 262144 layer-but-attn\n1 262144 layer-but-attn\n1 262144 layer\n"
+            "2 524288 layer-but-attn\n2 524288 layer-but-attn\n1 524288 layer-but-attn\n1 524288 layer\n"
+            "2 1048576 layer-but-attn\n2 1048576 layer-but-attn\n");
+  const std::string runs = read(out + "/runs.csv");
+  EXPECT_NE(runs.find("131072,2,layer-but-attn,ok,1820.4,72000,6.309,64.8,Fake GPU,"), std::string::npos) << runs;
+  EXPECT_NE(runs.find("131072,1,layer-but-attn,ok,3276.8,40000,12.140,,Fake GPU,"), std::string::npos) << runs;
+  EXPECT_NE(runs.find("262144,1,layer-but-attn,does not fit,"), std::string::npos) << runs;
+  EXPECT_NE(runs.find("262144,1,layer,ok,13107.2,20000,16.990,,Fake GPU,"), std::string::npos) << runs;
+  EXPECT_NE(runs.find("524288,1,layer,does not fit,"), std::string::npos) << runs;
+  EXPECT_NE(runs.find("1048576,1,,skipped (CP1_MAX_T)"), std::string::npos) << runs;
+  const std::string table = read(out + "/table.md");
+  EXPECT_NE(table.find("| 128K | 40000 | 72000 | 90.0% | 12.14 | 6.31 | 64.8 | layer-but-attn / layer-but-attn |"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("| 256K | 20000 | 37000 | 92.5% | 16.99 | 15.69 | 275.0 | layer / layer-but-attn |"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("| 512K | does not fit | 17476 | - |"), std::string::npos) << table;
+
+  // Real runs at 1M: the median step of each log (3 steps for cp 2, 1 for one GPU).
+  {
+    std::ofstream f(d / "cp2.jsonl");
+    for (double ms : {121506.1, 119123.2, 119972.7})
+      f << "{\"step\": 1, \"loss\": 8.4, \"ms\": " << ms << ", \"peak_mem_bytes\": 53223620608}\n";
+    std::ofstream g(d / "cp1.jsonl");
+    g << "{\"step\": 1, \"loss\": 8.4, \"ms\": 223390.121, \"peak_mem_bytes\": 79997960192}\n";
+  }
+  rc = std::system(("python3 scripts/plot_cp.py " + out + "/runs.csv --real-run 1048576:2:" +
+                    d.path + "/cp2.jsonl --real-run 1048576:1:" + d.path + "/cp1.jsonl --out " +
+                    d.path + "/merged > " + d.path + "/log2 2>&1").c_str());
+  ASSERT_EQ(WEXITSTATUS(rc), 0) << read(d / "log2");
+  const std::string merged = read(d / "merged/table.md");
+  // 1048576 / 119.9727 s = 8740 tok/s; / 223.390 s = 4694; 8740 / (2 x 4694) = 93.1%.
+  EXPECT_NE(merged.find("| 1M | 4694 | 8740 | 93.1% | 74.50 | 49.57 | - | real run (1 steps) / real run (3 steps) |"),
+            std::string::npos) << merged;
 }
 
 TEST(Dist, FailureMarkerNamesTheRank) {
