@@ -5,6 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "kernels/common.h"
 
 // floatX: the type of parameters and activations on the GPU. The default build is bf16 with
@@ -34,6 +38,23 @@ typedef __nv_bfloat16 floatX;
 
 // After every kernel launch.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory (over 48 KiB needs this opt-in) on
+// the current device. The attribute belongs to the device, and one process may drive several GPUs
+// from threads (the NCCL ring tests, tests/gpu/test_ring_attention.cu): so it is set per kernel
+// and device, under a lock, not once per process (a once-per-process flag left the second GPU's
+// launch failing, and the ring tests hanging on 2 GPUs, 2026-11-25).
+inline void allow_dynamic_smem(const void* kernel, int bytes) {
+  static std::mutex m;
+  static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device) -> bytes
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(m);
+  int& have = allowed[{kernel, dev}];
+  if (have >= bytes) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  have = bytes;
+}
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }

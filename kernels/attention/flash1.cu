@@ -555,12 +555,7 @@ template <int HS>
 void launch_forward(__nv_bfloat16* out, float* lse, float* scratch, const __nv_bfloat16* qkv,
                     const AttnShape& s, cudaStream_t stream) {
   using K = Fa1Tile<HS>;
-  static bool attr_set = false;  // one-time, per instantiation
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(flash1_fwd_kernel<HS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, K::FWD_SMEM));
-    attr_set = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(flash1_fwd_kernel<HS>), K::FWD_SMEM);
   const size_t Tp = flash1_padded_T(s.T), rows = (size_t)s.B * s.NH * Tp;
   float* O = scratch;
   float* m = O + rows * HS;
@@ -576,12 +571,7 @@ void launch_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* d
                      const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                      const AttnShape& s, cudaStream_t stream) {
   using K = Fa1Tile<HS>;
-  static bool attr_set = false;
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(flash1_bwd_kernel<HS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, K::BWD_SMEM));
-    attr_set = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(flash1_bwd_kernel<HS>), K::BWD_SMEM);
   const size_t Tp = flash1_padded_T(s.T), rows = (size_t)s.B * s.NH * Tp;
   float* dQ = scratch;
   float* D = dQ + rows * HS;

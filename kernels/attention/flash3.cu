@@ -466,12 +466,7 @@ bool use_head_major(const AttnShape& s) {
 template <class K>
 void launch_fwd(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
                 const AttnShape& s, cudaStream_t stream) {
-  static bool attr_set = false;  // one-time, per instantiation
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(flash3_fwd_kernel<K>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
-    attr_set = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(flash3_fwd_kernel<K>), K::SMEM);
   const uint64_t H3 = (uint64_t)s.NH + 2 * s.NKV;
   const uint64_t dims[4] = {(uint64_t)s.HS, H3, (uint64_t)s.T, (uint64_t)s.B};
   const uint64_t strides[3] = {(uint64_t)s.HS * 2, H3 * s.HS * 2, (uint64_t)s.T * H3 * s.HS * 2};

@@ -293,11 +293,7 @@ namespace {
 template <class K, DqOrder ORDER>
 void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
   auto kernel = flash3_bwd_kernel<K, ORDER>;
-  static bool attr_set = false;  // one-time, per instantiation
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
-    attr_set = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), K::SMEM);
   CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
   CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash3 backward: one dK output");
   CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout) &&

@@ -133,12 +133,7 @@ __global__ void flash_bwd_dq_kernel(__nv_bfloat16* __restrict__ dqkv,
 template <class K, DqOrder ORDER>
 static void launch_main(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
   auto kernel = flash_bwd_wg_kernel<K, ORDER>;
-  static bool attr_set = false;  // one-time, per instantiation
-  if (!attr_set) {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
-    attr_set = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), K::SMEM);
   CHECK(!p.causal || p.Tq == p.Tk, "internal: flash backward: causal needs Tq == Tk");
   CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash backward: one dK output");
   const float scale = 1.f / sqrtf((float)K::HS);

@@ -367,12 +367,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
 
 template <class K, bool CAUSAL, bool F32_RUN>
 static void launch_fwd(const FwdProblem& p, cudaStream_t stream) {
-  static bool attr_set = false;  // one-time, per instantiation
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<K, CAUSAL, F32_RUN>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM));
-    attr_set = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(flash_fwd_kernel<K, CAUSAL, F32_RUN>),
+                     K::SMEM);
   const float scale = 1.f / sqrtf((float)K::HS);
   dim3 grid((unsigned)(p.B * p.NH), (unsigned)ceil_div(p.Tq, K::Br));
   flash_fwd_kernel<K, CAUSAL, F32_RUN>
