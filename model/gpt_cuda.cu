@@ -29,6 +29,8 @@
 // there (layer_done, reduce_grads, the AdamW ranges, ...).
 #include "model/gpt_cuda.cuh"
 
+#include <exception>
+
 #include "model/dist_comm.h"
 #include "model/gpt_cuda_impl.cuh"
 
@@ -68,6 +70,7 @@ void GptCuda::init(const ModelOptions& opt) {
     cp_ = std::make_unique<CpLayout>(opt.cp, maxT_);  // names --cp and --seq-len when T < 2 cp
     cp_rank_ = opt.cp_rank;
     world_comm_ = opt.comm;
+    cp_comm_ = opt.cp_comm;
     maxT_ = cp_->max_local_len();
 #endif
   }
@@ -179,6 +182,13 @@ GptCuda::~GptCuda() { release(); }
 void GptCuda::release() {
   // Pending collectives finish first; one that never completes may still occupy the stream:
   // then the memory is left to the process exit that follows rather than waited on here.
+  // After an error, a ring transfer to a failed peer may still spin on this GPU, and the drain's
+  // abort of the world's communicator frees memory, which waits for the whole device: the cp
+  // group's communicator is aborted first (on 2 GPUs rank 0 hung there, 2026-11-25).
+  if (cp_comm_ && std::uncaught_exceptions() > 0) {
+    cp_comm_->abort();
+    cp_comm_ = nullptr;
+  }
   if (comm_ && !comm_->drain()) return;
   if (stream_) cudaStreamSynchronize(stream_);
   ring_.reset();

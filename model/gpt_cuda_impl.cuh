@@ -142,6 +142,7 @@ class GptCuda : public Model {
   std::unique_ptr<CpLayout> cp_;
   int cp_rank_ = 0;
   DistComm* world_comm_ = nullptr;  // ModelOptions.comm: the loss's sum over the cp group
+  DistComm* cp_comm_ = nullptr;     // ModelOptions.cp_comm: the ring's (aborted first on errors)
   std::unique_ptr<RingAttention> ring_;
   RingBuffers ring_bufs_;
   // Calls fn(row0, pos0, len) for each run of rows of the B x T local rows whose positions are
