@@ -79,8 +79,8 @@ PY
     # Context parallelism on 2 GPUs (issue 12): the ring over NCCL, the trainer's cp checks, cp 2
     # against one GPU at 128K and 256K (CP_TS), and a real d12 run at 1M on the 2 GPUs
     # (LONG_DATA: a corpus with > 1M training tokens, e.g. `flashgpt prepare` of a few MB of text).
-    # Under timeout: a rank thread that fails mid-ring leaves its peer's NCCL kernel waiting, so a
-    # failure there hangs instead of failing (tests/gpu/test_ring_attention.cu).
+    # Under timeout as well: the test ends itself 120 s after a rank got stuck mid-ring
+    # (tests/gpu/test_ring_attention.cu), but a hang elsewhere would still hang.
     timeout 300 build/test_gpu --gtest_filter='RingShapes/RingAttentionGpu.Nccl/*' >"$OUT/ring_nccl.log" 2>&1
     summary+=("ring over NCCL (rc $?): $(tail -n 1 "$OUT/ring_nccl.log")")
     SECTIONS=cp OUT="$OUT/multigpu_cp" DATA="$DATA" scripts/test_multigpu.sh >"$OUT/multigpu_cp.log" 2>&1

@@ -18,15 +18,18 @@
 //     a block read before it arrived or a pair left out fails;
 //   * the rank threads meet (RankBarrier) before the ring starts and before any frees: over
 //     NCCL a rank still allocating, or one that throws mid-ring, leaves the other's kernels
-//     spinning (a failure there hangs rather than fails: run it under `timeout`).
+//     spinning; past a deadline the test prints what each rank said and ends the process.
 // Ragged T (odd lengths: chunk lengths differ, the second Q chunk starts at a row that is not a
 // multiple of 8), GQA and MQA, HS 64 and 128, both ring backends.
 //
 // Run: ./build/test_gpu --gtest_filter='Ring*'
 #include <nccl.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -51,6 +54,8 @@ std::string ring_case_name(const RingCase& c) {
          "_NH" + std::to_string(c.NH) + "_NKV" + std::to_string(c.NKV) + "_HS" +
          std::to_string(c.HS);
 }
+
+constexpr int kRankDeadlineS = 120;  // every case takes seconds; a stuck ring never ends
 
 int gpu_count() {
   int n = 0;
@@ -161,10 +166,33 @@ void RingAttentionGpu::check(bool nccl) {
     }
     meet_once(2);
   };
-  std::vector<std::thread> others;
-  for (int r = 1; r < N; r++) others.emplace_back(rank_main, r);
-  rank_main(0);
-  for (auto& t : others) t.join();
+  // Over NCCL a rank that throws mid-ring leaves its peer's kernel waiting forever, and the
+  // peer's thread with it: the ranks get a deadline, past which the test prints what each rank
+  // said and ends the process (a stuck thread cannot be joined) instead of hanging.
+  std::mutex done_m;
+  std::condition_variable done_cv;
+  int done = 0;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < N; r++)
+    ranks.emplace_back([&, r] {
+      rank_main(r);
+      std::lock_guard<std::mutex> lock(done_m);
+      ++done;
+      done_cv.notify_all();
+    });
+  {
+    std::unique_lock<std::mutex> lock(done_m);
+    if (!done_cv.wait_for(lock, std::chrono::seconds(kRankDeadlineS), [&] { return done == N; })) {
+      std::fprintf(stderr, "[ FAILED   ] %s: %d of %d ranks still running after %d s (a rank that "
+                   "failed mid-ring leaves its peer waiting); what the finished ranks said:\n",
+                   ring_case_name(c).c_str(), N - done, N, kRankDeadlineS);
+      for (int r = 0; r < N; r++)
+        std::fprintf(stderr, "  rank %d: %s\n", r, errors[r].empty() ? "-" : errors[r].c_str());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+  for (auto& t : ranks) t.join();
   if (nccl)
     for (int r = 0; r < N; r++) ncclCommDestroy(comms[r]);
   hub.reset();
