@@ -236,14 +236,7 @@ const AttnBackendSpec kSpec_flash3 = {
     "FlashAttention-3 schedule on sm_90a: producer warp with TMA, 2 consumer warpgroups on "
     "wgmma, ping-pong, persistent grid; warp-specialised backward with a dQ writer warp; saves LSE",
     /*bf16_only=*/true, /*dq_bitwise=*/false, /*deterministic_mode=*/true,
-    /*grid_per_head=*/false, flash3_limits, flash_saved, flash3_scratch, flash3_cost,
-    // auto_max_T: up to 512K flash3 is the faster (H100, 2026-11-25, B 1, 12 heads, HS 64,
-    // fwd+bwd TFLOP/s flash3 / flash, same run: 438 / 377 at 256K, 441 / 378 at 512K;
-    // bench/results/flash3_bwd_nvidia-h100_2026-11-25/run15_*). Past it flash: the one
-    // whole-model measurement there, a d12 step at 1M (the day before, flash's backward under
-    // both), took 263 s with flash3 and 223 s with flash, although the kernels alone at 1M
-    // (4 heads, run16_*) give flash3 448 and flash 383 TFLOP/s: unexplained, so not assumed.
-    /*auto_max_T=*/524288};
+    /*grid_per_head=*/false, flash3_limits, flash_saved, flash3_scratch, flash3_cost};
 const AttnBackendSpec kSpec_naive = {
     "naive",
     "cuBLAS GEMMs and causal softmax kernels: materialises P and saves it, (B, NH, T, T)",
@@ -306,7 +299,6 @@ std::string attention_auto(const AttnShape& s, size_t es) {
   std::string reasons;
   for (const AttnBackendSpec& spec : attention_specs()) {
     const std::string why = attention_unsupported_reason(spec, s, es);
-    if (why.empty() && spec.auto_max_T > 0 && s.T > spec.auto_max_T) continue;  // a later one
     if (why.empty()) return spec.name;
     reasons += (reasons.empty() ? "" : "; ") + std::string(spec.name) + ": " + why;
   }

@@ -58,10 +58,10 @@ struct AttnCost {
 };
 
 // Every backend, in registry order: --attn auto (the default) takes the first that supports the
-// model (attention_auto) and whose auto_max_T admits its T. flash3 leads: on an H100 its
-// forward is 1.3-1.9x flash's and its backward 1.0-1.2x up to T = 512K
-// (bench/results/flash3_bwd_nvidia-h100_2026-11-25/); past 512K flash takes over (flash3's
-// auto_max_T); naive is the fallback for head sizes the tensor-core kernels do not take.
+// model (attention_auto). flash3 leads: on an H100 its forward is 1.3-2.0x flash's and its
+// backward 1.0-1.2x from T = 4K to 1M, and a whole d12 step at T = 1M takes 164 s with it against
+// 197 s with flash (bench/results/flash3_nvidia-h100_2026-11-25_run24-26/); naive is the
+// fallback for head sizes the tensor-core kernels do not take.
 #define FLASHGPT_ATTENTION_BACKENDS(X) X(flash3) X(flash) X(naive) X(flash1) X(scalar)
 
 struct AttnBackendSpec {
@@ -84,9 +84,6 @@ struct AttnBackendSpec {
   size_t (*saved_bytes)(const AttnShape& s, size_t es);    // per layer, kept for the backward
   size_t (*scratch_bytes)(const AttnShape& s, size_t es);  // shared by forward and backward
   AttnCost (*cost)(const AttnShape& s, size_t es);         // one layer's call
-  // --attn auto passes this backend over for sequences longer than this (0: no limit), where a
-  // later one in the registry was measured faster; the spec says why.
-  int auto_max_T = 0;
 };
 
 // All specs, registry order. attention_spec(): unknown name throws flashgpt::Error naming

@@ -29,10 +29,7 @@ TEST(AttentionSpec, Registry) {
 TEST(AttentionSpec, Auto) {
   EXPECT_EQ(attention_auto({2, 1024, 12, 4, 64}, 2), "flash3");
   EXPECT_EQ(attention_auto({2, 1024, 12, 4, 128}, 2), "flash3");
-  // Past flash3's auto_max_T (backends.cpp says what was measured).
-  EXPECT_EQ(attention_auto({1, 524288, 12, 12, 64}, 2), "flash3");
-  EXPECT_EQ(attention_auto({1, 524289, 12, 12, 64}, 2), "flash");
-  EXPECT_EQ(attention_auto({1, 1048576, 12, 12, 128}, 2), "flash");
+  EXPECT_EQ(attention_auto({1, 1048576, 12, 12, 128}, 2), "flash3");  // at every T
   EXPECT_EQ(attention_auto({1, 64, 4, 4, 32}, 2), "naive");   // the tiny preset's HS 32
   EXPECT_EQ(attention_auto({2, 1024, 12, 4, 64}, 4), "naive");  // the FP32 build
   expect_error([] { attention_auto({1, 64, 4, 4, 12}, 2); }, "--device cpu");
