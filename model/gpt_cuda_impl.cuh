@@ -86,7 +86,7 @@ class GptCuda : public Model {
   std::vector<MemoryLine> memory_plan() const override { return plan_.lines; }
   size_t peak_memory_bytes() const override;
   double attention_ms() override;
-  double cp_wait_ms() override { return ring_ && att_timer_ ? ring_->comm_wait_ms() : -1.0; }
+  RingStepTimes cp_times() override { return ring_ && att_timer_ ? ring_->take_times() : RingStepTimes{}; }
   void prefill(const int* tokens, int n, float* logits) override;
   void decode(int token, float* logits) override;
   int cached_positions() const override { return kv_len_; }

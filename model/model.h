@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/context_parallel.h"
 #include "model/config.h"
 #include "model/recompute.h"
 
@@ -69,10 +70,10 @@ class Model {
   // last call, measured with CUDA events around every attention call when the model was made
   // with ModelOptions.time_attention; -1 otherwise. Waits for the device.
   virtual double attention_ms() { return -1.0; }
-  // Context parallel (--cp > 1) with ModelOptions.time_attention: milliseconds the compute
-  // stream waited for the ring's communication since the last call (what the overlap did not
-  // hide); -1 otherwise.
-  virtual double cp_wait_ms() { return -1.0; }
+  // Context parallel (--cp > 1) with ModelOptions.time_attention: this rank's ring times since
+  // the last call (each step's attention, and the compute stream's waits for the ring: what
+  // the overlap did not hide); empty otherwise. Waits for the device.
+  virtual RingStepTimes cp_times() { return {}; }
 
   // Generation with a KV cache (ModelOptions.kv_cache > 0 positions, batch row 0 only):
   // prefill() runs the prompt (n <= ModelOptions.T tokens) as one forward, stores every

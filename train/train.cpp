@@ -328,8 +328,9 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   mo.classifier_chunk = opt.classifier_chunk;
   mo.cp = cp;
   mo.cp_rank = grid.cp_index;
-  // --bench with --cp: time the compute stream's waits for the ring (Model::cp_wait_ms) and
-  // print them per step; CUDA events around the attention calls cost well under 1%.
+  // --bench with --cp: time each ring step's attention and the compute stream's waits for the
+  // ring (Model::cp_times); every rank prints its own at the end. CUDA events around the
+  // attention calls cost well under 1%.
   mo.time_attention = opt.bench && cp > 1;
   mo.cp_comm = comms.cp.get();
   std::unique_ptr<Model> model = make_model(opt.device, mo);
@@ -476,7 +477,8 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   double timed_s = 0;
   int64_t timed_tokens = 0;
   std::vector<double> step_ms;
-  std::vector<double> cp_wait_ms;  // per timed step, --bench with --cp
+  RingStepTimes ring_times;  // summed over the timed steps, --bench with --cp
+  int ring_timed_steps = 0;
   if (!val_loader && !opt.bench) say("no validation shards: evaluation is off");
   // Sampling runs the model on rank 0 alone, and a cp model's forward needs its whole cp group.
   const bool sampling = opt.sample_every > 0 && cp == 1;
@@ -531,8 +533,11 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
     }
     step_ms.push_back(ms);
     if (mo.time_attention) {
-      const double w = model->cp_wait_ms();
-      if (step > opt.bench_warmup) cp_wait_ms.push_back(w);
+      const RingStepTimes t = model->cp_times();  // read every step: the events are reused
+      if (step > opt.bench_warmup) {
+        ring_times.add(t);
+        ring_timed_steps++;
+      }
     }
     double tok_s = opt.total_batch / (ms / 1e3);
     double eta = (last_step - step) * (timed_s > 0 ? timed_s / (timed_tokens / opt.total_batch) : ms / 1e3);
@@ -602,10 +607,16 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
                   opt.model.c_str(), model->attention_name(), B, T, world, cp, dp, med, tps, tps_gpu,
                   peak > 0 ? flashgpt::strformat("%.1f%%", 100 * tps_gpu * flops_tok / peak).c_str() : "n/a",
                   human_bytes(model->peak_memory_bytes()).c_str(),
-                  cp_wait_ms.empty() ? ""
+                  ring_timed_steps == 0 ? ""
                       : flashgpt::strformat(" | comm_wait_ms=%.1f per step (rank 0)",
-                                            std::accumulate(cp_wait_ms.begin(), cp_wait_ms.end(), 0.0) /
-                                                cp_wait_ms.size()).c_str());
+                                            ring_times.wait_ms() / ring_timed_steps).c_str());
+    // Every rank: where its step went in the ring (the ranks' skew shows as the other's waits).
+    if (ring_timed_steps > 0) {
+      std::fflush(stdout);
+      std::printf("ring: rank %d (cp index %d of %d), per step: %s\n", rank, grid.cp_index, cp,
+                  ring_times_summary(ring_times, ring_timed_steps).c_str());
+      std::fflush(stdout);
+    }
     result.tokens_per_s = tps;
   } else {
     if (lead)

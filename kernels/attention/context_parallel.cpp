@@ -111,3 +111,24 @@ double cp_mean_loss(const double* rank_loss_sums, int N, size_t tokens) {
 float cp_token_dloss(int cp, int B, int T, int grad_accum) {
   return float(double(cp) / (double(B) * double(T) * double(grad_accum)));
 }
+
+void RingStepTimes::add(const RingStepTimes& o) {
+  if (fwd_ms.size() < o.fwd_ms.size()) fwd_ms.resize(o.fwd_ms.size(), 0.0);
+  if (bwd_ms.size() < o.bwd_ms.size()) bwd_ms.resize(o.bwd_ms.size(), 0.0);
+  for (size_t s = 0; s < o.fwd_ms.size(); s++) fwd_ms[s] += o.fwd_ms[s];
+  for (size_t s = 0; s < o.bwd_ms.size(); s++) bwd_ms[s] += o.bwd_ms[s];
+  kv_wait_ms += o.kv_wait_ms;
+  dkv_wait_ms += o.dkv_wait_ms;
+}
+
+std::string ring_times_summary(const RingStepTimes& t, double per) {
+  const double d = per > 0 ? per : 1.0;
+  auto steps = [&](const std::vector<double>& ms) {
+    std::string out = "[";
+    for (size_t s = 0; s < ms.size(); s++) out += flashgpt::strformat("%s%.1f", s ? ", " : "", ms[s] / d);
+    return out + "]";
+  };
+  return flashgpt::strformat("attention per ring step: fwd %s ms, bwd %s ms | waits: K/V %.1f ms, dK/dV %.1f ms",
+                   steps(t.fwd_ms).c_str(), steps(t.bwd_ms).c_str(), t.kv_wait_ms / d,
+                   t.dkv_wait_ms / d);
+}

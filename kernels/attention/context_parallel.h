@@ -124,6 +124,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 // One zigzag chunk as a rank holds it.
@@ -186,6 +187,22 @@ struct CpCommBytes {
 };
 CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
                           size_t dkv_elem);
+
+// What one rank's GPU ring measured with its timing on (RingAttention::take_times; `train
+// --bench --cp N` prints it per rank), in milliseconds summed over every call since the last
+// read. fwd_ms[s] and bwd_ms[s]: the backend's attention at ring step s (s = 0 is the rank's own
+// causal chunks, later steps a full chunk pair each); the waits: the compute stream standing
+// still for a K/V hop, or for a dK/dV accumulator hop (what the overlap did not hide, plus the
+// skew between the ranks, since a hop ends when both of its ends have reached it).
+struct RingStepTimes {
+  std::vector<double> fwd_ms, bwd_ms;  // (N) per ring step
+  double kv_wait_ms = 0, dkv_wait_ms = 0;
+  double wait_ms() const { return kv_wait_ms + dkv_wait_ms; }
+  void add(const RingStepTimes& o);  // sums another read into this one
+};
+// "attention per ring step: fwd [812.3, 801.2] ms, bwd [1904.4, 1888.0] ms | waits: K/V 3.1 ms,
+// dK/dV 240.0 ms", every figure divided by `per` (how many training steps were summed).
+std::string ring_times_summary(const RingStepTimes& t, double per);
 
 // The GPU ring's buffers (ring_attention.cuh) in elements, for B sequences: each of the two
 // K/V blocks in flight (bf16) and each of the two dK/dV accumulators (fp32) holds

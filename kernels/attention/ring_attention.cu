@@ -37,36 +37,54 @@ cudaEvent_t RingAttention::record(cudaStream_t s) {
   return e;
 }
 
-void RingAttention::wait(cudaStream_t waiter, cudaEvent_t e, bool timed) {
-  if (!(timing_ && timed)) {
-    CUDA_CHECK(cudaStreamWaitEvent(waiter, e, 0));
-    return;
-  }
-  // t0 completes when the waiter's earlier work is done, t1 when the wait is over: the gap is
-  // the time the stream stood still for the ring.
+int RingAttention::clock_start(Clock what, int step, cudaStream_t st) {
+  if (!timing_ || what == Clock::kNone) return -1;
   while (timing_pool_.size() < next_timing_ + 2) {
     cudaEvent_t t;
     CUDA_CHECK(cudaEventCreate(&t));
     timing_pool_.push_back(t);
   }
-  cudaEvent_t t0 = timing_pool_[next_timing_++], t1 = timing_pool_[next_timing_++];
-  CUDA_CHECK(cudaEventRecord(t0, waiter));
-  CUDA_CHECK(cudaStreamWaitEvent(waiter, e, 0));
-  CUDA_CHECK(cudaEventRecord(t1, waiter));
-  waits_.push_back({t0, t1});
+  const Interval iv{what, step, timing_pool_[next_timing_], timing_pool_[next_timing_ + 1]};
+  next_timing_ += 2;
+  CUDA_CHECK(cudaEventRecord(iv.t0, st));
+  intervals_.push_back(iv);
+  return (int)intervals_.size() - 1;
 }
 
-double RingAttention::comm_wait_ms() {
-  double ms = 0.0;
-  for (auto& w : waits_) {
-    CUDA_CHECK(cudaEventSynchronize(w.second));
-    float x = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&x, w.first, w.second));
-    ms += x;
+void RingAttention::clock_stop(int interval, cudaStream_t st) {
+  if (interval >= 0) CUDA_CHECK(cudaEventRecord(intervals_[interval].t1, st));
+}
+
+void RingAttention::wait(cudaStream_t waiter, cudaEvent_t e, Clock what) {
+  // t0 completes when the waiter's earlier work is done, t1 when the wait is over: the gap is
+  // the time the stream stood still for the ring.
+  const int iv = clock_start(what, 0, waiter);
+  CUDA_CHECK(cudaStreamWaitEvent(waiter, e, 0));
+  clock_stop(iv, waiter);
+}
+
+RingStepTimes RingAttention::take_times() {
+  RingStepTimes t;
+  for (const Interval& iv : intervals_) {
+    CUDA_CHECK(cudaEventSynchronize(iv.t1));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, iv.t0, iv.t1));
+    switch (iv.what) {
+      case Clock::kKvWait: t.kv_wait_ms += ms; break;
+      case Clock::kDkvWait: t.dkv_wait_ms += ms; break;
+      case Clock::kForward:
+      case Clock::kBackward: {
+        std::vector<double>& v = iv.what == Clock::kForward ? t.fwd_ms : t.bwd_ms;
+        if ((int)v.size() <= iv.step) v.resize(iv.step + 1, 0.0);
+        v[iv.step] += ms;
+        break;
+      }
+      case Clock::kNone: break;
+    }
   }
-  waits_.clear();
+  intervals_.clear();
   next_timing_ = 0;
-  return ms;
+  return t;
 }
 
 namespace {
@@ -235,7 +253,7 @@ cudaEvent_t RingAttention::send_own_kv(const floatX* qkv, const AttnShape& local
   // kv[0] = this rank's K/V heads, the tail of every qkv row; then its first hop.
   CUDA_CHECK(cudaMemcpy2DAsync(rb.kv[0], row * es, qkv + (size_t)NH * HS, QKV * es, row * es,
                                (size_t)local.B * local.T, cudaMemcpyDeviceToDevice, st));
-  wait(comm_st_, record(st), false);
+  wait(comm_st_, record(st));
   send_kv(rb, 0, local);
   return record(comm_st_);
 }
@@ -283,10 +301,10 @@ void RingAttention::forward(const AttentionBackend& a, floatX* out, float* lse,
   for (int s = 0; s < N; s++) {
     if (s > 0) {
       if (s + 1 < N) {  // the next block's hop overlaps this step
-        wait(comm_st_, done_prev, false);  // kv[(s+1)%2] was read by step s-1
+        wait(comm_st_, done_prev);  // kv[(s+1)%2] was read by step s-1
         send_kv(rb, s, local);
       }
-      wait(st, kv_ready, true);
+      wait(st, kv_ready, Clock::kKvWait);
       if (s + 1 < N) kv_ready = record(comm_st_);
     }
     const Pair pr = pair_at(s);
@@ -298,7 +316,9 @@ void RingAttention::forward(const AttentionBackend& a, floatX* out, float* lse,
     p.lse = lse + pr.q_row0;
     p.o_run = rb.o_run + (size_t)pr.q_row0 * ldo;
     p.merge = s > 0;  // step 0 writes the running (O, LSE), later steps merge into them
+    const int clock = clock_start(Clock::kForward, s, st);
     a.ring_forward(p, st);
+    clock_stop(clock, st);
     done_prev = record(st);
   }
   const size_t n = (size_t)local.B * Tl * ldo;
@@ -335,8 +355,8 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
       // The next block's K/V hop overlaps this step; it follows step s-1's dK/dV hop on the
       // comm stream, which waited for step s-1 (the last reader of kv[(s+1)%2]).
       if (s + 1 < N) send_kv(rb, s, local);
-      wait(st, kv_ready, true);
-      wait(st, acc_ready, true);
+      wait(st, kv_ready, Clock::kKvWait);
+      wait(st, acc_ready, Clock::kDkvWait);
       if (s + 1 < N) kv_ready = record(comm_st_);
     }
     const Pair pr = pair_at(s);
@@ -353,16 +373,18 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
     p.Tq = pr.Tq;
     p.Tk = pr.Tk;
     p.causal = pr.causal;
+    const int clock = clock_start(Clock::kBackward, s, st);
     a.ring_backward(p, st);
+    clock_stop(clock, st);
     if (N > 1) {  // the accumulator goes on to the next rank (after step N-1: home)
       const size_t frow = row * sizeof(float) * B;
-      wait(comm_st_, record(st), false);
+      wait(comm_st_, record(st));
       hop(acc, L_.local_len(L_.ring_source(r_, s)) * frow, rb.dkv[(s + 1) % 2],
           L_.local_len(L_.ring_source(r_, s + 1)) * frow);
       acc_ready = record(comm_st_);
     }
   }
-  if (N > 1) wait(st, acc_ready, true);
+  if (N > 1) wait(st, acc_ready, Clock::kDkvWait);
   const float* mine = rb.dkv[N == 1 ? 0 : N % 2];  // this rank's dK, dV, every rank's part in
   const size_t rows = (size_t)B * Tl;
   ring_dkv_to_dqkv_kernel<<<grid_for(rows * row), 256, 0, st>>>(dqkv, mine, rows, (int)row,

@@ -24,8 +24,9 @@
 // The K/V hop of step s+1 overlaps step s. The dK/dV hop does not: a block's accumulator is
 // needed by the next rank right after this one adds to it, so it waits for the step and the
 // next step waits for it (2x the K/V bytes in fp32; at T = 256K, cp 2, d12 that is ~0.8 GB per
-// layer against ~0.7 s of attention per layer). comm_wait_ms() measures the compute stream's
-// waits for the ring (timing on), which is what the overlap failed to hide.
+// layer against ~0.7 s of attention per layer). take_times() (timing on) measures each step's
+// attention and the compute stream's waits for the ring: what the overlap failed to hide, and
+// the skew between the ranks.
 //
 // Streams: the model's compute stream and one communication stream of this ring; events order
 // them. Every rank issues the same hops in the same order. A hop is a RingTransport: NCCL
@@ -137,10 +138,11 @@ class RingAttention {
   void backward(const AttentionBackend& a, floatX* dqkv, void* scratch, const floatX* dout,
                 const floatX* qkv, const floatX* out, const float* lse, const AttnShape& local,
                 const RingBuffers& rb, cudaStream_t st);
-  // Milliseconds the compute stream spent waiting for the ring since the last call (CUDA
-  // events around each wait; waits for the device). set_timing(false): no events, returns 0.
+  // With timing on, CUDA events around each backend call and each wait of the compute stream
+  // for the ring; take_times() returns what they measured since the last call (RingStepTimes in
+  // context_parallel.h; waits for the device). Timing off: no events, empty times.
   void set_timing(bool on) { timing_ = on; }
-  double comm_wait_ms();
+  RingStepTimes take_times();
 
  private:
   CpLayout L_;
@@ -150,12 +152,22 @@ class RingAttention {
   std::vector<cudaEvent_t> sync_;  // pool of ordering events, reused each call
   size_t next_sync_ = 0;
   bool timing_ = false;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits_;  // timed waits not yet read
+  enum class Clock { kNone, kKvWait, kDkvWait, kForward, kBackward };  // what an interval times
+  struct Interval {
+    Clock what;
+    int step;
+    cudaEvent_t t0, t1;
+  };
+  std::vector<Interval> intervals_;  // timed, not yet read
   std::vector<cudaEvent_t> timing_pool_;
   size_t next_timing_ = 0;
 
-  cudaEvent_t record(cudaStream_t s);                         // an ordering event, recorded
-  void wait(cudaStream_t waiter, cudaEvent_t e, bool timed);  // waiter waits for e
+  cudaEvent_t record(cudaStream_t s);  // an ordering event, recorded
+  // waiter waits for e; timed as `what` (kKvWait / kDkvWait) when timing is on.
+  void wait(cudaStream_t waiter, cudaEvent_t e, Clock what = Clock::kNone);
+  // Timing on: records an interval's start (and returns its index) or end on stream st.
+  int clock_start(Clock what, int step, cudaStream_t st);
+  void clock_stop(int interval, cudaStream_t st);
   // What this rank computes at ring step s: its query rows [q_row0, q_row0 + Tq) against rows
   // [0, Tk) of the K/V in hand (its own in qkv at s = 0), causal only at s = 0.
   struct Pair {

@@ -682,3 +682,23 @@ TEST(ContextParallel, LossIsMeanOverAllTokens) {
   EXPECT_GT(std::fabs(mean_of_means - mean), 1e-6);
   EXPECT_GT(std::fabs(grad_avg_wrong - grad), 1e-3 * std::fabs(grad));
 }
+
+// The ring's per-rank times (train --bench --cp prints them): add() sums reads of any step
+// count, the summary divides by the number of training steps summed.
+TEST(ContextParallel, RingTimesSumAndSummary) {
+  RingStepTimes a, b;
+  a.fwd_ms = {10, 20};
+  a.bwd_ms = {30, 40};
+  a.kv_wait_ms = 1;
+  a.dkv_wait_ms = 2;
+  b.fwd_ms = {10, 20, 5};
+  b.bwd_ms = {30};
+  b.dkv_wait_ms = 4;
+  a.add(b);
+  EXPECT_EQ(a.fwd_ms, (std::vector<double>{20, 40, 5}));
+  EXPECT_EQ(a.bwd_ms, (std::vector<double>{60, 40}));
+  EXPECT_DOUBLE_EQ(a.wait_ms(), 7.0);
+  EXPECT_EQ(ring_times_summary(a, 2),
+            "attention per ring step: fwd [10.0, 20.0, 2.5] ms, bwd [30.0, 20.0] ms | waits: K/V "
+            "0.5 ms, dK/dV 3.0 ms");
+}

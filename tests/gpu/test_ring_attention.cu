@@ -150,8 +150,16 @@ void RingAttentionGpu::check(bool nccl) {
         ring.backward(*attn, d_dqkv.ptr, d_scratch.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr,
                       d_lse.ptr, local, rb, st);
         CUDA_CHECK(cudaStreamSynchronize(st));
-        const double w = ring.comm_wait_ms();
-        EXPECT_GE(w, 0.0);
+        // One timed backend call per ring step each way, and waits only where there are hops.
+        const RingStepTimes t = ring.take_times();
+        EXPECT_EQ((int)t.fwd_ms.size(), N);
+        EXPECT_EQ((int)t.bwd_ms.size(), N);
+        for (int s = 0; s < (int)t.fwd_ms.size(); s++) EXPECT_GT(t.fwd_ms[s], 0.0) << "step " << s;
+        for (int s = 0; s < (int)t.bwd_ms.size(); s++) EXPECT_GT(t.bwd_ms[s], 0.0) << "step " << s;
+        EXPECT_GE(t.kv_wait_ms, 0.0);
+        EXPECT_GE(t.dkv_wait_ms, 0.0);
+        if (N == 1) EXPECT_EQ(t.wait_ms(), 0.0);
+        EXPECT_TRUE(ring.take_times().fwd_ms.empty());  // read once
       }
       meet_once(2);  // every ring done before any rank frees
       CUDA_CHECK(cudaStreamDestroy(st));
