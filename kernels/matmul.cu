@@ -23,8 +23,13 @@ struct LtState {
   struct Entry { bool has; cublasLtMatmulAlgo_t algo; };
   std::map<std::array<long long, 17>, Entry> cache;
 };
+// One per host thread: the cp and DP tests run their virtual ranks as threads of one process,
+// each rank's model attaching its own workspace (matmul_init) and running on its own stream. A
+// process-wide state let one rank's matmuls use the other's workspace and raced on the cache
+// (CudaModelCp failed once, 2026-11-25: "cuBLASLt has no algorithm for N=45 C=128 OC=128").
+// A trainer process drives its GPU from one thread, so it keeps one state as before.
 LtState& lt() {
-  static LtState s;
+  thread_local LtState s;
   if (s.handle == nullptr) CUBLAS_CHECK(cublasLtCreate(&s.handle));
   return s;
 }

@@ -33,8 +33,10 @@
 #include "kernels/matmul.h"
 
 // matmul_workspace_bytes(): matmul.h.
-// Before the first matmul. Cheap to call again (the model does at each entry point, so that
-// several models and the tests can share the one cuBLASLt handle); nullptr detaches.
+// Before the first matmul, on the host thread that runs the matmuls: the cuBLASLt handle, its
+// algorithm cache and the attached workspace are per thread (matmul.cu says why). Cheap to call
+// again (the model does at each entry point, so that several models of one thread can share
+// the thread's handle); nullptr detaches.
 void matmul_init(void* workspace, size_t bytes);
 
 void matmul_forward(floatX* out,           // (N, OC)
