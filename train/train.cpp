@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <numeric>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
