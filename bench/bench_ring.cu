@@ -49,20 +49,18 @@ RingTimes time_ring_virtual(const AttentionBackend& be, const AttnShape& s, int 
     b.dout = mem.try_alloc<floatX>(no);
     b.lse = mem.try_alloc<float>(size_t(s.B) * s.NH * Tl);
     b.scratch = mem.try_alloc(be.scratch_bytes(local));
-    b.rb.kv[0] = mem.try_alloc<floatX>(e.kv);
-    b.rb.kv[1] = mem.try_alloc<floatX>(e.kv);
-    b.rb.dkv[0] = mem.try_alloc<float>(e.dkv);
-    b.rb.dkv[1] = mem.try_alloc<float>(e.dkv);
-    b.rb.o_run = mem.try_alloc<float>(e.o_run);
-    if (!b.qkv || !b.dqkv || !b.out || !b.dout || !b.lse || !b.scratch || !b.rb.kv[0] ||
-        !b.rb.kv[1] || !b.rb.dkv[0] || !b.rb.dkv[1] || !b.rb.o_run) {
+    floatX* kv = mem.try_alloc<floatX>(2 * e.kv);
+    float* dkv = mem.try_alloc<float>(e.dkv_count * e.dkv);
+    float* o_run = mem.try_alloc<float>(e.o_run);
+    if (!b.qkv || !b.dqkv || !b.out || !b.dout || !b.lse || !b.scratch || !kv || !dkv || !o_run) {
       t.status = "OOM";
       return t;
     }
+    b.rb = carve_ring_buffers(kv, dkv, o_run, e);
     fill_uniform(b.qkv, nq, 1234u + r, -1.5f, 1.5f);
     fill_uniform(b.dout, no, 5678u + r, -1.5f, 1.5f);
     t.extra_bytes += be.scratch_bytes(local) + size_t(s.B) * s.NH * Tl * 4 +
-                     2 * e.kv * sizeof(floatX) + 2 * e.dkv * 4 + e.o_run * 4;
+                     2 * e.kv * sizeof(floatX) + e.dkv_count * e.dkv * 4 + e.o_run * 4;
   }
   CUDA_CHECK(cudaDeviceSynchronize());
 

@@ -135,17 +135,11 @@ void GptCuda::init(const ModelOptions& opt) {
   if (cp_) {
     const CpRingElems e = cp_ring_elems(*cp_, maxB_, cfg_.num_heads, cfg_.num_kv_heads,
                                         cfg_.head_size());
-    ring_bufs_.kv[0] = b_.cp_kv;
-    ring_bufs_.kv[1] = b_.cp_kv + e.kv;
-    ring_bufs_.dkv[0] = b_.cp_dkv;
-    ring_bufs_.dkv[1] = b_.cp_dkv + e.dkv;
-    ring_bufs_.o_run = b_.cp_o;
+    ring_bufs_ = carve_ring_buffers(b_.cp_kv, b_.cp_dkv, b_.cp_o, e);
     ring_ = std::make_unique<RingAttention>(
         *cp_, cp_rank_,
         opt.cp_transport ? borrow_ring_transport(opt.cp_transport)
-                         : make_nccl_ring_transport(opt.cp_comm->nccl_comm(),
-                                                    cp_->ring_next(cp_rank_),
-                                                    cp_->ring_prev(cp_rank_)));
+                         : make_nccl_ring_transport(opt.cp_comm->nccl_comm()));
     ring_->set_timing(opt.time_attention);
   }
   comm_->attach(b_.grads, b_.params, b_.master, stream_);

@@ -80,7 +80,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   if (o.cp > 1) {
     const CpRingElems e = cp_ring_elems(CpLayout(o.cp, o.T), o.B, cfg.num_heads,
                                         cfg.num_kv_heads, cfg.head_size());
-    d.cp_kv = e.kv;
+    d.cp_kv = 2 * e.kv;
+    d.cp_dkv = e.dkv * e.dkv_count;
     d.cp_o = e.o_run;
   }
 
@@ -92,7 +93,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                 (double)d.KA,    (double)d.KG,       (double)d.chunk,
                                 (double)d.att_saved, (double)d.att_scratch, (double)d.kscratch,
                                 (double)d.kv,    (double)d.decode_scratch, (double)d.rope,
-                                (double)d.workspace, (double)d.cp_kv, (double)d.cp_o};
+                                (double)d.workspace, (double)d.cp_kv, (double)d.cp_dkv,
+                                (double)d.cp_o};
   const size_t fx = in.es, f32 = 4, f64 = 8, i32 = 4, byte = 1;
   auto too_big = [&]() {
     THROW_ERROR("the memory plan at --seq-len %d, --batch %d passes 2^64 bytes; lower --seq-len or "

@@ -49,8 +49,9 @@ struct BufferDimsOf {
   T decode_scratch;          // bytes: attention_decode's split-K partials, or 0
   T rope;                    // RoPE table floats: positions * HS (0: learned positions)
   T workspace;               // bytes: cuBLASLt workspace
-  T cp_kv, cp_o;             // context parallel (--cp > 1, else 0): elements of one K/V block
-                             // in flight, of the running O (cp_ring_elems)
+  T cp_kv, cp_dkv, cp_o;     // context parallel (--cp > 1, else 0): elements of the two K/V
+                             // blocks in flight, of all dK/dV buffers, of the running O
+                             // (cp_ring_elems)
 };
 using BufferDims = BufferDimsOf<size_t>;
 
@@ -96,8 +97,8 @@ using BufferDims = BufferDimsOf<size_t>;
   X(decode_scratch, "KV cache", byte, 0, d.decode_scratch)                                      \
   X(rope_table, "RoPE table", f32, 0, d.rope)            /* (positions, HS/2, 2) cos, sin */    \
   X(workspace, "cuBLASLt workspace", byte, 0, d.workspace)                                    \
-  X(cp_kv, "context parallel", fx, 0, 2 * d.cp_kv)       /* 2 x (B, Tl, 2*NKV, HS) K/V in flight */ \
-  X(cp_dkv, "context parallel", f32, 0, 2 * d.cp_kv)     /* 2 x (B, Tl, 2*NKV, HS) dK/dV acc */ \
+  X(cp_kv, "context parallel", fx, 0, d.cp_kv)       /* 2 x (B, Tl, 2*NKV, HS) K/V in flight */    \
+  X(cp_dkv, "context parallel", f32, 0, d.cp_dkv)     /* 3 (4 at cp > 2) x (B, Tl, 2*NKV, HS) dK/dV */ \
   X(cp_o, "context parallel", f32, 0, d.cp_o)            /* (B, Tl, NH, HS) running O */
 
 enum BufferId {

@@ -81,8 +81,9 @@ int64_t CpLayout::causal_pairs(int r) const {
 
 CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
                           size_t dkv_elem) {
-  // Rank r sends, at step s, the block it holds (owner ring_source(r, s)): K/V at steps
-  // 0 .. N-2, the dK/dV accumulator at steps 0 .. N-1 (the last hop brings it home).
+  // Rank r sends, after ring step s, the K/V block it holds (owner ring_source(r, s)) on to
+  // rank r+1 at steps 0 .. N-2, and (backward) its dK/dV contribution to that block's owner
+  // at steps 1 .. N-1.
   const size_t per_row = size_t(B) * 2 * NKV * HS;  // K and V of one token, all NKV heads
   CpCommBytes c{0, 0};
   for (int s = 0; s < L.cp(); s++) {
@@ -91,7 +92,7 @@ CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size
       c.forward += rows * per_row * kv_elem;
       c.backward += rows * per_row * kv_elem;
     }
-    c.backward += rows * per_row * dkv_elem;
+    if (s > 0) c.backward += rows * per_row * dkv_elem;
   }
   return c;
 }

@@ -37,11 +37,11 @@
 // Communication (per rank, per layer, per sequence of the batch; e = bytes per element):
 //   forward   K/V of the NKV key/value heads passed N-1 times:
 //               (N-1) * 2 * (T/N) * NKV * HS * e_kv
-//   backward  K/V passed again N-1 times, and the dK/dV accumulator of each block N times (it
-//             follows its block round the ring and takes one more hop home to its owner):
-//               (N-1) * 2 * (T/N) * NKV * HS * e_kv  +  N * 2 * (T/N) * NKV * HS * e_dkv
+//   backward  K/V passed again N-1 times, and each rank's contribution to every other rank's
+//             dK/dV sent straight to that block's owner (N-1 sends):
+//               (N-1) * 2 * (T/N) * NKV * HS * e_kv  +  (N-1) * 2 * (T/N) * NKV * HS * e_dkv
 // (T/N is the mean local length; cp_comm_bytes() below sums the exact ragged lengths.) With
-// bf16 K/V and fp32 dK/dV the backward moves 3N-1 K/V-sized blocks against the forward's N-1.
+// bf16 K/V and fp32 dK/dV the backward moves 3(N-1) K/V-sized blocks against the forward's N-1.
 // Only the NKV heads travel: grouped-query attention divides the traffic by NH/NKV; queries,
 // outputs and dQ never leave their rank.
 //
@@ -79,7 +79,8 @@
 //     the last step converts O to bf16;
 //   - backward: the final LSE and D = rowsum(dO o O) once per rank, dQ accumulated in the fp32
 //     dq_accum over all steps (at the problem's row offset), dK/dV ADDED by each block's
-//     epilogue into the fp32 accumulator that travels with the block.
+//     epilogue into an fp32 buffer: the rank's own accumulator at step 0, a fresh contribution
+//     to the block's owner at the other steps.
 // flash and flash3 offer the hooks (flash's FA2-schedule forward for both: flash3's TMA forward
 // has no problem form yet; each its own backward); the model calls RingAttention per layer.
 //
@@ -91,11 +92,16 @@
 //   compute stream: wait(event "kv s arrived"); the step's problem; record(event "done s")
 // (send and recv in one group: no deadlock round the ring.) Two K/V buffers of
 // max_local_len() rows, step 0's packed out of qkv. The backward double-buffers K/V the same
-// way and two fp32 dK/dV accumulators; a block's accumulator is sent on after the step that
-// added to it and the next step waits for its arrival: that hop is NOT overlapped (the next rank
-// needs it right away; a separate fp32 partial would overlap it for one more buffer). Memory:
-// cp_ring_elems() below; the model's buffer table holds them. The hops go through a
-// RingTransport: NCCL, or device copies between virtual ranks on one GPU (the GPU tests).
+// way, runs the other ranks' blocks first (steps 1 .. N-1) and its own chunks (step 0) last,
+// and sends each step's fp32 dK/dV contribution straight to the block's owner, where it is
+// added to the owner's accumulator one step later (the last one after the own step): every
+// contribution's transfer overlaps a whole step, and the ranks meet only at the first K/V hop
+// of each layer's backward. Until 2026-11-25 the accumulator travelled with its block (each
+// rank adding to it in turn), which made every backward step wait for the previous rank's:
+// two hard meeting points per layer at cp 2, whose skew cost ~4% of a step at T = 1M (2 x
+// H100, bench/results/context_parallel_2gpu_nvidia-h100_2026-11-25/). Memory: cp_ring_elems()
+// below; the model's buffer table holds them. The hops go through a RingTransport: NCCL, or
+// device copies between virtual ranks on one GPU (the GPU tests).
 // Overlap condition (forward, bf16, per step after the first): compute 8 B NH c^2 HS FLOPs
 // (two full c x c pairs, c = T/2N), traffic 8 B c NKV HS bytes, so compute hides the transfer
 // when c >= (NKV/NH) x F / BW. H200 NVLink (~450 GB/s one way, F ~400 TFLOP/s sustained by our
@@ -183,7 +189,7 @@ class CpLayout {
 // kv_elem: bytes per K/V element (2 for bf16); dkv_elem: of the dK/dV accumulator (4 for fp32).
 struct CpCommBytes {
   size_t forward;   // K/V, N-1 hops
-  size_t backward;  // K/V N-1 hops + dK/dV N hops
+  size_t backward;  // K/V N-1 hops + N-1 dK/dV contributions
 };
 CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
                           size_t dkv_elem);
@@ -192,7 +198,7 @@ CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size
 // --bench --cp N` prints it per rank), in milliseconds summed over every call since the last
 // read. fwd_ms[s] and bwd_ms[s]: the backend's attention at ring step s (s = 0 is the rank's own
 // causal chunks, later steps a full chunk pair each); the waits: the compute stream standing
-// still for a K/V hop, or for a dK/dV accumulator hop (what the overlap did not hide, plus the
+// still for a K/V hop, or for a dK/dV contribution (what the overlap did not hide, plus the
 // skew between the ranks, since a hop ends when both of its ends have reached it).
 struct RingStepTimes {
   std::vector<double> fwd_ms, bwd_ms;  // (N) per ring step
@@ -205,14 +211,17 @@ struct RingStepTimes {
 std::string ring_times_summary(const RingStepTimes& t, double per);
 
 // The GPU ring's buffers (ring_attention.cuh) in elements, for B sequences: each of the two
-// K/V blocks in flight (bf16) and each of the two dK/dV accumulators (fp32) holds
-// B x max_local_len() x 2*NKV x HS; the forward's running O (fp32) B x max_local_len() x NH x HS.
+// K/V blocks in flight (bf16) and each of the dkv_count fp32 dK/dV buffers (the rank's own
+// accumulator, the contribution received, and one contribution in flight, two at cp > 2 where
+// the next step writes while the last is still sent) holds B x max_local_len() x 2*NKV x HS;
+// the forward's running O (fp32) B x max_local_len() x NH x HS.
 struct CpRingElems {
   size_t kv, dkv, o_run;
+  int dkv_count;
 };
 inline CpRingElems cp_ring_elems(const CpLayout& L, int B, int NH, int NKV, int HS) {
   const size_t rows = (size_t)B * L.max_local_len();
-  return {rows * 2 * NKV * HS, rows * 2 * NKV * HS, rows * (size_t)NH * HS};
+  return {rows * 2 * NKV * HS, rows * 2 * NKV * HS, rows * (size_t)NH * HS, L.cp() > 2 ? 4 : 3};
 }
 
 // ---------------------------------------------------------------------------------------------

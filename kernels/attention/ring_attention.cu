@@ -98,37 +98,35 @@ namespace {
 
 class NcclRingTransport final : public RingTransport {
  public:
-  NcclRingTransport(void* comm, int next, int prev)
-      : comm_(static_cast<ncclComm_t>(comm)), next_(next), prev_(prev) {}
-  void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
-           cudaStream_t stream) override {
+  explicit NcclRingTransport(void* comm) : comm_(static_cast<ncclComm_t>(comm)) {}
+  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+                int from, cudaStream_t stream) override {
     // Send and receive in one group: every rank sends and receives at once, no deadlock round
-    // the ring (for cp = 2 next and prev are the same rank).
+    // the ring (for cp = 2 `to` and `from` are the same rank).
     RING_NCCL_CHECK(ncclGroupStart());
-    RING_NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, next_, comm_, stream));
-    RING_NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, prev_, comm_, stream));
+    RING_NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, to, comm_, stream));
+    RING_NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, stream));
     RING_NCCL_CHECK(ncclGroupEnd());
   }
 
  private:
   ncclComm_t comm_;
-  int next_, prev_;
 };
 
 }  // namespace
 
-std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm, int next, int prev) {
+std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm) {
   CHECK(nccl_comm != nullptr, "internal: NCCL ring transport without a communicator");
-  return std::make_unique<NcclRingTransport>(nccl_comm, next, prev);
+  return std::make_unique<NcclRingTransport>(nccl_comm);
 }
 
 namespace {
 class BorrowedRingTransport final : public RingTransport {
  public:
   explicit BorrowedRingTransport(RingTransport* t) : t_(t) {}
-  void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
-           cudaStream_t stream) override {
-    t_->hop(send, send_bytes, recv, recv_bytes, stream);
+  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+                int from, cudaStream_t stream) override {
+    t_->exchange(send, send_bytes, to, recv, recv_bytes, from, stream);
   }
 
  private:
@@ -145,21 +143,22 @@ std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t) {
 class LocalRingTransport final : public RingTransport {
  public:
   LocalRingTransport(LocalRingHub& hub, int r) : hub_(hub), r_(r) {}
-  void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
-           cudaStream_t stream) override {
-    const int prev = (r_ + hub_.n_ - 1) % hub_.n_;
+  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+                int from, cudaStream_t stream) override {
+    const int n = hub_.n_;
     LocalRingHub::Post in{};
     {
       std::unique_lock<std::mutex> lock(hub_.m_);
       cudaEvent_t ready = hub_.new_event();
       CUDA_CHECK(cudaEventRecord(ready, stream));  // the bytes to send are final
-      hub_.posted_[r_].push_back({send, send_bytes, ready});
+      hub_.posted_[r_ * n + to].push_back({send, send_bytes, ready});
       hub_.cv_.notify_all();
-      hub_.cv_.wait(lock, [&] { return !hub_.posted_[prev].empty(); });
-      in = hub_.posted_[prev].front();
-      hub_.posted_[prev].pop_front();
+      auto& mine = hub_.posted_[from * n + r_];
+      hub_.cv_.wait(lock, [&] { return !mine.empty(); });
+      in = mine.front();
+      mine.pop_front();
     }
-    CHECK(in.bytes == recv_bytes, "internal: ring hop sends %zu bytes, receiver expects %zu",
+    CHECK(in.bytes == recv_bytes, "internal: ring exchange sends %zu bytes, receiver expects %zu",
           in.bytes, recv_bytes);
     CUDA_CHECK(cudaStreamWaitEvent(stream, in.ready, 0));
     CUDA_CHECK(cudaMemcpyAsync(recv, in.ptr, recv_bytes, cudaMemcpyDeviceToDevice, stream));
@@ -168,11 +167,12 @@ class LocalRingTransport final : public RingTransport {
       std::unique_lock<std::mutex> lock(hub_.m_);
       copied = hub_.new_event();
       CUDA_CHECK(cudaEventRecord(copied, stream));
-      hub_.consumed_[prev].push_back(copied);
+      hub_.consumed_[from * n + r_].push_back(copied);
       hub_.cv_.notify_all();
-      hub_.cv_.wait(lock, [&] { return !hub_.consumed_[r_].empty(); });
-      copied = hub_.consumed_[r_].front();  // the next rank has copied this hop's send
-      hub_.consumed_[r_].pop_front();
+      auto& sent = hub_.consumed_[r_ * n + to];
+      hub_.cv_.wait(lock, [&] { return !sent.empty(); });
+      copied = sent.front();  // rank `to` has copied this exchange's send
+      sent.pop_front();
     }
     CUDA_CHECK(cudaStreamWaitEvent(stream, copied, 0));
   }
@@ -182,7 +182,7 @@ class LocalRingTransport final : public RingTransport {
   int r_;
 };
 
-LocalRingHub::LocalRingHub(int n) : n_(n), posted_(n), consumed_(n) {}
+LocalRingHub::LocalRingHub(int n) : n_(n), posted_(n * n), consumed_(n * n) {}
 LocalRingHub::~LocalRingHub() {
   cudaDeviceSynchronize();
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -219,6 +219,14 @@ __global__ void ring_dkv_to_dqkv_kernel(floatX* __restrict__ dqkv, const float* 
     const int c = (int)(i % row);
     dqkv[t * qkv_row + col0 + c] = (floatX)dkv[i];
   }
+}
+
+// acc (n) += in (n): a dK/dV contribution received from another rank, into this rank's own.
+__global__ void ring_dkv_add_kernel(float* __restrict__ acc, const float* __restrict__ in,
+                                    size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    acc[i] += in[i];
 }
 
 unsigned grid_for(size_t n) { return (unsigned)std::min<size_t>((n + 255) / 256, 8192); }
@@ -339,11 +347,14 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
                              cudaStream_t st) {
   const int Tl = begin(a, local), N = L_.cp(), B = local.B, NKV = local.NKV, HS = local.HS;
   const size_t QKV = (size_t)(local.NH + 2 * NKV) * HS, row = (size_t)2 * NKV * HS,
-               ldo = (size_t)local.NH * HS;
+               ldo = (size_t)local.NH * HS, frow = row * sizeof(float) * B;
+  const size_t mine = (size_t)B * Tl * row;  // elements of this rank's dK/dV
   a.ring_backward_begin(scratch, dout, out, local, st);  // D, dQacc = 0
   const float* D = a.ring_D(scratch, local);
-  CUDA_CHECK(cudaMemsetAsync(rb.dkv[0], 0, (size_t)B * Tl * row * sizeof(float), st));
-  cudaEvent_t kv_ready = send_own_kv(qkv, local, rb, st), acc_ready = nullptr;
+  CUDA_CHECK(cudaMemsetAsync(rb.dkv_acc, 0, mine * sizeof(float), st));
+  cudaEvent_t kv_ready = send_own_kv(qkv, local, rb, st), done_prev = nullptr;
+  cudaEvent_t in_ready = nullptr;                    // the last contribution received
+  cudaEvent_t out_free[2] = {nullptr, nullptr};      // dkv_out[i]'s last send is done
   AttnBwdProblem p{};
   p.B = B;
   p.NH = local.NH;
@@ -357,21 +368,34 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
   p.dq_accum = a.ring_dq_accum(scratch, local);
   p.dq_T = Tl;
   p.dkv_ld = row;
-  for (int s = 0; s < N; s++) {
+  // dkv_acc += the contribution in dkv_in, once it has arrived.
+  auto add_in = [&]() {
+    wait(st, in_ready, Clock::kDkvWait);
+    ring_dkv_add_kernel<<<grid_for(mine), 256, 0, st>>>(rb.dkv_acc, rb.dkv_in, mine);
+    CUDA_CHECK_LAUNCH();
+  };
+  // The other ranks' blocks first, the own chunks (s = 0) last: every contribution's trip to
+  // its owner then overlaps a later step (the header's schedule).
+  for (int i = 1; i <= N; i++) {
+    const int s = i % N, src = L_.ring_source(r_, s);
+    float* acc = rb.dkv_acc;  // s = 0: this rank's own
     if (s > 0) {
-      // The next block's K/V hop overlaps this step; it follows step s-1's dK/dV hop on the
-      // comm stream, which waited for step s-1 (the last reader of kv[(s+1)%2]).
-      if (s + 1 < N) send_kv(rb, s, local);
+      if (s + 1 < N) {  // the next block's hop overlaps this step
+        if (done_prev) wait(comm_st_, done_prev);  // kv[(s+1)%2] was read by step s-1
+        send_kv(rb, s, local);
+      }
       wait(st, kv_ready, Clock::kKvWait);
-      wait(st, acc_ready, Clock::kDkvWait);
       if (s + 1 < N) kv_ready = record(comm_st_);
+      const int o = (s - 1) % 2;  // dkv_out[1] only at cp > 2
+      acc = rb.dkv_out[o];
+      if (out_free[o]) wait(st, out_free[o]);  // its send two steps ago is done
+      CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)L_.local_len(src) * frow, st));
     }
     const Pair pr = pair_at(s);
     set_kv(qkv, rb, s, local, p.k, p.v, p.kv_ld, p.kv_bs);
-    float* acc = rb.dkv[s % 2];  // the accumulator of the block in hand, (B, Ts, 2*NKV, HS)
     p.dk_acc = acc;
     p.dv_acc = acc + (size_t)NKV * HS;
-    p.dkv_bs = (size_t)L_.local_len(L_.ring_source(r_, s)) * row;
+    p.dkv_bs = (size_t)L_.local_len(src) * row;
     p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
     p.dout = bf(dout + (size_t)pr.q_row0 * ldo);
     p.lse = lse + pr.q_row0;
@@ -383,19 +407,18 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
     const int clock = clock_start(Clock::kBackward, s, st);
     a.ring_backward(p, st);
     clock_stop(clock, st);
-    if (N > 1) {  // the accumulator goes on to the next rank (after step N-1: home)
-      const size_t frow = row * sizeof(float) * B;
-      wait(comm_st_, record(st));
-      hop(acc, L_.local_len(L_.ring_source(r_, s)) * frow, rb.dkv[(s + 1) % 2],
-          L_.local_len(L_.ring_source(r_, s + 1)) * frow);
-      acc_ready = record(comm_st_);
+    if (s > 1) add_in();  // step s-1's contribution from rank r+s-1, before dkv_in is reused
+    done_prev = record(st);
+    if (s > 0) {  // this contribution goes home; rank r+s's to this rank's block comes in
+      wait(comm_st_, done_prev);
+      exchange(acc, (size_t)L_.local_len(src) * frow, src, rb.dkv_in, (size_t)Tl * frow,
+               (r_ + s) % N);
+      out_free[(s - 1) % 2] = in_ready = record(comm_st_);
     }
   }
-  if (N > 1) wait(st, acc_ready, Clock::kDkvWait);
-  const float* mine = rb.dkv[N == 1 ? 0 : N % 2];  // this rank's dK, dV, every rank's part in
-  const size_t rows = (size_t)B * Tl;
-  ring_dkv_to_dqkv_kernel<<<grid_for(rows * row), 256, 0, st>>>(dqkv, mine, rows, (int)row,
-                                                                 (int)QKV, local.NH * HS);
+  if (N > 1) add_in();  // the last contribution, which the own step overlapped
+  ring_dkv_to_dqkv_kernel<<<grid_for(mine), 256, 0, st>>>(dqkv, rb.dkv_acc, (size_t)B * Tl,
+                                                          (int)row, (int)QKV, local.NH * HS);
   CUDA_CHECK_LAUNCH();
   a.ring_backward_end(dqkv, scratch, local, st);
 }

@@ -14,19 +14,25 @@
 //            src > r: Q chunk 2N-1-r x both K chunks of the block         (one full problem)
 //            (o_run, LSE) merged exactly with the pair's (O_blk, LSE_blk) in the kernel epilogue
 //   out = bf16(o_run)
-// Backward, rank r (dkv[2] fp32 accumulators (B, Tl_max, 2*NKV, HS)):
-//   D = rowsum(dO o O), dQacc = 0; kv[0] = pack(K_r, V_r); dkv[0] = 0
-//   step s:  the same pairs, recomputed from the final LSE: dQacc += dS K (in L2), and dK, dV
-//            added (fp32) into dkv[s%2], the accumulator of the block in hand; then
-//            comm: send dkv[s%2] -> r+1, recv dkv[(s+1)%2] <- r-1. After step N-1 that last hop
-//            brings every block's accumulator home: dkv[N%2] = this rank's dK, dV.
-//   dqkv = (scale dQacc, dkv[N%2]) -> bf16
-// The K/V hop of step s+1 overlaps step s. The dK/dV hop does not: a block's accumulator is
-// needed by the next rank right after this one adds to it, so it waits for the step and the
-// next step waits for it (2x the K/V bytes in fp32; at T = 256K, cp 2, d12 that is ~0.8 GB per
-// layer against ~0.7 s of attention per layer). take_times() (timing on) measures each step's
-// attention and the compute stream's waits for the ring: what the overlap failed to hide, and
-// the skew between the ranks.
+// Backward, rank r (fp32 (B, Tl_max, 2*NKV, HS) buffers: dkv_acc, this rank's dK/dV; dkv_out[2],
+// contributions to other ranks' blocks in flight; dkv_in, one received):
+//   D = rowsum(dO o O), dQacc = 0, dkv_acc = 0; kv[0] = pack(K_r, V_r)
+//   comm:    send kv[0] -> r+1, recv kv[1] <- r-1
+//   step s = 1 .. N-1 (the other ranks' blocks first), src = (r - s) mod N:
+//            wait recv s; comm: send kv[s%2] -> r+1, recv kv[(s+1)%2] <- r-1 (s < N-1)
+//            dkv_out[s%2] = 0; the same pairs as the forward, recomputed from the final LSE:
+//            dQacc += dS K (in L2), dK, dV of block src added (fp32) into dkv_out[s%2]
+//            comm: send dkv_out[s%2] -> src, recv dkv_in <- (r + s) mod N   (overlaps step s+1)
+//            s > 1: wait the previous recv; dkv_acc += dkv_in  (before this step's recv lands)
+//   step 0:  own chunks, causal, own K/V: dK, dV added into dkv_acc        (overlaps the last send)
+//   wait the last recv; dkv_acc += dkv_in
+//   dqkv = (scale dQacc, dkv_acc) -> bf16
+// The K/V hop of step s+1 overlaps step s, and each dK/dV contribution's trip overlaps the next
+// step: the compute stream meets the other ranks only at the first K/V hop of each layer's
+// backward. (The accumulator used to travel with its block, each rank adding to it in turn:
+// two hard meeting points per layer at cp 2, ~4% of a step at T = 1M on 2 x H100.)
+// take_times() (timing on) measures each step's attention and the compute stream's waits for
+// the ring: what the overlap failed to hide, and the skew between the ranks.
 //
 // Streams: the model's compute stream and one communication stream of this ring; events order
 // them. Every rank issues the same hops in the same order. A hop is a RingTransport: NCCL
@@ -53,21 +59,39 @@
 // context_parallel.h sizes them; the model's buffer table holds them).
 struct RingBuffers {
   floatX* kv[2] = {nullptr, nullptr};  // (B, Tl_max, 2*NKV, HS) K/V blocks in flight
-  float* dkv[2] = {nullptr, nullptr};  // (B, Tl_max, 2*NKV, HS) dK/dV accumulators in flight
+  float* dkv_acc = nullptr;              // (B, Tl_max, 2*NKV, HS) this rank's dK/dV (fp32)
+  float* dkv_out[2] = {nullptr, nullptr};  // (B, Tl_max, 2*NKV, HS) contributions in flight
+                                           // ([1]: cp > 2 only)
+  float* dkv_in = nullptr;               // (B, Tl_max, 2*NKV, HS) a contribution received
   float* o_run = nullptr;              // (B, Tl_max, NH, HS) running O of the forward
 };
 
-// How a hop moves its bytes. On `stream`: send `send_bytes` of `send` to the next rank and
-// receive `recv_bytes` into `recv` from the previous one; the stream's later work sees `recv`
-// filled and may overwrite `send`.
+// The ring's buffers carved out of three allocations sized by cp_ring_elems(): kv (2 x e.kv
+// bf16), dkv (e.dkv_count x e.dkv fp32) and o_run (e.o_run fp32).
+inline RingBuffers carve_ring_buffers(floatX* kv, float* dkv, float* o_run, const CpRingElems& e) {
+  RingBuffers rb;
+  rb.kv[0] = kv;
+  rb.kv[1] = kv + e.kv;
+  rb.dkv_acc = dkv;
+  rb.dkv_in = dkv + e.dkv;
+  rb.dkv_out[0] = dkv + 2 * e.dkv;
+  if (e.dkv_count > 3) rb.dkv_out[1] = dkv + 3 * e.dkv;
+  rb.o_run = o_run;
+  return rb;
+}
+
+// How a hop moves its bytes. On `stream`: send `send_bytes` of `send` to rank `to` and receive
+// `recv_bytes` into `recv` from rank `from` (cp ranks; every rank of the group calls it at the
+// same point, so sends and receives pair up); the stream's later work sees `recv` filled and
+// may overwrite `send`.
 class RingTransport {
  public:
   virtual ~RingTransport() = default;
-  virtual void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
-                   cudaStream_t stream) = 0;
+  virtual void exchange(const void* send, size_t send_bytes, int to, void* recv,
+                        size_t recv_bytes, int from, cudaStream_t stream) = 0;
 };
-// NCCL: nccl_comm is the cp group's ncclComm_t (as void*); next and prev are ranks in it.
-std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm, int next, int prev);
+// NCCL: nccl_comm is the cp group's ncclComm_t (as void*), whose rank i is cp index i.
+std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm);
 // One that forwards to `t` without owning it (ModelOptions::cp_transport).
 std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t);
 
@@ -116,8 +140,8 @@ class LocalRingHub {
   int n_;
   std::mutex m_;
   std::condition_variable cv_;
-  std::vector<std::deque<Post>> posted_;             // [sender] its sends, in order
-  std::vector<std::deque<cudaEvent_t>> consumed_;    // [sender] "copied" events, in order
+  std::vector<std::deque<Post>> posted_;             // [sender * n + receiver] sends, in order
+  std::vector<std::deque<cudaEvent_t>> consumed_;    // [sender * n + receiver] "copied" events
   std::vector<cudaEvent_t> events_;                  // every event made, destroyed at the end
   cudaEvent_t new_event();
 };
@@ -184,8 +208,12 @@ class RingAttention {
   // Step s's K and V pointers and strides (elements): qkv at s = 0, else the block in hand.
   void set_kv(const floatX* qkv, const RingBuffers& rb, int s, const AttnShape& local,
               const __nv_bfloat16*& k, const __nv_bfloat16*& v, size_t& ld, size_t& bs) const;
-  // One hop on the comm stream (RingTransport::hop).
+  // One exchange on the comm stream (RingTransport::exchange); a hop: to r+1, from r-1.
+  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+                int from) {
+    transport_->exchange(send, send_bytes, to, recv, recv_bytes, from, comm_st_);
+  }
   void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
-    transport_->hop(send, send_bytes, recv, recv_bytes, comm_st_);
+    exchange(send, send_bytes, L_.ring_next(r_), recv, recv_bytes, L_.ring_prev(r_));
   }
 };

@@ -1,9 +1,10 @@
 // ring_attention_ref.cpp — N virtual context-parallel ranks in one process (see
 // ring_attention_ref.h for the algorithm, context_parallel.h for the layout and schedule).
 //
-// The ring is simulated literally: each rank's K/V block (and, in the backward, its dK/dV
-// accumulator) is a buffer that moves from rank r to rank r+1 after every step, tagged with its
-// owner, and every step checks that rank r holds the block CpLayout::ring_source(r, s) says.
+// The ring is simulated literally: each rank's K/V block is a buffer that moves from rank r to
+// rank r+1 after every step, tagged with its owner, and every step checks that rank r holds the
+// block CpLayout::ring_source(r, s) says; in the backward each step's dK/dV contribution is
+// sent straight to the block's owner.
 // Ranks of one step are run one after another; on the GPU they run at once, and nothing a
 // rank computes at step s depends on another rank's step s.
 //
@@ -271,15 +272,15 @@ void ring_attention_backward_ref(real* const* dqkv, const real* const* dout,
   check_ring(s, L, "ring_attention_backward_ref");
   const int N = L.cp();
   reset_trace(trace, N);
-  std::vector<std::vector<real>> hold(N), dhold(N);  // K/V block and its dK/dV accumulator
-  std::vector<int> owner(N), downer(N);
+  std::vector<std::vector<real>> hold(N), dacc(N);  // K/V block in hand; each rank's dK/dV
+  std::vector<int> owner(N);
   std::vector<std::vector<real>> dq(N), D(N);
   for (int r = 0; r < N; r++) {
     const int Tl = L.local_len(r);
     const Local X(s, Tl, Tl);
     hold[r] = pack_kv(qkv[r], s, Tl);
-    dhold[r].assign(hold[r].size(), real(0));
-    owner[r] = downer[r] = r;
+    dacc[r].assign(hold[r].size(), real(0));
+    owner[r] = r;
     dq[r].assign(size_t(s.B) * Tl * s.NH * s.HS, real(0));
     D[r].resize(size_t(s.B) * s.NH * Tl);
     for (int b = 0; b < s.B; b++)
@@ -292,43 +293,52 @@ void ring_attention_backward_ref(real* const* dqkv, const real* const* dout,
           D[r][X.row(b, h, t)] = real(acc);
         }
   }
+  if (trace) {
+    trace->held.assign(N, std::vector<int>(N, -1));
+    trace->dkv_sent_to.assign(N, std::vector<int>(N, -1));
+  }
+  // The other ranks' blocks first (steps 1 .. N-1, the K/V moving round the ring as in the
+  // forward), the rank's own chunks last (step 0, its own K/V): each step's contribution to
+  // dK/dV goes to a fresh buffer and from there straight to the block's owner, who adds it to
+  // its accumulator (on the GPU while the next step runs).
   std::vector<real> dkv_blk;
-  for (int step = 0; step < N; step++) {
-    if (trace) trace->held.push_back(owner), trace->dkv_held.push_back(downer);
+  for (int i = 1; i <= N; i++) {
+    const int step = i % N;
+    if (step == 1) ring_pass(hold, owner, L, trace);  // the first K/V hop
     for (int r = 0; r < N; r++) {
       const int src = L.ring_source(r, step);
-      CHECK(owner[r] == src && downer[r] == src,
-            "ring_attention_backward_ref: rank %d holds K/V %d and dK/dV %d at step %d, "
-            "expected %d", r, owner[r], downer[r], step, src);
-      // This step's contribution goes to a fresh buffer: on the GPU the accumulator is still in
-      // flight from rank r-1 while it is computed, and is added once it has arrived.
-      dkv_blk.assign(hold[r].size(), real(0));
+      const std::vector<real> own = step == 0 ? pack_kv(qkv[r], s, L.local_len(r))
+                                              : std::vector<real>();
+      const std::vector<real>& kv = step == 0 ? own : hold[r];
+      CHECK(step == 0 || owner[r] == src, "ring_attention_backward_ref: rank %d holds K/V %d at "
+            "step %d, expected %d", r, owner[r], step, src);
+      if (trace) trace->held[step][r] = step == 0 ? r : owner[r];
+      dkv_blk.assign(kv.size(), real(0));
       for (const CpBlockPair& p : L.pairs(r, step)) {
         if (trace) trace->pairs_by_kind[int(p.kind)][r]++;
         if (p.kind == CpPairKind::kSkipped) continue;
-        attention_block_backward_ref(dq[r].data(), dkv_blk.data(), dout[r], qkv[r],
-                                     hold[r].data(), lse[r], D[r].data(), s, L.local_len(r),
-                                     L.local_len(src), p.q, p.k);
+        attention_block_backward_ref(dq[r].data(), dkv_blk.data(), dout[r], qkv[r], kv.data(),
+                                     lse[r], D[r].data(), s, L.local_len(r), L.local_len(src),
+                                     p.q, p.k);
         if (trace) trace->visible_pairs[r] += visible_pairs(p.q, p.k);
       }
-      for (size_t i = 0; i < dkv_blk.size(); i++)
-        dhold[r][i] = real(double(dhold[r][i]) + double(dkv_blk[i]));
+      if (step > 0 && trace) {  // sent to the owner
+        trace->dkv_sent_to[step][r] = src;
+        trace->bytes_sent[r] += dkv_blk.size() * sizeof(real);
+      }
+      for (size_t e = 0; e < dkv_blk.size(); e++)
+        dacc[src][e] = real(double(dacc[src][e]) + double(dkv_blk[e]));
     }
-    // The accumulator moves every step, the last hop bringing it home; K/V stop one step early.
-    ring_pass(dhold, downer, L, trace);
-    if (step < N - 1) ring_pass(hold, owner, L, trace);
+    if (step > 0 && step < N - 1) ring_pass(hold, owner, L, trace);
   }
-  if (trace) trace->dkv_home_hops = 1;
   for (int r = 0; r < N; r++) {
-    CHECK(downer[r] == r, "ring_attention_backward_ref: rank %d ended with the dK/dV of %d", r,
-          downer[r]);
     const int Tl = L.local_len(r);
     const Local X(s, Tl, Tl);
     for (int b = 0; b < s.B; b++)
       for (int t = 0; t < Tl; t++) {
         for (int h = 0; h < s.NH; h++)
           std::copy_n(dq[r].data() + X.o(b, t, h), s.HS, dqkv[r] + X.q(b, t, h));
-        std::copy_n(dhold[r].data() + X.k(b, t, 0), 2 * size_t(s.NKV) * s.HS,
+        std::copy_n(dacc[r].data() + X.k(b, t, 0), 2 * size_t(s.NKV) * s.HS,
                     dqkv[r] + X.q(b, t, s.NH));
       }
   }

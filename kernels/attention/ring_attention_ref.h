@@ -21,16 +21,18 @@
 //       O_i = exp(LSE_i - LSE_new) O_i + exp(LSE_blk - LSE_new) O_blk;  LSE_i = LSE_new
 //     s < N-1: send KV_hold[r] to rank r+1, receive rank r-1's          (ring step)
 // Backward, per rank r, recomputing from the final LSE (nothing T x T is kept):
-//   D_r = rowsum(dO_r o O_r);  dQ_r = 0;  KV_hold[r] = pack(K_r, V_r);  dKV_hold[r] = 0
-//   for s = 0 .. N-1:
+//   D_r = rowsum(dO_r o O_r);  dQ_r = 0;  dKV_r = 0;  KV_hold[r] = pack(K_r, V_r)
+//   send KV_hold[r] to rank r+1, receive rank r-1's                     (the first K/V hop)
+//   for s = 1 .. N-1, then s = 0 (the rank's own chunks, its own K/V, last):
 //     dKV_blk = 0
 //     for each non-skipped chunk pair (i, j) (attention_block_backward_ref):
 //       P_ij = exp(scale Q_i K_j^T - LSE_i) (0 where masked);  dV_j += P_ij^T dO_i
 //       dS_ij = P_ij o (dO_i V_j^T - D_i);  dQ_i += scale dS_ij K_j;  dK_j += scale dS_ij^T Q_i
-//     dKV_hold[r] += dKV_blk      (the GPU computes dKV_blk while the accumulator is in flight)
-//     send dKV_hold[r] to rank r+1 (at s = N-1 this last hop brings each block's dK/dV home);
-//     s < N-1: send KV_hold[r] to rank r+1
-//   dqkv_r = (dQ_r, dKV_hold[r])
+//     s > 0: send dKV_blk to the block's owner src = (r - s) mod N, which adds it:
+//            dKV_src += dKV_blk   (on the GPU while the next step runs)
+//            s < N-1: send KV_hold[r] to rank r+1
+//     s = 0: dKV_r += dKV_blk
+//   dqkv_r = (dQ_r, dKV_r)
 //
 // Precision (mirrors the GPU's fp32 buffers): every product and sum inside a block runs in
 // double; the partial O_blk and LSE_blk, the running O and LSE, D, and the dQ and dK/dV
@@ -55,11 +57,11 @@
 // many unmasked (q, k) pairs it computed (per batch row and head), how many bytes it sent.
 struct RingTrace {
   std::vector<std::vector<int>> held;     // [step][rank] owner of the K/V block held
-  std::vector<std::vector<int>> dkv_held; // [step][rank] owner of the dK/dV accumulator (bwd)
+  std::vector<std::vector<int>> dkv_sent_to;  // [step][rank] backward: where the step's dK/dV
+                                              // contribution went (-1: kept, the own step 0)
   std::vector<int64_t> visible_pairs;     // [rank] unmasked (q, k) pairs computed
   std::vector<int64_t> pairs_by_kind[3];  // [CpPairKind][rank] chunk pairs met of each kind
   std::vector<size_t> bytes_sent;         // [rank] with sizeof(real) per element
-  int dkv_home_hops = 0;                  // backward: hops after the last step (must be 1)
 };
 
 // One (Q chunk, K/V chunk) block: the partial attention of Q rows [q.local_begin, +q.len) of

@@ -204,9 +204,10 @@ TEST(ContextParallel, CommBytesFormula) {
     for (int r = 0; r < N; r++) {
       const CpCommBytes c = cp_comm_bytes(L, r, B, NKV, HS, 2, 4);
       EXPECT_EQ(c.forward, size_t(N - 1) * block * 2) << "N=" << N;
-      EXPECT_EQ(c.backward, size_t(N - 1) * block * 2 + size_t(N) * block * 4) << "N=" << N;
+      EXPECT_EQ(c.backward, size_t(N - 1) * block * 2 + size_t(N - 1) * block * 4) << "N=" << N;
     }
-    // Ragged T: over all ranks, every block makes N-1 K/V hops (forward) and N dK/dV hops.
+    // Ragged T: over all ranks, every block makes N-1 K/V hops and gets N-1 dK/dV
+    // contributions (one from every other rank).
     const CpLayout R(N, 2 * N * 7 + N + 1);
     size_t fwd = 0, bwd = 0, blocks = 0;
     for (int r = 0; r < N; r++) {
@@ -215,7 +216,7 @@ TEST(ContextParallel, CommBytesFormula) {
       blocks += size_t(B) * 2 * R.local_len(r) * NKV * HS;
     }
     EXPECT_EQ(fwd, size_t(N - 1) * blocks * 2) << "ragged N=" << N;
-    EXPECT_EQ(bwd, size_t(N - 1) * blocks * 2 + size_t(N) * blocks * 4) << "ragged N=" << N;
+    EXPECT_EQ(bwd, size_t(N - 1) * blocks * 2 + size_t(N - 1) * blocks * 4) << "ragged N=" << N;
   }
   const CpLayout L(2, 256 * 1024);
   const CpCommBytes c = cp_comm_bytes(L, 0, 1, 12, 64, 2, 4);
@@ -464,14 +465,16 @@ TEST(ContextParallel, RingTrace) {
     const std::string ctx = str(c);
     ASSERT_EQ(int(f.held.size()), N) << ctx;
     ASSERT_EQ(int(b.held.size()), N) << ctx;
-    ASSERT_EQ(int(b.dkv_held.size()), N) << ctx;
+    ASSERT_EQ(int(b.dkv_sent_to.size()), N) << ctx;
     int64_t lo = INT64_MAX, hi = 0, sum = 0;
     for (int r = 0; r < N; r++) {
       std::set<int> seen_f, seen_b;
       for (int step = 0; step < N; step++) {
         EXPECT_EQ(f.held[step][r], L.ring_source(r, step)) << ctx;
         EXPECT_EQ(b.held[step][r], L.ring_source(r, step)) << ctx;
-        EXPECT_EQ(b.dkv_held[step][r], b.held[step][r]) << ctx << ": dK/dV travel with K/V";
+        // Each contribution goes straight home: to the owner of the block it was computed
+        // from; the own step's stays.
+        EXPECT_EQ(b.dkv_sent_to[step][r], step == 0 ? -1 : b.held[step][r]) << ctx;
         seen_f.insert(f.held[step][r]), seen_b.insert(b.held[step][r]);
       }
       EXPECT_EQ(int(seen_f.size()), N) << ctx << " rank " << r;
@@ -490,7 +493,14 @@ TEST(ContextParallel, RingTrace) {
       EXPECT_EQ(f.bytes_sent[r], want.forward) << ctx << " rank " << r;
       EXPECT_EQ(b.bytes_sent[r], want.backward) << ctx << " rank " << r;
     }
-    EXPECT_EQ(b.dkv_home_hops, 1) << ctx;
+    for (int owner = 0; owner < N; owner++) {  // every other rank sent one contribution home
+      std::set<int> from;
+      for (int step = 1; step < N; step++)
+        for (int r = 0; r < N; r++)
+          if (b.dkv_sent_to[step][r] == owner) from.insert(r);
+      EXPECT_EQ(int(from.size()), N - 1) << ctx << " owner " << owner;
+      EXPECT_EQ(from.count(owner), 0u) << ctx << " owner " << owner;
+    }
     EXPECT_EQ(sum, int64_t(s.T) * (s.T + 1) / 2) << ctx;
     EXPECT_LE(hi - lo, s.T) << ctx;
     std::printf("  %-38s unmasked (q,k) pairs per rank %lld..%lld (spread %lld, T=%d); "

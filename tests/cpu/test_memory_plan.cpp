@@ -165,7 +165,7 @@ TEST(MemoryPlan, ContextParallelHoldsALocalShare) {
   EXPECT_EQ(two.buffers[kBuf_att_saved].count, size_t(12) * ((12 * Tl * 4 + 255) / 256 * 256));
   EXPECT_EQ(two.rope_rows, 4099u);
   EXPECT_EQ(two.buffers[kBuf_cp_kv].bytes, 2 * Tl * 2 * 12 * 64 * 2);
-  EXPECT_EQ(two.buffers[kBuf_cp_dkv].bytes, 2 * Tl * 2 * 12 * 64 * 4);
+  EXPECT_EQ(two.buffers[kBuf_cp_dkv].bytes, 3 * Tl * 2 * 12 * 64 * 4);  // own, in, out
   EXPECT_EQ(two.buffers[kBuf_cp_o].bytes, Tl * 12 * 64 * 4);
   EXPECT_GT(lines(two)["context parallel"], 0u);
   EXPECT_LT(two.total, one.total);

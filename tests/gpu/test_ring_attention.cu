@@ -121,30 +121,23 @@ void RingAttentionGpu::check(bool nccl) {
       DeviceBuffer<float> d_lse((size_t)s.B * s.NH * Tl);
       DeviceBuffer<char> d_scratch(attn->scratch_bytes(local));
       const CpRingElems e = cp_ring_elems(L, s.B, s.NH, s.NKV, s.HS);
-      DeviceBuffer<floatX> kv0(e.kv), kv1(e.kv);
-      DeviceBuffer<float> dkv0(e.dkv), dkv1(e.dkv), o_run(e.o_run);
-      for (auto* b : {&kv0, &kv1}) b->poison();
-      for (auto* b : {&dkv0, &dkv1, &o_run}) b->poison();
+      DeviceBuffer<floatX> kv(2 * e.kv);
+      DeviceBuffer<float> dkv(e.dkv_count * e.dkv), o_run(e.o_run);
+      kv.poison();
+      for (auto* b : {&dkv, &o_run}) b->poison();
       d_out.poison();
       d_dqkv.poison();
       d_lse.poison();
       d_scratch.poison();
       d_qkv.upload(to_floatX(q_l));
       d_dout.upload(to_floatX(do_l));
-      RingBuffers rb;
-      rb.kv[0] = kv0.ptr;
-      rb.kv[1] = kv1.ptr;
-      rb.dkv[0] = dkv0.ptr;
-      rb.dkv[1] = dkv1.ptr;
-      rb.o_run = o_run.ptr;
+      const RingBuffers rb = carve_ring_buffers(kv.ptr, dkv.ptr, o_run.ptr, e);
       cudaStream_t st;
       CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
       CUDA_CHECK(cudaDeviceSynchronize());
       meet_once(1);  // all buffers allocated and uploaded
       {
-        RingAttention ring(L, r, nccl ? make_nccl_ring_transport(comms[r], L.ring_next(r),
-                                                                 L.ring_prev(r))
-                                      : hub->transport(r));
+        RingAttention ring(L, r, nccl ? make_nccl_ring_transport(comms[r]) : hub->transport(r));
         ring.set_timing(true);
         ring.forward(*attn, d_out.ptr, d_lse.ptr, d_qkv.ptr, local, rb, st);
         ring.backward(*attn, d_dqkv.ptr, d_scratch.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr,
