@@ -81,8 +81,8 @@
 //     dq_accum over all steps (at the problem's row offset), dK/dV ADDED by each block's
 //     epilogue into an fp32 buffer: the rank's own accumulator at step 0, a fresh contribution
 //     to the block's owner at the other steps.
-// flash and flash3 offer the hooks (flash's FA2-schedule forward for both: flash3's TMA forward
-// has no problem form yet; each its own backward); the model calls RingAttention per layer.
+// flash and flash3 offer the hooks (each runs its own forward and backward kernels on a pair);
+// the model calls RingAttention per layer.
 //
 // Communication. A cp communicator per cp group (ncclCommSplit of the world by dp index; the
 // trainer's) and the ring's own stream, separate from the gradient all-reduce. Per step:

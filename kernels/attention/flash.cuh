@@ -45,8 +45,7 @@ void backward_end(__nv_bfloat16* dqkv, void* scratch, const AttnShape& s, cudaSt
 
 // The ring hooks (attention.cuh) of the backends whose backward scratch is flash's and whose saved
 // state is the LSE alone: flash and flash3 derive from this. A ring pair runs flash's
-// forward_problem (FA2 schedule; flash3's TMA forward reads whole-sequence tensor maps and has
-// no problem form yet) and backward_problem (flash3 overrides it with its own).
+// forward_problem and backward_problem; flash3 overrides both with its own kernels.
 class FlashFamilyBackend : public AttentionBackend {
  public:
   using AttentionBackend::AttentionBackend;

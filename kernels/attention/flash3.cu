@@ -8,8 +8,14 @@
 //   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s
 //   lse[b,h,t]   = log sum_{s<=t} exp(scale q_t . k_s)            (fp32, natural log)
 // reading Q, K, V in place from qkv (B, T, NH + 2*NKV, HS) through one 4-D TMA tensor map
-// (dims HS, NH + 2*NKV, T, B: a box never crosses into the next sequence, rows >= T read as 0);
-// query head h uses kv head h / (NH/NKV).
+// (dims HS, NH + 2*NKV, T, B: a box never crosses into the next head or sequence, rows >= T
+// read as 0); query head h uses kv head h / (NH/NKV).
+// The same kernel runs one ring pair of context parallelism (forward_problem; attention.cuh
+// AttnFwdProblem, a tensor map per Q, K and V where K/V came from another rank's block): Q rows
+// against K/V rows of their own buffers and strides, either the diagonal
+// pair (causal, as above) or a full pair (every one of the Tk keys visible; the ragged last K/V
+// tile masks keys >= Tk), its (O_blk, LSE_blk) written or merged exactly into the ring's fp32
+// running O and LSE in the epilogue (RING).
 //
 // Schedule (paper notation; Br = 128 query rows per work tile, Bc = 128 keys per K/V tile).
 // Persistent grid (one block per SM); work tiles (i, b, h) in order of decreasing i (the longest
@@ -44,7 +50,8 @@
 // Rows >= T of a ragged last tile compute on zero-filled Q rows and are never stored.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any T
-// >= 1 up to 4M.
+// >= 1 up to 4M. A ring pair: rows 16-byte aligned; static tile order (the ring passes no
+// scratch for the counter; at its lengths every block runs hundreds of tiles).
 //
 // Tuning notes. H100 80GB HBM3, causal bf16, 16384 tokens per batch (B = 16384 / T; 12 heads at
 // HS 64, 16 at HS 128), forward TFLOP/s = 2 B NH T^2 HS / time, scripts/bench_attention.py with
@@ -70,7 +77,7 @@
 // HS 64 has 4 (160 KB). No spills (ptxas), 0 local memory in SASS; producer 24 registers,
 // consumers 240.
 //
-// Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'
+// Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
 // Bench: python3 scripts/bench_attention.py --backends flash,flash3
 #include <cfloat>
 #include <cstdlib>
@@ -187,11 +194,27 @@ __device__ __forceinline__ void work_tile(int w, int Tr, int BH, int head_major,
   }
 }
 
-template <class K>
+// What the kernel writes and how its rows line up (AttnFwdProblem less the inputs, which come
+// in through the tensor maps). causal: key s visible to query t iff s <= t (Tq == Tk); else all
+// Tk keys (a ring pair). Output: bf16 `out`, or (RING) the ring's fp32 running O `o_run`,
+// overwritten or merged through the LSE.
+struct Fwd3Args {
+  __nv_bfloat16* out;
+  float* o_run;
+  size_t o_ld, o_bs;  // row t, head h of batch b at out/o_run + b*o_bs + t*o_ld + h*HS
+  float* lse;         // (B, NH, lse_T)
+  size_t lse_T;
+  int* tile_counter;  // DYNAMIC only
+  int k_head0, v_head0;  // the first K and V head in tm_k, tm_v (Q's is 0)
+  int B, Tq, Tk, NH, NKV;
+  float scale_log2, scale;
+  int head_major, causal, merge;
+};
+
+template <class K, bool RING>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
-    flash3_fwd_kernel(const __grid_constant__ CUtensorMap tm_qkv, __nv_bfloat16* __restrict__ out,
-                      float* __restrict__ lse, int* __restrict__ tile_counter, int B, int T, int NH,
-                      int NKV, float scale_log2, float scale, int head_major) {
+    flash3_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v, const Fwd3Args a) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, STAGES = K::STAGES, NS = K::NS, NO = K::NO,
                 KQ = K::KQ, KP = K::KP, PANELS = K::PANELS;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -205,7 +228,12 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   // more work); read by the consumers after their wait.
   volatile int* tile_slot = reinterpret_cast<volatile int*>(smem_raw + (s0 + K::OFF_SLOT - smem_u32(smem_raw)));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  const int Tr = (T + Br - 1) / Br, BH = B * NH, n_work = Tr * BH;
+  const int NH = a.NH, NKV = a.NKV, Tq = a.Tq, Tk = a.Tk, head_major = a.head_major;
+  const bool causal = RING ? a.causal != 0 : true;  // the whole-sequence forward is causal
+  const int Tr = (Tq + Br - 1) / Br, BH = a.B * NH, n_work = Tr * BH;
+  // K/V tiles of a work tile's rows from q0: causal, up to the diagonal (tiles right of it are
+  // never loaded); a full pair, all of Tk.
+  auto kv_tiles = [&](int q0) { return ((causal ? min(q0 + Br, Tq) : Tk) + Bc - 1) / Bc; };
 
   if (tid == 0) {
     hopper::mbar_init(bar_q_full, 1);
@@ -224,7 +252,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     // ================================ producer ================================
     hopper::setmaxnreg_dec<24>();
     if (warp == 0 && lane == 0) {
-      hopper::tma_prefetch_map(&tm_qkv);
+      hopper::tma_prefetch_map(&tm_q);
+      hopper::tma_prefetch_map(&tm_k);
+      hopper::tma_prefetch_map(&tm_v);
       uint32_t kv_it = 0, tile_it = 0;
       for (int w = blockIdx.x;; ++tile_it) {
         hopper::mbar_wait(bar_q_empty, (tile_it & 1) ^ 1);
@@ -237,11 +267,11 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         work_tile(w, Tr, BH, head_major, i, bh);
         const int b = bh / NH, h = bh % NH;
         const int kvh = h / (NH / NKV), q0 = i * Br;
-        const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
+        const int n_kv = kv_tiles(q0);
         hopper::mbar_arrive_expect_tx(bar_q_full, K::Q_BYTES);
 #pragma unroll
         for (int p = 0; p < PANELS; ++p)
-          hopper::tma_load_4d(sQ + p * K::Q_PANEL, &tm_qkv, bar_q_full, p * 64, h, q0, b);
+          hopper::tma_load_4d(sQ + p * K::Q_PANEL, &tm_q, bar_q_full, p * 64, h, q0, b);
         for (int jj = 0; jj < n_kv; ++jj, ++kv_it) {
           const int j = n_kv - 1 - jj, st = kv_it % STAGES;
           const uint32_t par = ((kv_it / STAGES) & 1) ^ 1;
@@ -249,17 +279,17 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           hopper::mbar_arrive_expect_tx(bar_k_full + 8 * st, K::KV_BYTES);
 #pragma unroll
           for (int p = 0; p < PANELS; ++p)
-            hopper::tma_load_4d(sK + st * K::KV_BYTES + p * K::KV_PANEL, &tm_qkv,
-                                bar_k_full + 8 * st, p * 64, NH + kvh, j * Bc, b);
+            hopper::tma_load_4d(sK + st * K::KV_BYTES + p * K::KV_PANEL, &tm_k,
+                                bar_k_full + 8 * st, p * 64, a.k_head0 + kvh, j * Bc, b);
           hopper::mbar_wait(bar_v_empty + 8 * st, par);
           hopper::mbar_arrive_expect_tx(bar_v_full + 8 * st, K::KV_BYTES);
 #pragma unroll
           for (int p = 0; p < PANELS; ++p)
-            hopper::tma_load_4d(sV + st * K::KV_BYTES + p * K::KV_PANEL, &tm_qkv,
-                                bar_v_full + 8 * st, p * 64, NH + NKV + kvh, j * Bc, b);
+            hopper::tma_load_4d(sV + st * K::KV_BYTES + p * K::KV_PANEL, &tm_v,
+                                bar_v_full + 8 * st, p * 64, a.v_head0 + kvh, j * Bc, b);
         }
         if constexpr (K::DYNAMIC)
-          w = gridDim.x + atomicAdd(tile_counter, 1);
+          w = gridDim.x + atomicAdd(a.tile_counter, 1);
         else
           w += gridDim.x;
       }
@@ -318,20 +348,24 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       work_tile(w, Tr, BH, head_major, i, bh);
       const int b = bh / NH, h = bh % NH;
       const int q0 = i * Br;
-      const int n_kv = (min(q0 + Br, T) + Bc - 1) / Bc;
+      const int n_kv = kv_tiles(q0);
       const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
 
       float o[NO], s[NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
       uint32_t p[KP][4];
 #pragma unroll
       for (int n = 0; n < NO; ++n) o[n] = 0.f;
-      auto mask = [&](int j) {  // S[r, key] = -inf where key > query (diagonal tiles only)
-        if (j * Bc + Bc - 1 > q0 + c * 64) {
+      // S[r, key] = -inf where key > query (causal: diagonal tiles only), or where key >= Tk (a
+      // full pair: its ragged last tile only; TMA reads those keys as zeros, not -inf).
+      auto mask = [&](int j) {
+        if (causal ? j * Bc + Bc - 1 > q0 + c * 64 : j * Bc + Bc > Tk) {
 #pragma unroll
           for (int n = 0; n < NS / 4; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (j * Bc + n * 8 + 2 * t4 + (e & 1) > row0 + (e >> 1) * 8) s[4 * n + e] = -INFINITY;
+            for (int e = 0; e < 4; ++e) {
+              const int key = j * Bc + n * 8 + 2 * t4 + (e & 1);
+              if (causal ? key > row0 + (e >> 1) * 8 : key >= Tk) s[4 * n + e] = -INFINITY;
+            }
         }
       };
 
@@ -347,7 +381,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       release(bar_k_empty + 8 * st);
       if (n_kv == 1) release(bar_q_empty);
       mask(n_kv - 1);
-      softmax_step(s, m_i, l_i, alpha, scale_log2);
+      softmax_step(s, m_i, l_i, alpha, a.scale_log2);
       pack_p(p, s);
       int prev_st = st;
       uint32_t prev_par = par;
@@ -368,7 +402,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         release(bar_k_empty + 8 * st);
         if (jj == n_kv - 1) release(bar_q_empty);
         mask(j);
-        softmax_step(s, m_i, l_i, alpha, scale_log2);
+        softmax_step(s, m_i, l_i, alpha, a.scale_log2);
         wgmma_wait<0>();  // P V_{j+1}
         reg_fence(o);
         release(bar_v_empty + 8 * prev_st);
@@ -392,39 +426,84 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       reg_fence(o);
       release(bar_v_empty + 8 * prev_st);
 
-      // ---- epilogue: O_i / l_i -> bf16 -> sO (this warpgroup's rows) -> out; LSE_i ----
-      const int bar_epi = kBarEpilogue0 + c;
-      hopper::named_bar_sync(bar_epi, 128);  // the last tile's reads of sO are done
-      float* lse_bh = lse + ((size_t)b * NH + h) * T;
+      float* lse_bh = a.lse + ((size_t)b * NH + h) * a.lse_T;
+      if constexpr (RING) {
+        // ---- ring epilogue: O_blk = O_i / l_i, LSE_blk; overwrite or merge (o_run, lse):
+        //   LSE' = log(e^LSE + e^LSE_blk), O' = e^(LSE - LSE') O + e^(LSE_blk - LSE') O_blk.
+        // Each row's LSE is read by the 4 threads of its quad and written by one: a __syncwarp
+        // that every lane reaches splits the reads from the write. fp32 straight from registers
+        // (8-byte stores; the merge reads the old rows anyway).
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float l = quad_sum(l_i[r]);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int rl = c * 64 + wq * 16 + g + 8 * r;  // tile-local row
-        if (t4 == 0 && q0 + rl < T)
-          lse_bh[q0 + rl] = l > 0.f ? m_i[r] * scale + logf(l) : -INFINITY;
+        for (int r = 0; r < 2; ++r) {
+          const float l = quad_sum(l_i[r]);
+          const float inv = l > 0.f ? 1.f / l : 0.f;
+          const int row = row0 + 8 * r;
+          const bool ok = row < Tq;
+          const float lse_blk = l > 0.f ? m_i[r] * a.scale + logf(l) : -INFINITY;
+          float lse_new = lse_blk, w_old = 0.f, w_blk = 1.f;
+          if (a.merge && ok) {
+            const float lse_old = lse_bh[row];
+            const float mx = fmaxf(lse_old, lse_blk);
+            if (mx == -INFINITY) {
+              lse_new = -INFINITY;
+              w_blk = 0.f;
+            } else {
+              lse_new = mx + logf(expf(lse_old - mx) + expf(lse_blk - mx));
+              w_old = expf(lse_old - lse_new);
+              w_blk = expf(lse_blk - lse_new);
+            }
+          }
+          __syncwarp();
+          if (ok) {
+            if (t4 == 0) lse_bh[row] = lse_new;
+            float* orow = a.o_run + (size_t)b * a.o_bs + (size_t)row * a.o_ld + (size_t)h * HS;
 #pragma unroll
-        for (int n = 0; n < NO / 4; ++n) {  // 8-column tile n: panel n / 8, chunk n % 8
-          const uint32_t v = pack_bf16(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
-          const uint32_t addr =
-              sO + (n >> 3) * K::Q_PANEL + rl * 128 + (((n & 7) ^ (rl & 7)) << 4) + t4 * 4;
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+            for (int n = 0; n < NO / 4; ++n) {  // 8-column tile n
+              float2* dst = reinterpret_cast<float2*>(orow + n * 8 + 2 * t4);
+              float2 v = make_float2(o[4 * n + 2 * r] * inv * w_blk, o[4 * n + 2 * r + 1] * inv * w_blk);
+              if (a.merge) {
+                const float2 old = *dst;
+                v.x = fmaf(old.x, w_old, v.x);
+                v.y = fmaf(old.y, w_old, v.y);
+              }
+              *dst = v;
+            }
+          }
         }
-      }
-      hopper::named_bar_sync(bar_epi, 128);
-      constexpr int CHUNKS = HS / 8;  // 16-byte chunks per row
-      __nv_bfloat16* gO = out + ((size_t)b * T + q0) * NH * HS + (size_t)h * HS;
+      } else {
+        // ---- epilogue: O_i / l_i -> bf16 -> sO (this warpgroup's rows) -> out; LSE_i ----
+        const int bar_epi = kBarEpilogue0 + c;
+        hopper::named_bar_sync(bar_epi, 128);  // the last tile's reads of sO are done
 #pragma unroll
-      for (int k = 0; k < 64 * CHUNKS / 128; ++k) {
-        const int idx = ctid + k * 128;
-        const int rl = c * 64 + idx / CHUNKS, ch = idx % CHUNKS;
-        if (q0 + rl < T) {
-          uint4 v;
-          asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                       : "r"(sO + flash::pswz<Br>(rl, ch))
-                       : "memory");
-          *reinterpret_cast<uint4*>(gO + (size_t)rl * NH * HS + ch * 8) = v;
+        for (int r = 0; r < 2; ++r) {
+          const float l = quad_sum(l_i[r]);
+          const float inv = l > 0.f ? 1.f / l : 0.f;
+          const int rl = c * 64 + wq * 16 + g + 8 * r;  // tile-local row
+          if (t4 == 0 && q0 + rl < Tq)
+            lse_bh[q0 + rl] = l > 0.f ? m_i[r] * a.scale + logf(l) : -INFINITY;
+#pragma unroll
+          for (int n = 0; n < NO / 4; ++n) {  // 8-column tile n: panel n / 8, chunk n % 8
+            const uint32_t v = pack_bf16(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+            const uint32_t addr =
+                sO + (n >> 3) * K::Q_PANEL + rl * 128 + (((n & 7) ^ (rl & 7)) << 4) + t4 * 4;
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+          }
+        }
+        hopper::named_bar_sync(bar_epi, 128);
+        constexpr int CHUNKS = HS / 8;  // 16-byte chunks per row
+        __nv_bfloat16* gO = a.out + (size_t)b * a.o_bs + (size_t)q0 * a.o_ld + (size_t)h * HS;
+#pragma unroll
+        for (int k = 0; k < 64 * CHUNKS / 128; ++k) {
+          const int idx = ctid + k * 128;
+          const int rl = c * 64 + idx / CHUNKS, ch = idx % CHUNKS;
+          if (q0 + rl < Tq) {
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "r"(sO + flash::pswz<Br>(rl, ch))
+                         : "memory");
+            *reinterpret_cast<uint4*>(gO + (size_t)rl * a.o_ld + ch * 8) = v;
+          }
         }
       }
     }
@@ -456,70 +535,146 @@ bool use_dynamic() {
 // Head-major work order for this shape: when the K and V of all (sequence, kv head) pairs
 // outgrow the L2 cache (flash3_tiles.h kv_outgrows_l2), or as FLASHGPT_FLASH3_ORDER ("heads" |
 // "rows") says for every shape (a measurement switch).
-bool use_head_major(const AttnShape& s) {
+bool use_head_major(const AttnFwdProblem& p) {
   static const char* e = std::getenv("FLASHGPT_FLASH3_ORDER");
   if (e && std::strcmp(e, "heads") == 0) return true;
   if (e && std::strcmp(e, "rows") == 0) return false;
-  return kv_outgrows_l2(s.B, s.NKV, s.T, s.HS, cuda_l2_bytes());
+  return kv_outgrows_l2(p.B, p.NKV, p.Tk, p.HS, cuda_l2_bytes());
 }
 
-template <class K>
-void launch_fwd(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
-                const AttnShape& s, cudaStream_t stream) {
-  allow_dynamic_smem(reinterpret_cast<const void*>(flash3_fwd_kernel<K>), K::SMEM);
-  const uint64_t H3 = (uint64_t)s.NH + 2 * s.NKV;
-  const uint64_t dims[4] = {(uint64_t)s.HS, H3, (uint64_t)s.T, (uint64_t)s.B};
-  const uint64_t strides[3] = {(uint64_t)s.HS * 2, H3 * s.HS * 2, (uint64_t)s.T * H3 * s.HS * 2};
-  const uint32_t box[4] = {64, 1, (uint32_t)K::Br, 1};  // Br == Bc: one map for Q, K and V
-  const CUtensorMap tm = hopper::make_tensor_map_bf16_4d(qkv, dims, strides, box);
-  const int n_work = ceil_div(s.T, K::Br) * s.B * s.NH;
+// A (B, rows, heads, HS) view of bf16 rows `ld` elements apart, sequences `bs` apart, as a 4-D
+// tensor map (dims HS, heads, rows, B) with a box of 64 columns x one head x `box_rows` rows: a
+// box never crosses into the next head or sequence, and rows >= `rows` read as zeros.
+CUtensorMap rows_map(const __nv_bfloat16* base, int B, int rows, int heads, int HS, size_t ld,
+                     size_t bs, int box_rows) {
+  const uint64_t dims[4] = {(uint64_t)HS, (uint64_t)heads, (uint64_t)rows, (uint64_t)B};
+  const uint64_t strides[3] = {(uint64_t)HS * 2, (uint64_t)ld * 2, (uint64_t)bs * 2};
+  const uint32_t box[4] = {64, 1, (uint32_t)box_rows, 1};
+  return hopper::make_tensor_map_bf16_4d(base, dims, strides, box);
+}
+
+// tile_counter: the dynamic scheduler's counter (K::DYNAMIC), else unused.
+template <class K, bool RING>
+void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
+  allow_dynamic_smem(reinterpret_cast<const void*>(flash3_fwd_kernel<K, RING>), K::SMEM);
+  static_assert(K::Br == K::Bc, "one box shape for Q, K and V");
+  Fwd3Args a{};
+  // Q, K and V as the heads of one qkv (the whole sequence; the ring's own chunks): one map over
+  // all NH + 2 NKV heads, K and V at head offsets. Encoding a map is host time on every launch
+  // (~10 us, measured: three maps cost the 4K forward 2-4% in bench-attention), so the common
+  // case encodes one. Else (K/V from another rank's block) a map per tensor.
+  const bool one_qkv = p.Tq == p.Tk && p.k == p.q + (size_t)p.NH * p.HS &&
+                       p.v == p.k + (size_t)p.NKV * p.HS && p.kv_ld == p.q_ld && p.kv_bs == p.q_bs;
+  CUtensorMap tm_q, tm_k, tm_v;
+  if (one_qkv) {
+    tm_q = tm_k = tm_v = rows_map(p.q, p.B, p.Tq, p.NH + 2 * p.NKV, p.HS, p.q_ld, p.q_bs, K::Br);
+    a.k_head0 = p.NH;
+    a.v_head0 = p.NH + p.NKV;
+  } else {
+    tm_q = rows_map(p.q, p.B, p.Tq, p.NH, p.HS, p.q_ld, p.q_bs, K::Br);
+    tm_k = rows_map(p.k, p.B, p.Tk, p.NKV, p.HS, p.kv_ld, p.kv_bs, K::Bc);
+    tm_v = rows_map(p.v, p.B, p.Tk, p.NKV, p.HS, p.kv_ld, p.kv_bs, K::Bc);
+  }
+  const int n_work = ceil_div(p.Tq, K::Br) * p.B * p.NH;
   const int grid = std::min(n_work, cuda_num_sms());
-  const float scale = 1.f / sqrtf((float)s.HS);
+  const float scale = 1.f / sqrtf((float)p.HS);
+  a.out = p.out;
+  a.o_run = p.o_run;
+  a.o_ld = p.o_ld;
+  a.o_bs = p.o_bs;
+  a.lse = p.lse;
+  a.lse_T = p.lse_T;
+  a.tile_counter = tile_counter;
+  a.B = p.B;
+  a.Tq = p.Tq;
+  a.Tk = p.Tk;
+  a.NH = p.NH;
+  a.NKV = p.NKV;
+  a.scale_log2 = scale * kLog2e;
+  a.scale = scale;
+  a.head_major = use_head_major(p) ? 1 : 0;
+  a.causal = p.causal ? 1 : 0;
+  a.merge = p.merge ? 1 : 0;
   if (K::DYNAMIC) CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
-  flash3_fwd_kernel<K><<<grid, K::NTHREADS, K::SMEM, stream>>>(
-      tm, out, lse, tile_counter, s.B, s.T, s.NH, s.NKV, scale * kLog2e, scale,
-      use_head_major(s) ? 1 : 0);
+  flash3_fwd_kernel<K, RING><<<grid, K::NTHREADS, K::SMEM, stream>>>(tm_q, tm_k, tm_v, a);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int HS>
-void launch_fwd_hs(__nv_bfloat16* out, float* lse, int* tile_counter, const __nv_bfloat16* qkv,
-                   const AttnShape& s, cudaStream_t stream) {
+void launch_fwd_hs(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
+  if (p.o_run) {
+    // A ring pair: no scratch comes with it, so no counter: the static stride, which at the
+    // ring's lengths (hundreds of tiles per block) is as balanced as the counter.
+    launch_fwd<Fwd3Tile<HS, kFwdPingPongDefault, false>, true>(p, nullptr, stream);
+    return;
+  }
   const bool pp = use_pingpong(), dyn = use_dynamic();
   if (pp && dyn)
-    launch_fwd<Fwd3Tile<HS, true, true>>(out, lse, tile_counter, qkv, s, stream);
+    launch_fwd<Fwd3Tile<HS, true, true>, false>(p, tile_counter, stream);
   else if (pp)
-    launch_fwd<Fwd3Tile<HS, true, false>>(out, lse, tile_counter, qkv, s, stream);
+    launch_fwd<Fwd3Tile<HS, true, false>, false>(p, tile_counter, stream);
   else if (dyn)
-    launch_fwd<Fwd3Tile<HS, false, true>>(out, lse, tile_counter, qkv, s, stream);
+    launch_fwd<Fwd3Tile<HS, false, true>, false>(p, tile_counter, stream);
   else
-    launch_fwd<Fwd3Tile<HS, false, false>>(out, lse, tile_counter, qkv, s, stream);
+    launch_fwd<Fwd3Tile<HS, false, false>, false>(p, tile_counter, stream);
+}
+
+void launch_problem(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
+  CHECK((p.out != nullptr) != (p.o_run != nullptr), "internal: flash3 forward: one output");
+  CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 forward: causal needs Tq == Tk");
+  CHECK(p.causal || p.o_run, "internal: flash3 forward: a full (non-causal) problem is a ring pair");
+  CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) &&
+            (p.out ? aligned16(p.out) : aligned16(p.o_run)),
+        "flash3 attention: Q, K, V and the output must be 16-byte aligned");
+  switch (p.HS) {
+    case 64:
+      launch_fwd_hs<64>(p, tile_counter, stream);
+      break;
+    case 128:
+      launch_fwd_hs<128>(p, tile_counter, stream);
+      break;
+    default:
+      THROW_ERROR("flash3 attention forward: head size %d is not supported (64 or 128)", p.HS);
+  }
 }
 
 }  // namespace
 
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
                   const AttnShape& s, cudaStream_t stream) {
-  int* tile_counter = reinterpret_cast<int*>(static_cast<char*>(scratch) + 0 /* the work-tile counter: the scratch's first int */);
-  CHECK(aligned16(qkv) && aligned16(out), "flash3 attention: qkv and out must be 16-byte aligned");
-  switch (s.HS) {
-    case 64:
-      launch_fwd_hs<64>(out, lse, tile_counter, qkv, s, stream);
-      break;
-    case 128:
-      launch_fwd_hs<128>(out, lse, tile_counter, qkv, s, stream);
-      break;
-    default:
-      THROW_ERROR("flash3 attention forward: head size %d is not supported (64 or 128)", s.HS);
-  }
+  int* tile_counter = static_cast<int*>(scratch);  // the work-tile counter: the scratch's first int
+  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
+  AttnFwdProblem p{};
+  p.q = qkv;
+  p.k = qkv + (size_t)s.NH * s.HS;
+  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
+  p.q_ld = p.kv_ld = ld;
+  p.q_bs = p.kv_bs = (size_t)s.T * ld;
+  p.B = s.B;
+  p.Tq = p.Tk = s.T;
+  p.NH = s.NH;
+  p.NKV = s.NKV;
+  p.HS = s.HS;
+  p.causal = true;
+  p.lse = lse;
+  p.lse_T = s.T;
+  p.out = out;
+  p.o_ld = (size_t)s.NH * s.HS;
+  p.o_bs = (size_t)s.T * p.o_ld;
+  launch_problem(p, tile_counter, stream);
+}
+
+void forward_problem(const AttnFwdProblem& p, cudaStream_t stream) {
+  CHECK(p.o_run, "internal: flash3 forward_problem is the ring's (fp32 running O)");
+  launch_problem(p, nullptr, stream);
 }
 
 }  // namespace flash3
 
 // ---------------------------------------------------------------------------------------------
 // The backend class: its spec is kSpec_flash3 (backends.cpp, from flash3_tiles.h); the forward
-// is above, the backward flash3_bwd.cu. A ring pair's forward is flash's (FlashFamilyBackend),
-// its backward flash3's.
+// is above, the backward flash3_bwd.cu; a ring pair runs the same two kernels (forward_problem,
+// backward_problem), the ring's scratch and conversions are flash's (FlashFamilyBackend).
 namespace {
 
 class Flash3Attention final : public FlashFamilyBackend {
@@ -540,6 +695,9 @@ class Flash3Attention final : public FlashFamilyBackend {
 #endif
   }
 #if !defined(ENABLE_FP32)
+  void ring_forward(const AttnFwdProblem& p, cudaStream_t st) const override {
+    flash3::forward_problem(p, st);
+  }
   void ring_backward(const AttnBwdProblem& p, cudaStream_t st) const override {
     flash3::backward_problem(p, st);
   }

@@ -15,6 +15,9 @@ namespace flash3 {
 // kFwdScratchBytes (its first int is the work-tile counter).
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
                   const AttnShape& s, cudaStream_t stream);
+// One problem (a ring pair: attention.cuh AttnFwdProblem) into the ring's fp32 running O, its
+// diagonal pair causal or a full pair; the same kernel as forward_bf16 (static tile order).
+void forward_problem(const AttnFwdProblem& p, cudaStream_t stream);
 // The backward (flash3_bwd.cu): as flash::backward_bf16 (same scratch, same arguments), on the
 // warp-specialised schedule.
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,

@@ -10,8 +10,8 @@
 //                             gradients, every tensor (wpe's rows at global positions, RoPE at
 //                             global positions, the ring's dQ, dK, dV)
 // Shapes: B = 3, ragged T = 31 (chunks 7, 8, 8, 8: each rank holds 15 or 16 rows, the second
-// chunk at a row that is not a multiple of 8), GQA (NH 2, NKV 1, HS 64), flash (the ring's
-// backend), --recompute none and layer-but-attn and layer, learned and rotary positions.
+// chunk at a row that is not a multiple of 8), GQA (NH 2, NKV 1, HS 64), flash (and flash3 once,
+// where the GPU runs it), --recompute none and layer-but-attn and layer, learned and rotary positions.
 // Tolerances: test_model.cu's (bf16 build: 5e-3 loss, 5e-2 gradients).
 //
 // Run (GPU machine): ./build/test_gpu --gtest_filter='CudaModelCp*'
@@ -204,6 +204,16 @@ TEST_F(CudaModelCp, RopeRecomputeLayerButAttnMatchesCpu) {
 TEST_F(CudaModelCp, LearnedRecomputeLayerMatchesCpu) {
   SEED_TRACE();
   check_cp2(cp_options(false, Recompute::kLayer));
+}
+// flash3 (sm_90a only): its own forward and backward kernels on every ring pair.
+TEST_F(CudaModelCp, Flash3RopeRecomputeLayerMatchesCpu) {
+  SEED_TRACE();
+  ModelOptions o = cp_options(true, Recompute::kLayer);
+  o.attn = "flash3";
+  const std::string why = attention_unsupported_reason(attention_spec("flash3"),
+                                                       AttnShape{o.B, o.T, 2, 1, 64}, sizeof(floatX));
+  if (!why.empty()) GTEST_SKIP() << "flash3: " << why;
+  check_cp2(o);
 }
 
 }  // namespace

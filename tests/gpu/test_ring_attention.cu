@@ -225,12 +225,18 @@ void RingAttentionGpu::check(bool nccl) {
 
 // Ragged T everywhere but the first; T = 2 cp (one-token chunks); GQA and MQA; both head sizes;
 // both backends with the hooks.
+// flash3 runs its own TMA forward on each pair (three tensor maps per pair, the full pairs'
+// ragged last K tile masked, the fp32 merge epilogue): the same shapes again for it.
 const RingCase kRingCases[] = {
     {"flash", 2, 1, 256, 4, 4, 64},    {"flash", 2, 2, 517, 4, 2, 64},
     {"flash", 2, 1, 1000, 4, 1, 128},  {"flash", 2, 2, 4097, 2, 2, 128},
     {"flash3", 2, 1, 1031, 6, 2, 64},  {"flash", 2, 1, 4, 2, 2, 64},
     {"flash", 3, 2, 1001, 4, 2, 64},   {"flash", 3, 1, 6, 2, 1, 128},
     {"flash", 4, 1, 2051, 4, 4, 128},  {"flash3", 4, 2, 777, 4, 2, 64},
+    {"flash3", 2, 1, 256, 4, 4, 64},   {"flash3", 2, 2, 517, 4, 2, 64},
+    {"flash3", 2, 1, 1000, 4, 1, 128}, {"flash3", 2, 2, 4097, 2, 2, 128},
+    {"flash3", 2, 1, 4, 2, 2, 64},     {"flash3", 3, 2, 1001, 4, 2, 64},
+    {"flash3", 3, 1, 6, 2, 1, 128},    {"flash3", 4, 1, 2051, 4, 4, 128},
 };
 INSTANTIATE_TEST_SUITE_P(RingShapes, RingAttentionGpu, ::testing::ValuesIn(kRingCases),
                          [](const ::testing::TestParamInfo<RingCase>& i) {
