@@ -25,7 +25,7 @@ OUT=${OUT:-runs/bench_cp}
 TS=${TS:-131072 262144 524288 1048576}
 MODEL=${MODEL:-d12}
 B=${B:-1}
-ATTN=${ATTN:-flash}
+ATTN=${ATTN:-auto}                # auto = the trainer's default (flash3 on an H100); the bench line names it
 RECOMPUTE=${RECOMPUTE:-layer-but-attn}
 RECOMPUTE_FALLBACK=${RECOMPUTE_FALLBACK:-layer}
 CP=${CP:-2}                       # GPUs of the cp run (--cp CP, one cp group)

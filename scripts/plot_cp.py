@@ -10,6 +10,7 @@ steps' ms, tokens/s = T / that, and its peak memory; its recompute column says "
 
 Reads the per-run rows bench_cp.sh writes (several files merge: a later row of the same T and
 cp replaces an earlier one, and a measured row beats a failed one), and writes into DIR:
+  (--name NAME: NAME.png, NAME.csv, NAME_table.md)
   table.md      T | tok/s cp 1 | tok/s cp N | efficiency | peak GiB per GPU cp 1 | cp N |
                 comm wait | recompute (also printed)
   bench_cp.csv  the same, one row per T
@@ -67,6 +68,8 @@ def main():
     ap.add_argument("--real-run", action="append", default=[], metavar="T:CP:LOG.jsonl",
                     help="a point from a real train run's --log (B 1); replaces a bench row")
     ap.add_argument("--device", default="", help="the GPU of the --real-run logs")
+    ap.add_argument("--attn", default="", help="the attention backend, for the plot's title")
+    ap.add_argument("--name", default="bench_cp", help="file names: NAME.png, NAME.csv")
     args = ap.parse_args()
     runs = load(args.runs)
     for spec in args.real_run:
@@ -109,9 +112,9 @@ def main():
     devices = sorted({r["device"] for r in runs.values() if r.get("device")})
     text = "\n".join(lines) + f"\n\ndevice: {', '.join(devices) or 'unknown'}\n"
     print(text)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
+    with open(os.path.join(args.out, args.name + "_table.md" if args.name != "bench_cp" else "table.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, "bench_cp.csv"), "w", newline="") as f:
+    with open(os.path.join(args.out, args.name + ".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(table[0].keys()))
         w.writeheader()
         for row in table:
@@ -143,9 +146,10 @@ def main():
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend()
-    fig.suptitle(f"context parallelism, {', '.join(devices) or ''}: d12 RoPE B=1")
+    attn = f", --attn {args.attn}" if args.attn else ""
+    fig.suptitle(f"context parallelism, {', '.join(devices) or ''}: d12 RoPE B=1{attn}")
     fig.tight_layout()
-    png = os.path.join(args.out, "bench_cp.png")
+    png = os.path.join(args.out, args.name + ".png")
     fig.savefig(png, dpi=120)
     print(f"wrote {png}")
 
