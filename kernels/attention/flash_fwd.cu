@@ -404,8 +404,8 @@ void forward_problem(const FwdProblem& p, cudaStream_t stream) {
   }
 }
 
-void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                  cudaStream_t stream) {
+FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
+                                          const __nv_bfloat16* qkv, const AttnShape& s) {
   const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
   FwdProblem p{};
   p.q = qkv;
@@ -424,7 +424,12 @@ void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, cons
   p.out = out;
   p.o_ld = (size_t)s.NH * s.HS;
   p.o_bs = (size_t)s.T * p.o_ld;
-  forward_problem(p, stream);
+  return p;
+}
+
+void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
+                  cudaStream_t stream) {
+  forward_problem(whole_sequence_forward_problem(out, lse, qkv, s), stream);
 }
 
 }  // namespace flash
