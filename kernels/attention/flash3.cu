@@ -643,7 +643,25 @@ void launch_problem(const AttnFwdProblem& p, int* tile_counter, cudaStream_t str
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
                   const AttnShape& s, cudaStream_t stream) {
   int* tile_counter = static_cast<int*>(scratch);  // the work-tile counter: the scratch's first int
-  launch_problem(flash::whole_sequence_forward_problem(out, lse, qkv, s), tile_counter, stream);
+  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
+  AttnFwdProblem p{};
+  p.q = qkv;
+  p.k = qkv + (size_t)s.NH * s.HS;
+  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
+  p.q_ld = p.kv_ld = ld;
+  p.q_bs = p.kv_bs = (size_t)s.T * ld;
+  p.B = s.B;
+  p.Tq = p.Tk = s.T;
+  p.NH = s.NH;
+  p.NKV = s.NKV;
+  p.HS = s.HS;
+  p.causal = true;
+  p.lse = lse;
+  p.lse_T = s.T;
+  p.out = out;
+  p.o_ld = (size_t)s.NH * s.HS;
+  p.o_bs = (size_t)s.T * p.o_ld;
+  launch_problem(p, tile_counter, stream);
 }
 
 void forward_problem(const AttnFwdProblem& p, cudaStream_t stream) {

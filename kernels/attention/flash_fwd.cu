@@ -404,8 +404,8 @@ void forward_problem(const FwdProblem& p, cudaStream_t stream) {
   }
 }
 
-FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
-                                          const __nv_bfloat16* qkv, const AttnShape& s) {
+void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
+                  cudaStream_t stream) {
   const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
   FwdProblem p{};
   p.q = qkv;
@@ -424,12 +424,7 @@ FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
   p.out = out;
   p.o_ld = (size_t)s.NH * s.HS;
   p.o_bs = (size_t)s.T * p.o_ld;
-  return p;
-}
-
-void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                  cudaStream_t stream) {
-  forward_problem(whole_sequence_forward_problem(out, lse, qkv, s), stream);
+  forward_problem(p, stream);
 }
 
 }  // namespace flash
