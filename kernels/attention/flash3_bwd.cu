@@ -42,6 +42,23 @@
 //   --deterministic on v2                  342    401     425     320     431      478
 //      (8 / 13 / 1 / 15 / 4 / 1% slower; flash's kernel: 14-24%): over the 3% that would
 //      make it the default at short T, so it stays a flag
+// Tried on v2 and removed (2026-11-25 session 8, runs 45-48: each against v2 in the same call,
+// 2-3 interleaved rounds; the diffs are in the results folder). HS 128 backward, ratio to v2:
+//   HS 128 / T:                                                        4K    16K   64K
+//   dqlag: no meeting; step it issues dQ_{it-1} from 3 dS^T buffers,   1.00  0.98  0.94
+//      so one warpgroup's exponentials may run under the other's
+//      products (predicted +5-10%)
+//   dqlagturns: dqlag + FlashAttention-3's turn-taking on the S^T,     0.88  0.79  0.79
+//      dP^T issue (named barriers; the warpgroups half a step apart)
+//   loader: TMA loads issued before the LSE/D rows' loads              0.94  0.98  0.98
+//   LSE_i, D_i rows read into registers before the waits (the short-   0.98  0.96  1.01
+//      scoreboard stalls of the profile below); HS 64: 0.90 0.91 0.97
+//   3 (Q_i, dO_i) stages, one dQ staging buffer (HS 128 only; 8K 1.02, 0.89  0.99  1.02
+//      32K 1.03): under 3% where it helps, 11% slower at 4K
+// So the math warpgroups gain nothing from running out of phase, and the loader keeps ahead with
+// two stages. A source-level profile (run 46, HS 128 T 16K) spreads the stalls over the step:
+// the largest line is the mbarrier wait (5.7% of samples), then the LSE/D reads (3%, 4 x 1%),
+// the proxy fence and the named barriers (about 1% each).
 // Nsight Compute (v2, HS 128, T 16K, clocks locked at 1.45 GHz): tensor pipe 57% busy, issue
 // slots 45%, L1/shared 62%, L2 54%, DRAM 17%, 0.66 eligible warps per scheduler. What is left,
 // as far as we can tell: at HS 128 (Br 64) S^T, dP^T and dQ are m64n64 products with both
