@@ -27,6 +27,9 @@ void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout
 using FwdProblem = AttnFwdProblem;
 using BwdProblem = AttnBwdProblem;
 void forward_problem(const FwdProblem& p, cudaStream_t stream);
+// forward_bf16's problem: the whole causal sequence of qkv into bf16 out and lse (also flash3's).
+FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
+                                          const __nv_bfloat16* qkv, const AttnShape& s);
 
 // D = rowsum(dO o O) and dq_accum = 0 over (B, T) local rows of out/dout (B, T, NH, HS);
 // scratch as backward_bf16's; zero_semaphores: also the fixed dQ order's semaphores.

@@ -428,9 +428,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 
       float* lse_bh = a.lse + ((size_t)b * NH + h) * a.lse_T;
       if constexpr (RING) {
-        // ---- ring epilogue: O_blk = O_i / l_i, LSE_blk; overwrite or merge (o_run, lse):
-        //   LSE' = log(e^LSE + e^LSE_blk), O' = e^(LSE - LSE') O + e^(LSE_blk - LSE') O_blk.
-        // Each row's LSE is read by the 4 threads of its quad and written by one: a __syncwarp
+        // ---- ring epilogue: O_blk = O_i / l_i, LSE_blk; overwrite or merge (o_run, lse) as
+        // flash_common.cuh's ring_merge_weights says. Each row's LSE is read by the 4 threads of its quad and written by one: a __syncwarp
         // that every lane reaches splits the reads from the write. fp32 straight from registers
         // (8-byte stores; the merge reads the old rows anyway).
 #pragma unroll
@@ -440,34 +439,15 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           const int row = row0 + 8 * r;
           const bool ok = row < Tq;
           const float lse_blk = l > 0.f ? m_i[r] * a.scale + logf(l) : -INFINITY;
-          float lse_new = lse_blk, w_old = 0.f, w_blk = 1.f;
-          if (a.merge && ok) {
-            const float lse_old = lse_bh[row];
-            const float mx = fmaxf(lse_old, lse_blk);
-            if (mx == -INFINITY) {
-              lse_new = -INFINITY;
-              w_blk = 0.f;
-            } else {
-              lse_new = mx + logf(expf(lse_old - mx) + expf(lse_blk - mx));
-              w_old = expf(lse_old - lse_new);
-              w_blk = expf(lse_blk - lse_new);
-            }
-          }
+          const flash::RingMerge m = flash::ring_merge_weights(lse_blk, lse_bh + row, a.merge && ok);
           __syncwarp();
           if (ok) {
-            if (t4 == 0) lse_bh[row] = lse_new;
+            if (t4 == 0) lse_bh[row] = m.lse;
             float* orow = a.o_run + (size_t)b * a.o_bs + (size_t)row * a.o_ld + (size_t)h * HS;
 #pragma unroll
-            for (int n = 0; n < NO / 4; ++n) {  // 8-column tile n
-              float2* dst = reinterpret_cast<float2*>(orow + n * 8 + 2 * t4);
-              float2 v = make_float2(o[4 * n + 2 * r] * inv * w_blk, o[4 * n + 2 * r + 1] * inv * w_blk);
-              if (a.merge) {
-                const float2 old = *dst;
-                v.x = fmaf(old.x, w_old, v.x);
-                v.y = fmaf(old.y, w_old, v.y);
-              }
-              *dst = v;
-            }
+            for (int n = 0; n < NO / 4; ++n)  // 8-column tile n
+              flash::ring_merge_o2(orow + n * 8 + 2 * t4, o[4 * n + 2 * r], o[4 * n + 2 * r + 1],
+                                   inv, m, a.merge);
           }
         }
       } else {
@@ -643,25 +623,7 @@ void launch_problem(const AttnFwdProblem& p, int* tile_counter, cudaStream_t str
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
                   const AttnShape& s, cudaStream_t stream) {
   int* tile_counter = static_cast<int*>(scratch);  // the work-tile counter: the scratch's first int
-  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
-  AttnFwdProblem p{};
-  p.q = qkv;
-  p.k = qkv + (size_t)s.NH * s.HS;
-  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
-  p.q_ld = p.kv_ld = ld;
-  p.q_bs = p.kv_bs = (size_t)s.T * ld;
-  p.B = s.B;
-  p.Tq = p.Tk = s.T;
-  p.NH = s.NH;
-  p.NKV = s.NKV;
-  p.HS = s.HS;
-  p.causal = true;
-  p.lse = lse;
-  p.lse_T = s.T;
-  p.out = out;
-  p.o_ld = (size_t)s.NH * s.HS;
-  p.o_bs = (size_t)s.T * p.o_ld;
-  launch_problem(p, tile_counter, stream);
+  launch_problem(flash::whole_sequence_forward_problem(out, lse, qkv, s), tile_counter, stream);
 }
 
 void forward_problem(const AttnFwdProblem& p, cudaStream_t stream) {

@@ -2,7 +2,8 @@
 // thin inline-PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 for the forward, wgmma
 // and its shared-memory descriptors for the backward, bulk reduce-add, ex2.approx), the
 // swizzled shared-memory tile layouts, tile loads from the packed qkv buffer, the online-softmax
-// row reductions and the causal tile tests. Included by flash_fwd.cu and flash_bwd.cu only.
+// row reductions, the ring's (O, LSE) merge and the causal tile tests. Included by the flash
+// kernels (flash_fwd.cu, flash_bwd.cu) and, through hopper.cuh, by flash3's.
 //
 // Register fragments of mma.sync.m16n8k16 (g = lane / 4, t = lane % 4), each reg = 2 elements:
 //   A 16x16 (row-major): a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
@@ -133,6 +134,45 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   x += __shfl_xor_sync(0xffffffffu, x, 2);
   return x;
+}
+
+// ---- the ring's merge of one query row's block result (O_blk, LSE_blk) into its running fp32
+// (O, LSE) (context parallelism; the forwards' RING epilogues, flash_fwd.cu and flash3.cu):
+//   LSE' = log(e^LSE + e^LSE_blk),  O' = e^(LSE - LSE') O + e^(LSE_blk - LSE') O_blk.
+// merge = false (the ring's first block, or a row past T): LSE' = LSE_blk and O' = O_blk.
+struct RingMerge {
+  float lse, w_old, w_blk;  // LSE', and the weights of the running O and of O_blk
+};
+// lse_run: the row's running LSE, read only when merging.
+__device__ __forceinline__ RingMerge ring_merge_weights(float lse_blk, const float* lse_run,
+                                                        bool merge) {
+  RingMerge m{lse_blk, 0.f, 1.f};
+  if (merge) {
+    const float lse_old = *lse_run;
+    const float mx = fmaxf(lse_old, lse_blk);
+    if (mx == -INFINITY) {
+      m.lse = -INFINITY;
+      m.w_blk = 0.f;
+    } else {
+      m.lse = mx + logf(expf(lse_old - mx) + expf(lse_blk - mx));
+      m.w_old = expf(lse_old - m.lse);
+      m.w_blk = expf(lse_blk - m.lse);
+    }
+  }
+  return m;
+}
+// Two neighbouring columns of the row: (x, y) = O_blk l (unnormalised, times inv = 1 / l) merged
+// into dst = the running O (overwritten when not merging).
+__device__ __forceinline__ void ring_merge_o2(float* dst, float x, float y, float inv,
+                                              const RingMerge& m, bool merge) {
+  float2 v = make_float2(x * inv * m.w_blk, y * inv * m.w_blk);
+  float2* d2 = reinterpret_cast<float2*>(dst);
+  if (merge) {
+    const float2 old = *d2;
+    v.x = fmaf(old.x, m.w_old, v.x);
+    v.y = fmaf(old.y, m.w_old, v.y);
+  }
+  *d2 = v;
 }
 
 // ---- swizzled tile of ROWS x W bf16 in shared memory ----

@@ -297,34 +297,15 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
         const int row = q0 + warp * WM + mt * 16 + g + r * 8;
         const bool ok = row < Tq;
         const float lse_blk = l > 0.f ? m_i[mt][r] * scale + logf(l) : -INFINITY;
-        float lse_new = lse_blk, w_old = 0.f, w_blk = 1.f;
-        if (p.merge && ok) {
-          const float lse_old = lse_bh[row];
-          const float mx = fmaxf(lse_old, lse_blk);
-          if (mx == -INFINITY) {
-            lse_new = -INFINITY;
-            w_blk = 0.f;
-          } else {
-            lse_new = mx + logf(expf(lse_old - mx) + expf(lse_blk - mx));
-            w_old = expf(lse_old - lse_new);
-            w_blk = expf(lse_blk - lse_new);
-          }
-        }
+        const RingMerge m = ring_merge_weights(lse_blk, lse_bh + row, p.merge && ok);
         __syncwarp();
         if (ok) {
-          if (t4 == 0) lse_bh[row] = lse_new;
+          if (t4 == 0) lse_bh[row] = m.lse;
           float* orow = p.o_run + (size_t)b * p.o_bs + (size_t)row * p.o_ld + (size_t)h * HS;
 #pragma unroll
-          for (int nt = 0; nt < NO; ++nt) {
-            float2* dst = reinterpret_cast<float2*>(orow + nt * 8 + 2 * t4);
-            float2 v = make_float2(o[mt][nt][2 * r] * inv * w_blk, o[mt][nt][2 * r + 1] * inv * w_blk);
-            if (p.merge) {
-              const float2 old = *dst;
-              v.x = fmaf(old.x, w_old, v.x);
-              v.y = fmaf(old.y, w_old, v.y);
-            }
-            *dst = v;
-          }
+          for (int nt = 0; nt < NO; ++nt)
+            ring_merge_o2(orow + nt * 8 + 2 * t4, o[mt][nt][2 * r], o[mt][nt][2 * r + 1], inv, m,
+                          p.merge);
         }
       }
   } else {
@@ -404,8 +385,8 @@ void forward_problem(const FwdProblem& p, cudaStream_t stream) {
   }
 }
 
-void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                  cudaStream_t stream) {
+FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
+                                          const __nv_bfloat16* qkv, const AttnShape& s) {
   const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
   FwdProblem p{};
   p.q = qkv;
@@ -424,7 +405,12 @@ void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, cons
   p.out = out;
   p.o_ld = (size_t)s.NH * s.HS;
   p.o_bs = (size_t)s.T * p.o_ld;
-  forward_problem(p, stream);
+  return p;
+}
+
+void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
+                  cudaStream_t stream) {
+  forward_problem(whole_sequence_forward_problem(out, lse, qkv, s), stream);
 }
 
 }  // namespace flash
