@@ -429,9 +429,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       float* lse_bh = a.lse + ((size_t)b * NH + h) * a.lse_T;
       if constexpr (RING) {
         // ---- ring epilogue: O_blk = O_i / l_i, LSE_blk; overwrite or merge (o_run, lse) as
-        // flash_common.cuh's ring_merge_weights says. Each row's LSE is read by the 4 threads of its quad and written by one: a __syncwarp
-        // that every lane reaches splits the reads from the write. fp32 straight from registers
-        // (8-byte stores; the merge reads the old rows anyway).
+        // flash_common.cuh's ring_merge_weights says. Each row's LSE is read by the 4 threads of
+        // its quad and written by one: a __syncwarp that every lane reaches splits the reads from
+        // the write. fp32 straight from registers (8-byte stores; the merge reads the old rows
+        // anyway).
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float l = quad_sum(l_i[r]);
