@@ -4,8 +4,10 @@
 // the dQ reduce-adds handed to a writer warp, so the math warpgroups never load and never wait
 // for a whole-block barrier.
 //
-// One thread block per (K/V tile j of Bc = 128 keys, kv head, batch), blocks in order of j (the
-// longest first), 3 warpgroups (Br, Bc, tiles: flash_tiles.h, as flash's backward):
+// One thread block per (K/V tile j of Bc = 128 keys, kv head, batch), in groups of (batch, kv
+// head) pairs that fit one wave, each group's blocks in order of j (the longest first; the
+// blocks of a group share their Q_i, dO_i and dQacc rows in L2: flash3_tiles.h
+// bwd_pair_group), 3 warpgroups (Br, Bc, tiles: flash_tiles.h, as flash's backward):
 //   producer warpgroup (setmaxnreg 24):
 //     warp 0 (loader):  TMA K_j, V_j once (kv_full); for each step it (query head h, Q tile i):
 //                       wait empty[s]; LSE_i, D_i rows -> smem (lanes); TMA Q_i, dO_i -> stage s
@@ -65,6 +67,13 @@
 // operands in shared memory, 4 KB per 32-clock k-step per warpgroup, the SM's whole shared-
 // memory bandwidth for one warpgroup, so the two warpgroups' products run at about half rate;
 // larger products need accumulators the 240 registers do not have (not confirmed by a counter).
+// Block order (session 9, runs 51-53): with one group of all pairs (block j of every pair, then
+// j + 1, ...) the ~132 running blocks belong to ~64 pairs at B 4, T 4K, so each Q_i, dO_i tile
+// is read from DRAM about once per wave and the dQacc rows leave L2 between adds; in pair groups
+// that fit one wave the blocks of a group read them together. HS 128 4K backward 380 -> 433-447
+// TFLOP/s (+14-17%), 8K +3%, 16K/64K +2-4%, HS 64 +1-5% (the table: flash3_tiles.h). ncu
+// (no clock lock, no cache flush, HS 128 B 4 T 4K): main kernel 1.63 -> 1.35 ms; the D + zero
+// and dQ convert kernels around it stay at 94 and 70 us (268 and 201 MB: 2.9 TB/s, at HBM's rate).
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
@@ -74,6 +83,7 @@
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:RingAttention*'
 // Bench: ./build/flashgpt bench-attention --backends flash,flash3 [--deterministic]
 //        python3 scripts/bench_attention.py --backends flash,flash3
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -139,7 +149,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                       const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v,
                       const __grid_constant__ CUtensorMap tm_do, const BwdProblem p,
-                      int* __restrict__ dq_sem, float scale_log2, float scale) {
+                      int* __restrict__ dq_sem, int pair_group, float scale_log2,
+                      float scale) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
                 DQS = K::DQ_BUFS;
   constexpr bool DET = ORDER == DqOrder::kFixed;
@@ -149,7 +160,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int NH = p.NH, Tq = p.Tq;
   const bool causal = p.causal;
-  const flash::BwdBlock<Bc, Br, ORDER> blk(p);  // flash_bwd_wgmma.cuh's step orders
+  const flash::BwdBlock<Bc, Br, ORDER> blk(p, pair_group);  // flash_bwd_wgmma.cuh's orders
   const int b = blk.b, kvh = blk.kvh, j = blk.j, k0 = blk.k0;
   const int total = blk.total, n_qtiles = blk.n_qtiles;
   auto step_tile = [&](int it, int& hq, int& q0) { blk.tile(it, hq, q0); };
@@ -307,6 +318,18 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 
 namespace {
 
+// How many (batch, kv head) pairs run together, their blocks in order of j (BwdBlock):
+// bwd_pair_group (flash3_tiles.h), or FLASHGPT_FLASH3_BWD_GROUP (a measurement switch).
+int pair_group(const BwdProblem& p, int blocks_per_pair) {
+  static const int forced = [] {
+    const char* e = std::getenv("FLASHGPT_FLASH3_BWD_GROUP");
+    return e ? std::atoi(e) : 0;
+  }();
+  const int pairs = p.B * p.NKV;
+  if (forced > 0) return std::min(forced, pairs);
+  return bwd_pair_group(pairs, blocks_per_pair, cuda_num_sms());
+}
+
 template <class K, DqOrder ORDER>
 void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
   auto kernel = flash3_bwd_kernel<K, ORDER>;
@@ -330,9 +353,15 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
   const CUtensorMap tk = map(p.k, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
   const CUtensorMap tv = map(p.v, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
   const float scale = 1.f / sqrtf((float)K::HS);
-  dim3 grid((unsigned)(p.B * p.NKV), (unsigned)ceil_div(p.Tk, K::Bc));
-  kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(tq, tk, tv, tdo, p, dq_sem, scale * kLog2e,
-                                                 scale);
+  const int pairs = p.B * p.NKV, n_j = (int)ceil_div(p.Tk, K::Bc);
+  CHECK((long long)pairs * n_j < (1ll << 31), "flash3 backward: B x kv heads x T / %d too large",
+        K::Bc);
+  // The fixed dQ order chains block j to block j - 1 of its pair: one pair's blocks of a wave
+  // would wait one step more each (run 54, groups that fit one wave: HS 64 T 16K 453 -> 306
+  // TFLOP/s), so it keeps every pair in one group, where a wave holds a few blocks of each.
+  const int group = ORDER == DqOrder::kFixed ? pairs : pair_group(p, n_j);
+  kernel<<<(unsigned)(pairs * n_j), K::NTHREADS, K::SMEM, stream>>>(
+      tq, tk, tv, tdo, p, dq_sem, group, scale * kLog2e, scale);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -36,6 +36,33 @@ constexpr bool kv_outgrows_l2(long long B, long long NKV, long long T, long long
                               long long l2_bytes) {
   return B * NKV * T * HS * 2 * 2 > l2_bytes;
 }
+// Backward block order (flash3_bwd.cu, flash_bwd_wgmma.cuh BwdBlock): groups of (batch, kv
+// head) pairs, one group after another, each group's blocks in order of j (the longest first).
+// The blocks of one pair read the same Q_i, dO_i tiles and add into the same dQacc rows, so
+// the fewer pairs run at once, the fewer of those reads miss L2 (one group of all pairs, the
+// j-major order used before, re-reads them from DRAM once per wave); a group of fewer blocks
+// than SMs leaves SMs idle at its end. So: the largest group whose blocks fit one wave (at least
+// one pair). Measured on an H100 (132 SMs, K/V tiles of 128 keys), 2026-11-25, backward TFLOP/s
+// by pairs per group ("all": one group); run 51 medians of 2 rounds, run 53 of 3 (T 4K, 8K):
+//   HS / T            all   16    8    5    4    3    2    1   rule
+//   128 / 4K  run 51  380  442  447    -  444    -  428  432    4
+//             run 53  415    -  437  414  433  415    -    -
+//   128 / 8K  run 51  466  475  474    -  477    -  478  460    2
+//             run 53  444    -  456  441  461  455    -    -
+//   128 / 16K run 51  449  471  442    -  446    -  460  484    1  (+-5% between rounds)
+//   128 / 64K run 51  489  493  499    -  499    -  501  506    1
+//    64 / 4K  run 51  376  382  379    -  382    -  366  360    4
+//             run 53  362    -  379  362  379  369    -    -
+//    64 / 8K  run 51  430  431  431    -  430    -  431  407    2
+//             run 53  422    -  433  422  426  428    -    -
+//    64 / 16K run 51  427  444  439    -  436    -  439  443    1
+//    64 / 64K run 51  452  453  458    -  460    -  462  460    1
+// (bench/results/flash3_bwd_nvidia-h100_2026-11-25/run51*, run53*; the 4K rows run 4
+// sequences, 8K 2.) Groups of 5 at 4K (160 blocks, over one wave) ran no faster than all.
+constexpr int bwd_pair_group(long long pairs, long long blocks_per_pair, long long sms) {
+  const long long one_wave = sms / blocks_per_pair;
+  return (int)(one_wave < 1 ? 1 : one_wave > pairs ? pairs : one_wave);
+}
 // The forward's scratch: the work-tile counter, one int at offset 0 (the backward later
 // overwrites it: the forward's scratch need not survive).
 constexpr size_t kFwdScratchBytes = sizeof(int);

@@ -15,7 +15,7 @@
 //             (ld.acquire), issues its bulk add, and one step later, just before its next add
 //             (so that the add has had a whole step to complete), waits for it to complete and
 //             stores j + 1 (st.release). Deadlock freedom: block j only waits for block j - 1 of
-//             the same (b, kv head), which has the lower linear block index (blockIdx.y = j), so
+//             the same (b, kv head), which has the lower linear block index (in both grids), so
 //             it was dispatched first and is running or done; block 0 never waits. Its steps go
 //             from the LAST Q tile down to the diagonal (the group's query heads inside), so
 //             block j and block j - 1 meet every dQ tile at the same step index and block j
@@ -107,7 +107,8 @@ struct BwdTileWG {
 enum class DqOrder { kArrival, kFixed };
 
 // A backward block: (batch b, kv head kvh) = blockIdx.x, K/V tile j = blockIdx.y (first key
-// k0), G query heads per kv head; and its steps: step it -> (query head hq, first query q0).
+// k0; flash's 2-D grid), or from a 1-D grid in pair groups (flash3's, below), G query heads per
+// kv head; and its steps: step it -> (query head hq, first query q0).
 // kArrival: head by head, each from the diagonal tile up (the longest work first). kFixed: Q
 // tiles from the last down to the diagonal, the group's heads inside (the top of this file says
 // why).
@@ -115,9 +116,22 @@ template <int Bc, int Br, DqOrder ORDER>
 struct BwdBlock {
   int b, kvh, j, k0, G, i_begin, n_qtiles, n_i, total;
   __device__ __forceinline__ explicit BwdBlock(const BwdProblem& p) {
-    b = blockIdx.x / p.NKV;
-    kvh = blockIdx.x % p.NKV;
-    j = blockIdx.y;
+    init(p, blockIdx.x, blockIdx.y);
+  }
+  // A 1-D grid in groups of `group` (b, kv head) pairs (flash3_tiles.h bwd_pair_group says
+  // why): the group's blocks in order of j, its pairs inside (group >= B NKV: the 2-D grid's
+  // order). Block j of a pair comes after block j - 1 of the same pair, as the fixed dQ order
+  // needs.
+  __device__ __forceinline__ BwdBlock(const BwdProblem& p, int group) {
+    const int pairs = p.B * p.NKV, n_j = (p.Tk + Bc - 1) / Bc;
+    const int L = blockIdx.x, first = L / (group * n_j) * group;
+    const int size = min(group, pairs - first), r = L - first * n_j;
+    init(p, first + r % size, r / size);
+  }
+  __device__ __forceinline__ void init(const BwdProblem& p, int pair, int j_) {
+    b = pair / p.NKV;
+    kvh = pair % p.NKV;
+    j = j_;
     k0 = j * Bc;
     G = p.NH / p.NKV;
     i_begin = p.causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on

@@ -46,6 +46,19 @@ TEST(AttentionSpec, Flash3WorkOrder) {
   EXPECT_TRUE(flash3::kv_outgrows_l2(1, 4, 1 << 20, 64, l2));   // no int overflow at 1M
 }
 
+// flash3's backward runs its blocks in groups of (batch, kv head) pairs, the largest group
+// whose blocks fit one wave of the SMs (flash3_tiles.h): the H100 shapes it was measured at
+// (132 SMs, K/V tiles of 128 keys) get a group that measured fastest or within noise of it.
+TEST(AttentionSpec, Flash3BackwardPairGroup) {
+  EXPECT_EQ(flash3::bwd_pair_group(64, 4096 / 128, 132), 4);   // HS 128 B 4 T 4K: 380 -> ~440
+  EXPECT_EQ(flash3::bwd_pair_group(16, 8192 / 128, 132), 2);
+  EXPECT_EQ(flash3::bwd_pair_group(16, 16384 / 128, 132), 1);
+  EXPECT_EQ(flash3::bwd_pair_group(16, 65536 / 128, 132), 1);   // a pair fills the GPU alone
+  EXPECT_EQ(flash3::bwd_pair_group(3, 1, 132), 3);               // never more than all pairs
+  EXPECT_EQ(flash3::bwd_pair_group(384, 1024 / 128, 132), 16);   // d12 B 32 x T 1K
+  EXPECT_EQ(flash3::bwd_pair_group(1, 1ll << 23, 132), 1);       // T 1G: no overflow, at least 1
+}
+
 TEST(AttentionSpec, Limits) {
   auto why = [](const char* n, AttnShape s, size_t es = 2) {
     return attention_unsupported_reason(attention_spec(n), s, es);
