@@ -32,9 +32,12 @@ FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
                                           const __nv_bfloat16* qkv, const AttnShape& s);
 
 // D = rowsum(dO o O) and dq_accum = 0 over (B, T) local rows of out/dout (B, T, NH, HS);
-// scratch as backward_bf16's; zero_semaphores: also the fixed dQ order's semaphores.
+// scratch as backward_bf16's; zero_semaphores: also the semaphores (the fixed dQ order's, or
+// flash3's dQ tickets); zero_dq_accum false: leave dq_accum to a kernel whose first add to each
+// tile stores (flash3's).
 void backward_begin(void* scratch, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                    const AttnShape& s, cudaStream_t stream, bool zero_semaphores = false);
+                    const AttnShape& s, cudaStream_t stream, bool zero_semaphores = false,
+                    bool zero_dq_accum = true);
 // backward_bf16's problem: the whole causal sequence of qkv, dO, LSE and the scratch's D and
 // dq_accum, dK and dV into dqkv. dq_semaphores: the fixed order's semaphores in the scratch.
 BwdProblem whole_sequence_problem(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,

@@ -14,8 +14,11 @@
 //                       (s = it mod 2), completing on full[s]
 //     warp 1 (dQ writer): for each step: wait dQ_full (named barrier); [--deterministic: wait
 //                       for block j - 1's add to this tile, as flash_bwd_wgmma.cuh]; one bulk
-//                       reduce-add of the staged fp32 dQ_i tile into dQacc (in L2); once the
-//                       copy engine has read it, free the staging buffer (dQ_empty)
+//                       reduce-add of the staged fp32 dQ_i tile into dQacc (in L2), or, for the
+//                       tile's first partial, a bulk store (dQacc is not zeroed: a ticket per
+//                       tile picks the first comer, the others add once its store is released;
+//                       --deterministic: block 0's); once the copy engine has read it, free the
+//                       staging buffer (dQ_empty)
 //   2 math warpgroups (setmaxnreg 240), warpgroup c owns keys j Bc + 64 c .. +63:
 //     wait kv_full; for each step: wait full[s]
 //       S^T = K_c Q_i^T, dP^T = V_c dO_i^T; P^T; dV_c += P^T dO_i; dS^T -> smem
@@ -74,11 +77,19 @@
 // TFLOP/s (+14-17%), 8K +3%, 16K/64K +2-4%, HS 64 +1-5% (the table: flash3_tiles.h). ncu
 // (no clock lock, no cache flush, HS 128 B 4 T 4K): main kernel 1.63 -> 1.35 ms; the D + zero
 // and dQ convert kernels around it stay at 94 and 70 us (268 and 201 MB: 2.9 TB/s, at HBM's rate).
+// First partial stores (run 56): with a ticket per dQ tile the D kernel no longer zeroes dQacc
+// (its 134 MB of writes at HS 128 B 4 T 4K): D 93 -> 55 us (ncu), backward HS 128 4K +2.8%
+// (447 -> 460 TFLOP/s, 3 interleaved rounds), the other points within +-2% (noise); predicted
+// +2.5% at 4K from the bytes. The writer waits for the first store only when it is not the
+// first comer, which is rare: block j's first step is the diagonal tile, which blocks < j reach
+// later. FLASHGPT_FLASH3_DQ_ZERO=1 runs the zeroed way.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
 // needs Tq == Tk; any T >= 1 (TMA zero-fills rows past T; LSE and D rows past T read as 0).
-// Scratch: flash's backward scratch (dQacc, D, semaphores: flash_tiles.h).
+// Scratch: flash's backward scratch (dQacc, D, semaphores: flash_tiles.h); the semaphores are
+// the fixed order's (--deterministic) or the dQ tickets. The ring's problems (backward_problem)
+// add every partial into the accumulator the ring zeroed (no tickets).
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:RingAttention*'
 // Bench: ./build/flashgpt bench-attention --backends flash,flash3 [--deterministic]
@@ -142,6 +153,9 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
 // per dQ staging buffer its full (math -> writer) and empty (writer -> math) signals.
 constexpr int kBarDs = 1, kBarEpilogue = 2, kBarDqFull0 = 3, kBarDqEmpty0 = 5;
 constexpr int kDqBarThreads = 256 + 32;  // the math warpgroups and the writer warp
+// A dQ ticket (dq_sem, kArrival): the low bits count the blocks that came to the tile, this bit
+// says its first partial is stored (released after the bulk store completes).
+constexpr int kDqStored = 1 << 30;
 
 template <class K, DqOrder ORDER>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
@@ -235,14 +249,31 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         if (lane == 0) {
           int hq, q0;
           step_tile(it, hq, q0);
-          if constexpr (DET)
-            flash::fixed_order_before_add(sem_pending, dq_sem,
-                                          ((size_t)b * NH + hq) * n_qtiles + q0 / Br, j);
-          flash::bulk_reduce_add_f32(
-              p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS,
-              sdQ + d * K::DQ_BYTES, (uint32_t)(min(Br, Tq - q0) * HS * 4));
+          const size_t tile = ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
+          float* dst = p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS;
+          const uint32_t src = sdQ + d * K::DQ_BYTES, bytes = min(Br, Tq - q0) * HS * 4;
+          // dq_sem given: dQacc was not zeroed, the tile's first partial stores (below)
+          bool store = false;
+          if constexpr (DET) {
+            flash::fixed_order_before_add(sem_pending, dq_sem, tile, j);
+            store = j == 0;  // block 0 adds to every Q tile, first in the fixed order
+          } else if (dq_sem != nullptr) {
+            store = atomicAdd(dq_sem + tile, 1) == 0;  // the ticket: first comer stores
+            if (!store) {  // the others add once the store is complete
+              hopper::wait_flag_bits(dq_sem + tile, kDqStored);
+              hopper::fence_proxy_async_global();
+            }
+          }
+          if (store) flash::bulk_store_f32(dst, src, bytes);
+          else flash::bulk_reduce_add_f32(dst, src, bytes);
           flash::bulk_commit();
-          flash::bulk_wait_read_all();  // the staging buffer may be overwritten
+          if (!DET && store) {
+            flash::bulk_wait_all();
+            hopper::fence_proxy_async_global();
+            hopper::red_or_release_gpu(dq_sem + tile, kDqStored);
+          } else {
+            flash::bulk_wait_read_all();  // the staging buffer may be overwritten
+          }
         }
         __syncwarp();
         if (it + DQS < total) hopper::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
@@ -381,26 +412,39 @@ BwdVariant variant() {
 }
 
 template <int HS>
-void launch_bwd_hs(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
-  if (dq_sem != nullptr) {
+void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
+  if (deterministic) {
     launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kFixed>(p, dq_sem, stream);
     return;
   }
   switch (variant()) {
     case BwdVariant::kDkFirst:
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDkFirst>, DqOrder::kArrival>(p, nullptr, stream);
+      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDkFirst>, DqOrder::kArrival>(p, dq_sem, stream);
       break;
     case BwdVariant::kDqFirst:
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kArrival>(p, nullptr, stream);
+      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kArrival>(p, dq_sem, stream);
       break;
   }
 }
 
-// dq_sem: the fixed order's semaphores (--deterministic), or null.
-void launch_bwd_any(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
-  if (p.HS == 64) launch_bwd_hs<64>(p, dq_sem, stream);
-  else if (p.HS == 128) launch_bwd_hs<128>(p, dq_sem, stream);
+// dq_sem (zeroed): the fixed order's semaphores (deterministic) or the dQ tickets, dQacc not
+// zeroed; null (the ring's problems): every partial adds to the zeroed accumulator.
+void launch_bwd_any(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
+  CHECK(dq_sem != nullptr || !deterministic, "internal: flash3 backward: fixed order, no semaphores");
+  if (p.HS == 64) launch_bwd_hs<64>(p, dq_sem, deterministic, stream);
+  else if (p.HS == 128) launch_bwd_hs<128>(p, dq_sem, deterministic, stream);
   else THROW_ERROR("flash3 attention backward: head size %d is not supported (64 or 128)", p.HS);
+}
+
+// The first partial of each dQ tile stores instead of adding to a zeroed dQacc (saves the D
+// kernel's zeroing: B NH T HS x 4 bytes written), unless FLASHGPT_FLASH3_DQ_ZERO=1 (a
+// measurement switch: zero dQacc first and add every partial, as before).
+bool first_partial_stores() {
+  static const bool v = [] {
+    const char* e = std::getenv("FLASHGPT_FLASH3_DQ_ZERO");
+    return !(e && std::strcmp(e, "1") == 0);
+  }();
+  return v;
 }
 
 }  // namespace
@@ -408,14 +452,17 @@ void launch_bwd_any(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                    const AttnShape& s, bool deterministic, cudaStream_t stream) {
-  flash::backward_begin(scratch, dout, out, s, stream, /*zero_semaphores=*/deterministic);
+  const bool stores = first_partial_stores();
+  flash::backward_begin(scratch, dout, out, s, stream,
+                        /*zero_semaphores=*/deterministic || stores, /*zero_dq_accum=*/!stores);
   const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s);
-  launch_bwd_any(p, deterministic ? flash::dq_semaphores(scratch, s) : nullptr, stream);
+  launch_bwd_any(p, deterministic || stores ? flash::dq_semaphores(scratch, s) : nullptr,
+                 deterministic, stream);
   flash::backward_end(dqkv, scratch, s, stream);
 }
 
 void backward_problem(const BwdProblem& p, cudaStream_t stream) {
-  launch_bwd_any(p, nullptr, stream);
+  launch_bwd_any(p, nullptr, /*deterministic=*/false, stream);
 }
 
 }  // namespace flash3

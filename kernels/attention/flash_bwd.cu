@@ -9,7 +9,8 @@
 //
 // Algorithm (paper notation; Br query rows per Q tile, Bc = 128 key rows per K/V tile):
 //   1. flash_bwd_dot_kernel:   D_i = rowsum(dO_i o O_i) (fp32), dQacc = 0 (and, deterministic,
-//                              the dQ-order semaphores = 0)
+//                              the dQ-order semaphores = 0; flash3: the semaphores are its dQ
+//                              tickets and dQacc is left to its first partials' stores)
 //   2. flash_bwd_wg_kernel (flash_bwd_wgmma.cuh): one thread block per (K/V tile j, kv head,
 //      batch), 2 warpgroups; warpgroup wg owns keys j Bc + 64 wg .. +63, so dK_j, dV_j stay in
 //      registers.
@@ -64,14 +65,16 @@
 
 namespace flash {
 
-// ---- 1. D_i = rowsum(dO_i o O_i); dQacc = 0; dq_sem = 0 when given ----
+// ---- 1. D_i = rowsum(dO_i o O_i); dQacc = 0 unless its first adds will store; dq_sem = 0
+// when given ----
 // One group of HS/8 threads per (b, t, h) row, 16-byte loads. dq_sem (B, NH, ceil(T/sem_Br)):
 // the semaphores of the fixed dQ order (one per Q tile of sem_Br rows), or null.
 template <int HS>
 __global__ void flash_bwd_dot_kernel(float* __restrict__ D, float* __restrict__ dq_accum,
                                      const __nv_bfloat16* __restrict__ dout,
                                      const __nv_bfloat16* __restrict__ out, int T, int NH,
-                                     size_t rows, int* __restrict__ dq_sem, int sem_Br) {
+                                     size_t rows, int* __restrict__ dq_sem, int sem_Br,
+                                     bool zero_dq) {
   constexpr int TPR = HS / 8;  // threads per row
   const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   const size_t row = gid / TPR;  // (b, t, h) order of out
@@ -100,9 +103,11 @@ __global__ void flash_bwd_dot_kernel(float* __restrict__ D, float* __restrict__ 
     if (c == 0) D[r2] = acc;
     if (dq_sem != nullptr && c == 0 && t % sem_Br == 0)
       dq_sem[(b * NH + h) * ((T + sem_Br - 1) / sem_Br) + t / sem_Br] = 0;
-    float4* z = reinterpret_cast<float4*>(dq_accum + r2 * HS + c * 8);
-    z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-    z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (zero_dq) {
+      float4* z = reinterpret_cast<float4*>(dq_accum + r2 * HS + c * 8);
+      z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+      z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 }
 
@@ -157,12 +162,12 @@ static BwdScratchPtrs scratch_ptrs(void* scratch, const AttnShape& s) {
 template <int HS>
 static void launch_begin(const BwdScratchPtrs& sp, const __nv_bfloat16* dout,
                          const __nv_bfloat16* out, const AttnShape& s, int* sem,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, bool zero_dq = true) {
   const size_t rows = (size_t)s.B * s.T * s.NH;
   const int threads = 256;
   const size_t blocks = ceil_div(rows * (HS / 8), (size_t)threads);
   flash_bwd_dot_kernel<HS><<<(unsigned)blocks, threads, 0, stream>>>(
-      sp.D, sp.dq_accum, dout, out, s.T, s.NH, rows, sem, BwdTileFor<HS>::Br);
+      sp.D, sp.dq_accum, dout, out, s.T, s.NH, rows, sem, BwdTileFor<HS>::Br, zero_dq);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -242,11 +247,12 @@ void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout
 }
 
 void backward_begin(void* scratch, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                    const AttnShape& s, cudaStream_t stream, bool zero_semaphores) {
+                    const AttnShape& s, cudaStream_t stream, bool zero_semaphores,
+                    bool zero_dq_accum) {
   const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
   int* sem = zero_semaphores ? sp.sem : nullptr;
-  if (s.HS == 64) launch_begin<64>(sp, dout, out, s, sem, stream);
-  else if (s.HS == 128) launch_begin<128>(sp, dout, out, s, sem, stream);
+  if (s.HS == 64) launch_begin<64>(sp, dout, out, s, sem, stream, zero_dq_accum);
+  else if (s.HS == 128) launch_begin<128>(sp, dout, out, s, sem, stream, zero_dq_accum);
   else THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", s.HS);
 }
 

@@ -63,6 +63,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, uint32_t ssrc, 
       "r"(ssrc), "r"(bytes)
       : "memory");
 }
+// gdst[0 .. bytes/4) = ssrc[...] (a plain bulk copy); the same limits.
+__device__ __forceinline__ void bulk_store_f32(float* gdst, uint32_t ssrc, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gdst),
+               "r"(ssrc), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

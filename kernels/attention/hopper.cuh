@@ -25,8 +25,9 @@
 //   proxy fences  fence.proxy.async: generic-proxy shared-memory writes (st.shared) before the
 //              async proxy (wgmma, TMA) reads them, and async-proxy global writes (bulk
 //              reductions) before a generic release that another block acquires.
-//   release/acquire flags  st.release.gpu / ld.acquire.gpu on a global int: the semaphores of the
-//              deterministic dQ order (flash_bwd_wgmma.cuh).
+//   release/acquire flags  st.release.gpu / red.release.gpu.or / ld.acquire.gpu on a global int:
+//              the semaphores of the deterministic dQ order (flash_bwd_wgmma.cuh) and flash3's
+//              dQ tickets (flash3_bwd.cu).
 #pragma once
 #include <cuda.h>  // CUtensorMap and the cuTensorMapEncodeTiled types only (no -lcuda)
 #include <cuda_runtime.h>
@@ -127,6 +128,15 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+// *p |= v with release semantics (the writes before it are visible to whoever acquires v).
+__device__ __forceinline__ void red_or_release_gpu(int* p, int v) {
+  asm volatile("red.release.gpu.global.or.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// Spin until *p has all bits of `bits` (acquire).
+__device__ __forceinline__ void wait_flag_bits(const int* p, int bits) {
+  while ((ld_acquire_gpu(p) & bits) != bits) {
+  }
 }
 // Spin until *p == v (the flag's owner will get there; see flash_bwd_wgmma.cuh for why it must).
 __device__ __forceinline__ void wait_flag_equals(const int* p, int v) {
