@@ -83,6 +83,9 @@
 // +2.5% at 4K from the bytes. The writer waits for the first store only when it is not the
 // first comer, which is rare: block j's first step is the diagonal tile, which blocks < j reach
 // later. FLASHGPT_FLASH3_DQ_ZERO=1 runs the zeroed way.
+// Tried and removed (run 60): the last pair group merged to at least 2 SMs / n_j pairs, so that
+// its work outlasts its longest block (predicted +3-6% from an idle tail at 4K-16K): -1.4 to
+// +1.1%, noise; the tail is not there.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
