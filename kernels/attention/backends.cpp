@@ -56,12 +56,12 @@ std::string flash_limits(const AttnShape& s, size_t) { return head_sizes_64_128(
 size_t flash_saved(const AttnShape& s, size_t) { return lse_bytes(s); }
 size_t flash_scratch(const AttnShape& s, size_t) { return flash_bwd_scratch(s).bytes; }
 // The forward of a (Br x Bc)-tiled LSE forward, and flash's backward (flash3 shares it).
-AttnCost flash_family_cost(const AttnShape& s, size_t es_, int fwd_Br, int fwd_Bc) {
+AttnCost flash_family_cost(const AttnShape& s, size_t es_, int fwd_Br, int fwd_Bc, bool fwd_end_aligned) {
   const FlashTiles t = flash_tiles(s.HS);
   const double es = (double)es_, HS = s.HS, heads = (double)s.B * s.NH, R = heads * s.T,
                Rk = (double)s.B * s.NKV * s.T;
   AttnCost c = convention(s);
-  c.fwd.mma_flops = heads * 4 * HS * causal_tile_area(s.T, fwd_Br, fwd_Bc);
+  c.fwd.mma_flops = heads * 4 * HS * causal_tile_area(s.T, fwd_Br, fwd_Bc, fwd_end_aligned);
   c.bwd.mma_flops = heads * 10 * HS * causal_tile_area(s.T, t.bwd_skip_rows, t.bwd_skip_keys);
   c.fwd.bytes = io_fwd_bytes(s, es_) + 4 * R;
   c.bwd.bytes = es * HS * (R + 2 * R + R + 2 * Rk + 2 * Rk + R) + 4 * R * HS * 2 + 4 * R * 3;
@@ -69,7 +69,7 @@ AttnCost flash_family_cost(const AttnShape& s, size_t es_, int fwd_Br, int fwd_B
 }
 AttnCost flash_cost(const AttnShape& s, size_t es) {
   const FlashTiles t = flash_tiles(s.HS);
-  return flash_family_cost(s, es, t.fwd_Br, t.fwd_Bc);
+  return flash_family_cost(s, es, t.fwd_Br, t.fwd_Bc, false);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -78,7 +78,8 @@ AttnCost flash_cost(const AttnShape& s, size_t es) {
 //   saved   = LSE (B, NH, T) fp32
 //   scratch = flash's backward scratch; the forward uses its first int (the work-tile counter
 //             of the persistent scheduler), which the backward then overwrites
-//   mma_flops forward 4*HS*tile(T, 128, 128) per head; backward as flash (the same products
+//   mma_flops forward 4*HS*tile(T, Br, 128) per head, Br = kFwdBr(HS) (192 at HS 64, 128 at
+//             HS 128), row tiles ending at T; backward as flash (the same products
 //             and causal skipping, scheduled over warp-specialised warpgroups)
 //   bytes   as flash (the forward reads Q once per work tile and K/V tiles through TMA; L2
 //           re-reads are not counted)
@@ -88,7 +89,7 @@ size_t flash3_scratch(const AttnShape& s, size_t) {
   return std::max(flash_bwd_scratch(s).bytes, flash3::kFwdScratchBytes);
 }
 AttnCost flash3_cost(const AttnShape& s, size_t es) {
-  return flash_family_cost(s, es, flash3::kFwdBr, flash3::kFwdBc);
+  return flash_family_cost(s, es, flash3::kFwdBr(s.HS), flash3::kFwdBc, true);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -311,11 +312,14 @@ AttnCost attention_cost(const std::string& name, const AttnShape& s, size_t es) 
   return attention_spec(name).cost(s, es);
 }
 
-double causal_tile_area(int T, int Br, int Bc) {
+double causal_tile_area(int T, int Br, int Bc, bool end_aligned) {
   double tiles = 0;
   const int Tr = ceil_div_int(T, Br);
-  for (int i = 0; i < Tr; i++)
-    tiles += (std::min((long long)(i + 1) * Br, (long long)T) - 1) / Bc + 1;
+  for (int i = 0; i < Tr; i++) {
+    const long long r1 = end_aligned ? (long long)T - (long long)(Tr - 1 - i) * Br
+                                     : std::min((long long)(i + 1) * Br, (long long)T);
+    tiles += (r1 - 1) / Bc + 1;  // key tiles up to the tile's last row r1 - 1
+  }
   return tiles * Br * Bc;
 }
 

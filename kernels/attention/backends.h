@@ -110,5 +110,7 @@ AttnCost attention_cost(const std::string& name, const AttnShape& s, size_t es);
 double attention_forward_flops(const AttnShape& s, bool causal);
 // max(mma_flops / peak_flops, bytes / bytes_per_s) in seconds; 0 when a ceiling is unknown (<= 0).
 double roofline_seconds(const AttnPassCost& c, double peak_flops, double bytes_per_s);
-// Area (elements) of the Br x Bc tiles that touch the causal triangle of a T x T matrix.
-double causal_tile_area(int T, int Br, int Bc);
+// Area (elements) of the Br x Bc tiles that touch the causal triangle of a T x T matrix. Row
+// tiles start at 0 (a ragged last tile), or with end_aligned end at T (a ragged first tile:
+// flash3's forward).
+double causal_tile_area(int T, int Br, int Bc, bool end_aligned = false);

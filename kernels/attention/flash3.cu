@@ -17,17 +17,19 @@
 // tile masks keys >= Tk), its (O_blk, LSE_blk) written or merged exactly into the ring's fp32
 // running O and LSE in the epilogue (RING).
 //
-// Schedule (paper notation; Br = 128 query rows per work tile, Bc = 128 keys per K/V tile).
-// Persistent grid (one block per SM); work tiles (i, b, h) in order of decreasing i (the longest
-// causal rows first), handed out one at a time (see Work tiles below).
-// 3 warpgroups per block:
+// Schedule (paper notation; Br = 64 x NWG query rows per work tile with NWG consumer
+// warpgroups: 192 at HS 64, 128 at HS 128 (flash3_tiles.h kFwdConsumerWGs); Bc = 128 keys per
+// K/V tile). Persistent grid (one block per SM); work tiles (i, b, h) in order of decreasing i
+// (the longest causal rows first), handed out one at a time (see Work tiles below).
+// 1 + NWG warpgroups per block:
 //   producer (warpgroup 0, setmaxnreg 24; one thread issues everything):
 //     for each work tile (i, b, h):
 //       wait Q_empty; TMA Q_i -> sQ (completes on Q_full)
-//       for j = Tc_i-1 down to 0:            (Tc_i = ceil(min((i+1) Br, T) / Bc): tiles right
-//         wait K_empty[s]; TMA K_j -> sK[s]    of the diagonal are never loaded)
+//       for j = Tc_i-1 down to 0:            (Tc_i = ceil((last row of tile i + 1) / Bc): tiles
+//         wait K_empty[s]; TMA K_j -> sK[s]    right of the diagonal are never loaded)
 //         wait V_empty[s]; TMA V_j -> sV[s]   (s = n mod STAGES over the block's n-th K/V tile)
-//   consumers (warpgroups 1 and 2, setmaxnreg 240; warpgroup c owns query rows 64c .. 64c+63):
+//   consumers (warpgroups 1 .. NWG, setmaxnreg 240 for 2, 160 for 3; warpgroup c owns query
+//   rows 64c .. 64c+63 of the tile):
 //     for each work tile: m_i = -inf, l_i = 0, O_i = 0; wait Q_full
 //       S = Q_c K_{Tc-1}^T (wgmma, both operands in smem); mask (diagonal tile); softmax -> P
 //       for each next j (intra-warpgroup overlap, the paper's Algorithm 2):
@@ -37,8 +39,9 @@
 //         l_i = exp2((m_i - m_new) scale log2e) l_i + rowsum(P)      (while P V runs)
 //         wait for P V; release V_{j+1}; O_i *= exp2((m_i - m_new) scale log2e); m_i = m_new
 //       O_i += P V_0; O_i /= l_i -> bf16 via smem, 16-byte stores of rows < T; LSE_i
-//     ping-pong (kFwdPingPongDefault): the two warpgroups take turns to issue their GEMMs on two
-//     named barriers, so that one's softmax runs under the other's GEMMs.
+//     ping-pong (kFwdPingPongDefault): the consumer warpgroups take turns, round the ring, to
+//     issue their GEMMs (a named barrier each), so that one's softmax runs under the others'
+//     GEMMs. With 3 (HS 64) each softmax has two warpgroups' GEMMs to hide under, not one.
 // Work tiles: kFwdDynamicDefault: the producer takes the next tile of the longest-first list
 // from an atomic counter (one int of the scratch, zeroed before the launch) and passes its index
 // to the consumers in shared memory with the Q_full phase; else block k takes k, k + grid, ...
@@ -46,8 +49,12 @@
 // L2, else head-major (work_tile; flash3_tiles.h kv_outgrows_l2 has the measurements): with
 // row-major order at long T the ~132 running tiles belong to every head at scattered points of
 // their rows, so their K/V reads miss L2; head-major keeps them on one head's K/V.
-// Only tiles that cross the diagonal are masked; with Br = Bc that is the first tile of a row.
-// Rows >= T of a ragged last tile compute on zero-filled Q rows and are never stored.
+// Only tiles that cross the diagonal are masked (with Br = 192 the first two of a row; a
+// warpgroup whose rows all precede a tile's keys computes it masked whole: P = 0).
+// Row tiles end at T (tile i starts at T - (Tr - i) Br): a ragged tile is the first, the
+// shortest row, whose rows < 0 compute on zero-filled Q rows (TMA reads negative rows as 0) and
+// are never stored. (Tiles from row 0 would leave the ragged tile last, the longest: at HS 64,
+// T 4096 = 21 x 192 + 64, two of its three warpgroups would idle through all 32 K/V tiles.)
 //
 // Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any T
 // >= 1 up to 4M. A ring pair: rows 16-byte aligned; static tile order (the ring passes no
@@ -73,9 +80,24 @@
 //   v4 = v3 defaults, final run       388    460     538     674     cuDNN same run: 351 424 547
 //                                                                      613 (1.11 1.09 0.98 1.10x)
 //   At T = 65536 (v2, static): 372 (HS 64) and 531 (HS 128) against cuDNN 460 and 604.
+// Session 10 (2026-11-25, H100, bench/results/flash3_fwd_nvidia-h100_2026-11-25_session10/):
+//   3 consumer warpgroups at HS 64 (Br 192, FlashAttention-3's tile there; the ring of turns;
+//   64-row TMA boxes; row tiles end-aligned). Run 63, 3 interleaved rounds, medians against
+//   Br 128 in the same binary (FLASHGPT_FLASH3_FWD_WG=2): HS 64 forward T 1K/4K/8K/16K/64K
+//   260/405/449/440/458 -> 281/460/512/526/526 TFLOP/s (+8/+14/+14/+19/+15%), fwd+bwd +2..+4%.
+//   Predicted: the 2-warpgroup ping-pong leaves each softmax one warpgroup's GEMMs (256 + 256
+//   tensor clocks) to hide under while its exponentials alone take 512 MUFU clocks per SM
+//   sub-partition; with 3 it gets two warpgroups' GEMMs. At HS 128 the consumers' 240 registers
+//   (O 64 + S 64 + P 32 per thread) do not fit the 160 that 3 warpgroups leave.
+//   Tried and removed (run 62, HS 64 on Br 128): 1/8 or 1/4 of P's exponentials on the FMA pipe
+//   (a degree-3 polynomial, FlashAttention-4's trick against the MUFU bound): -1..-5% at HS 64,
+//   -3..-12% at HS 128; skipping O's rescale in warps where no row max changed (a vote): 0 at
+//   HS 64, -1..-4% at HS 128. So the 2-warpgroup forward was not bound by MUFU throughput (it ran
+//   at about half of both bounds) but by the latency of each warpgroup's S -> softmax -> P V
+//   chain, which the third warpgroup hides.
 // Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
-// HS 64 has 4 (160 KB). No spills (ptxas), 0 local memory in SASS; producer 24 registers,
-// consumers 240.
+// HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills (ptxas); producer 24
+// registers, consumers 240 (2 warpgroups) or 160 (3).
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
 // Bench: python3 scripts/bench_attention.py --backends flash,flash3
@@ -107,12 +129,18 @@ using flash::wgmma_fence;
 using flash::wgmma_wait;
 
 // Compile-time traits of the forward kernel (numbers from flash3_tiles.h).
-template <int HS_, bool PINGPONG_, bool DYNAMIC_>
+template <int HS_, bool PINGPONG_, bool DYNAMIC_, int NWG_ = kFwdConsumerWGs(HS_)>
 struct Fwd3Tile {
-  static constexpr int HS = HS_, Br = kFwdBr, Bc = kFwdBc, STAGES = kFwdStages(HS_);
+  static constexpr int NWG = NWG_;  // consumer warpgroups, 64 query rows each
+  static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc, STAGES = kFwdStages(HS_);
   static constexpr bool PINGPONG = PINGPONG_;  // consumer warpgroups take turns for the GEMMs
   static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
-  static constexpr int NTHREADS = kFwdThreads;
+  static constexpr int NTHREADS = 128 * (1 + NWG);  // producer warpgroup + the consumers
+  // setmaxnreg: the producer's registers go to the consumers (65536 per SM, 1 block).
+  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = NWG == 2 ? 240 : 160;
+  // TMA box rows: one box shape for Q, K and V (one tensor map): a tile when Br = Bc, else
+  // 64-row boxes (Br / 64 of them for Q_i, Bc / 64 for K_j and V_j).
+  static constexpr int BOX = Br == Bc ? Br : 64;
   static constexpr int PANELS = HS / 64;          // 64-column (128-byte) panels per row
   static constexpr int NS = Bc / 2;               // fp32 per thread of S (64 x Bc per warpgroup)
   static constexpr int NO = HS / 2;               // fp32 per thread of O (64 x HS)
@@ -126,17 +154,18 @@ struct Fwd3Tile {
   static constexpr int NBARS = 2 + 4 * STAGES;  // Q full/empty, K and V full/empty per stage
   static constexpr int OFF_SLOT = OFF_BAR + NBARS * 8;  // 2 ints: the work tile of each Q phase
   static constexpr int SMEM = OFF_SLOT + 8 + 1024;      // + slack to align the base
-  static constexpr int CONSUMER_WARPS = 8;  // arrivals that release a stage (lane 0 of each)
+  static constexpr int CONSUMER_WARPS = 4 * NWG;  // arrivals that release a stage (lane 0 of each)
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-  static_assert(Br == 128 && Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
-  static_assert(NTHREADS == 384, "producer warpgroup + 2 consumer warpgroups");
+  static_assert(Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
+  static_assert(NWG == 2 || (NWG == 3 && HS == 64), "2 consumer warpgroups, or 3 at HS 64 (registers)");
+  static_assert(128 * (PRODUCER_REGS + NWG * CONSUMER_REGS) <= 65536, "register file");
   static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "panels on 1024-byte boundaries");
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
 };
 
 // Named barrier ids (0 is __syncthreads): per consumer warpgroup for the epilogue, and the two
 // ping-pong turns.
-constexpr int kBarEpilogue0 = 1, kBarTurn0 = 3;
+constexpr int kBarEpilogue0 = 1, kBarTurn0 = 4;
 
 // One online-softmax step on a warpgroup's S (64 x Bc, this thread's two rows g and g + 8):
 // new running max, P = exp2(S scale_log2 - m scale_log2) in place, l_i updated, alpha = the
@@ -231,6 +260,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const int NH = a.NH, NKV = a.NKV, Tq = a.Tq, Tk = a.Tk, head_major = a.head_major;
   const bool causal = RING ? a.causal != 0 : true;  // the whole-sequence forward is causal
   const int Tr = (Tq + Br - 1) / Br, BH = a.B * NH, n_work = Tr * BH;
+  // Work tile i covers query rows q0 = Tq - (Tr - i) Br .. q0 + Br - 1: the tiles end at Tq, so
+  // a ragged tile is the first (the shortest row, q0 < 0), not the last, the longest.
+  auto first_row = [&](int i) { return Tq - (Tr - i) * Br; };
   // K/V tiles of a work tile's rows from q0: causal, up to the diagonal (tiles right of it are
   // never loaded); a full pair, all of Tk.
   auto kv_tiles = [&](int q0) { return ((causal ? min(q0 + Br, Tq) : Tk) + Bc - 1) / Bc; };
@@ -250,7 +282,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 
   if (wg == 0) {
     // ================================ producer ================================
-    hopper::setmaxnreg_dec<24>();
+    hopper::setmaxnreg_dec<K::PRODUCER_REGS>();
     if (warp == 0 && lane == 0) {
       hopper::tma_prefetch_map(&tm_q);
       hopper::tma_prefetch_map(&tm_k);
@@ -266,12 +298,14 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         int i, bh;
         work_tile(w, Tr, BH, head_major, i, bh);
         const int b = bh / NH, h = bh % NH;
-        const int kvh = h / (NH / NKV), q0 = i * Br;
+        const int kvh = h / (NH / NKV), q0 = first_row(i);
         const int n_kv = kv_tiles(q0);
         hopper::mbar_arrive_expect_tx(bar_q_full, K::Q_BYTES);
 #pragma unroll
         for (int p = 0; p < PANELS; ++p)
-          hopper::tma_load_4d(sQ + p * K::Q_PANEL, &tm_q, bar_q_full, p * 64, h, q0, b);
+#pragma unroll
+          for (int r = 0; r < Br; r += K::BOX)
+            hopper::tma_load_4d(sQ + p * K::Q_PANEL + r * 128, &tm_q, bar_q_full, p * 64, h, q0 + r, b);
         for (int jj = 0; jj < n_kv; ++jj, ++kv_it) {
           const int j = n_kv - 1 - jj, st = kv_it % STAGES;
           const uint32_t par = ((kv_it / STAGES) & 1) ^ 1;
@@ -279,14 +313,18 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           hopper::mbar_arrive_expect_tx(bar_k_full + 8 * st, K::KV_BYTES);
 #pragma unroll
           for (int p = 0; p < PANELS; ++p)
-            hopper::tma_load_4d(sK + st * K::KV_BYTES + p * K::KV_PANEL, &tm_k,
-                                bar_k_full + 8 * st, p * 64, a.k_head0 + kvh, j * Bc, b);
+#pragma unroll
+            for (int r = 0; r < Bc; r += K::BOX)
+              hopper::tma_load_4d(sK + st * K::KV_BYTES + p * K::KV_PANEL + r * 128, &tm_k,
+                                  bar_k_full + 8 * st, p * 64, a.k_head0 + kvh, j * Bc + r, b);
           hopper::mbar_wait(bar_v_empty + 8 * st, par);
           hopper::mbar_arrive_expect_tx(bar_v_full + 8 * st, K::KV_BYTES);
 #pragma unroll
           for (int p = 0; p < PANELS; ++p)
-            hopper::tma_load_4d(sV + st * K::KV_BYTES + p * K::KV_PANEL, &tm_v,
-                                bar_v_full + 8 * st, p * 64, a.v_head0 + kvh, j * Bc, b);
+#pragma unroll
+            for (int r = 0; r < Bc; r += K::BOX)
+              hopper::tma_load_4d(sV + st * K::KV_BYTES + p * K::KV_PANEL + r * 128, &tm_v,
+                                  bar_v_full + 8 * st, p * 64, a.v_head0 + kvh, j * Bc + r, b);
         }
         if constexpr (K::DYNAMIC)
           w = gridDim.x + atomicAdd(a.tile_counter, 1);
@@ -296,14 +334,15 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     }
   } else {
     // ================================ consumers ================================
-    hopper::setmaxnreg_inc<240>();
+    hopper::setmaxnreg_inc<K::CONSUMER_REGS>();
     const int c = wg - 1;                  // consumer warpgroup: query rows 64 c .. 64 c + 63
     const int wq = warp & 3, g = lane >> 2, t4 = lane & 3;
     const int ctid = tid - 128 * wg;       // thread index within the warpgroup
     const uint32_t aQ = sQ + c * 64 * 128;  // this warpgroup's rows in each Q panel
-    const int bar_turn_mine = kBarTurn0 + c, bar_turn_other = kBarTurn0 + (c ^ 1);
+    // Turns go round the consumer warpgroups: c waits for c - 1's, then hands over to c + 1.
+    const int bar_turn_mine = kBarTurn0 + c, bar_turn_next = kBarTurn0 + (c + 1) % K::NWG;
     if constexpr (K::PINGPONG) {
-      if (c == 1) hopper::named_bar_arrive(kBarTurn0, 256);  // warpgroup 0 issues first
+      if (c == K::NWG - 1) hopper::named_bar_arrive(kBarTurn0, 256);  // warpgroup 0 issues first
     }
     uint32_t kv_it = 0, tile_it = 0;
 
@@ -337,7 +376,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       if constexpr (K::PINGPONG) hopper::named_bar_sync(bar_turn_mine, 256);
     };
     auto turn_end = [&]() {
-      if constexpr (K::PINGPONG) hopper::named_bar_arrive(bar_turn_other, 256);
+      if constexpr (K::PINGPONG) hopper::named_bar_arrive(bar_turn_next, 256);
     };
 
     for (;; ++tile_it) {
@@ -347,7 +386,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       int i, bh;
       work_tile(w, Tr, BH, head_major, i, bh);
       const int b = bh / NH, h = bh % NH;
-      const int q0 = i * Br;
+      const int q0 = first_row(i);
       const int n_kv = kv_tiles(q0);
       const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
 
@@ -438,9 +477,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           const float l = quad_sum(l_i[r]);
           const float inv = l > 0.f ? 1.f / l : 0.f;
           const int row = row0 + 8 * r;
-          const bool ok = row < Tq;
+          const bool ok = row >= 0 && row < Tq;
           const float lse_blk = l > 0.f ? m_i[r] * a.scale + logf(l) : -INFINITY;
-          const flash::RingMerge m = flash::ring_merge_weights(lse_blk, lse_bh + row, a.merge && ok);
+          const flash::RingMerge m = flash::ring_merge_weights(lse_blk, lse_bh + (ok ? row : 0), a.merge && ok);
           __syncwarp();
           if (ok) {
             if (t4 == 0) lse_bh[row] = m.lse;
@@ -460,7 +499,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           const float l = quad_sum(l_i[r]);
           const float inv = l > 0.f ? 1.f / l : 0.f;
           const int rl = c * 64 + wq * 16 + g + 8 * r;  // tile-local row
-          if (t4 == 0 && q0 + rl < Tq)
+          if (t4 == 0 && q0 + rl >= 0 && q0 + rl < Tq)
             lse_bh[q0 + rl] = l > 0.f ? m_i[r] * a.scale + logf(l) : -INFINITY;
 #pragma unroll
           for (int n = 0; n < NO / 4; ++n) {  // 8-column tile n: panel n / 8, chunk n % 8
@@ -472,24 +511,24 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         }
         hopper::named_bar_sync(bar_epi, 128);
         constexpr int CHUNKS = HS / 8;  // 16-byte chunks per row
-        __nv_bfloat16* gO = a.out + (size_t)b * a.o_bs + (size_t)q0 * a.o_ld + (size_t)h * HS;
+        __nv_bfloat16* gO = a.out + (size_t)b * a.o_bs + (size_t)h * HS;  // row 0
 #pragma unroll
         for (int k = 0; k < 64 * CHUNKS / 128; ++k) {
           const int idx = ctid + k * 128;
           const int rl = c * 64 + idx / CHUNKS, ch = idx % CHUNKS;
-          if (q0 + rl < Tq) {
+          if (q0 + rl >= 0 && q0 + rl < Tq) {
             uint4 v;
             asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                          : "r"(sO + flash::pswz<Br>(rl, ch))
                          : "memory");
-            *reinterpret_cast<uint4*>(gO + (size_t)rl * a.o_ld + ch * 8) = v;
+            *reinterpret_cast<uint4*>(gO + (size_t)(q0 + rl) * a.o_ld + ch * 8) = v;
           }
         }
       }
     }
     if constexpr (K::PINGPONG) {
-      if (c == 0) hopper::named_bar_sync(kBarTurn0, 256);  // warpgroup 1's last turn_end
+      if (c == 0) hopper::named_bar_sync(kBarTurn0, 256);  // the last warpgroup's last turn_end
     }
   }
 }
@@ -511,6 +550,12 @@ bool use_pingpong() {
 }
 bool use_dynamic() {
   static const bool v = env_choice("FLASHGPT_FLASH3_SCHED", "dynamic", "static", kFwdDynamicDefault);
+  return v;
+}
+// Consumer warpgroups at HS 64: kFwdConsumerWGs(64), or FLASHGPT_FLASH3_FWD_WG=2|3 (a
+// measurement switch for the tuning notes above).
+int fwd_consumer_wgs() {
+  static const int v = std::getenv("FLASHGPT_FLASH3_FWD_WG") ? std::atoi(std::getenv("FLASHGPT_FLASH3_FWD_WG")) : kFwdConsumerWGs(64);
   return v;
 }
 // Head-major work order for this shape: when the K and V of all (sequence, kv head) pairs
@@ -538,7 +583,6 @@ CUtensorMap rows_map(const __nv_bfloat16* base, int B, int rows, int heads, int 
 template <class K, bool RING>
 void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
   allow_dynamic_smem(reinterpret_cast<const void*>(flash3_fwd_kernel<K, RING>), K::SMEM);
-  static_assert(K::Br == K::Bc, "one box shape for Q, K and V");
   Fwd3Args a{};
   // Q, K and V as the heads of one qkv (the whole sequence; the ring's own chunks): one map over
   // all NH + 2 NKV heads, K and V at head offsets. Encoding a map is host time on every launch
@@ -548,13 +592,13 @@ void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream)
                        p.v == p.k + (size_t)p.NKV * p.HS && p.kv_ld == p.q_ld && p.kv_bs == p.q_bs;
   CUtensorMap tm_q, tm_k, tm_v;
   if (one_qkv) {
-    tm_q = tm_k = tm_v = rows_map(p.q, p.B, p.Tq, p.NH + 2 * p.NKV, p.HS, p.q_ld, p.q_bs, K::Br);
+    tm_q = tm_k = tm_v = rows_map(p.q, p.B, p.Tq, p.NH + 2 * p.NKV, p.HS, p.q_ld, p.q_bs, K::BOX);
     a.k_head0 = p.NH;
     a.v_head0 = p.NH + p.NKV;
   } else {
-    tm_q = rows_map(p.q, p.B, p.Tq, p.NH, p.HS, p.q_ld, p.q_bs, K::Br);
-    tm_k = rows_map(p.k, p.B, p.Tk, p.NKV, p.HS, p.kv_ld, p.kv_bs, K::Bc);
-    tm_v = rows_map(p.v, p.B, p.Tk, p.NKV, p.HS, p.kv_ld, p.kv_bs, K::Bc);
+    tm_q = rows_map(p.q, p.B, p.Tq, p.NH, p.HS, p.q_ld, p.q_bs, K::BOX);
+    tm_k = rows_map(p.k, p.B, p.Tk, p.NKV, p.HS, p.kv_ld, p.kv_bs, K::BOX);
+    tm_v = rows_map(p.v, p.B, p.Tk, p.NKV, p.HS, p.kv_ld, p.kv_bs, K::BOX);
   }
   const int n_work = ceil_div(p.Tq, K::Br) * p.B * p.NH;
   const int grid = std::min(n_work, cuda_num_sms());
@@ -590,6 +634,15 @@ void launch_fwd_hs(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stre
     return;
   }
   const bool pp = use_pingpong(), dyn = use_dynamic();
+  if constexpr (HS == 64) {
+    if (pp && dyn && fwd_consumer_wgs() != kFwdConsumerWGs(HS)) {
+      if (fwd_consumer_wgs() == 2)
+        launch_fwd<Fwd3Tile<HS, true, true, 2>, false>(p, tile_counter, stream);
+      else
+        launch_fwd<Fwd3Tile<HS, true, true, 3>, false>(p, tile_counter, stream);
+      return;
+    }
+  }
   if (pp && dyn)
     launch_fwd<Fwd3Tile<HS, true, true>, false>(p, tile_counter, stream);
   else if (pp)

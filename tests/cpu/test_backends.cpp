@@ -230,4 +230,9 @@ TEST(AttentionSpec, Roofline) {
   EXPECT_EQ(causal_tile_area(128, 64, 64), 3.0 * 64 * 64);
   EXPECT_EQ(causal_tile_area(100, 64, 64), 3.0 * 64 * 64);
   EXPECT_EQ(causal_tile_area(64, 128, 64), 1.0 * 128 * 64);
+  // End-aligned row tiles (flash3's forward): T 320, Br 192: rows -64..127 (1 key tile of 128)
+  // and 128..319 (3), against 0..191 (2) and 192..319 (3) from the start.
+  EXPECT_EQ(causal_tile_area(320, 192, 128, true), 4.0 * 192 * 128);
+  EXPECT_EQ(causal_tile_area(320, 192, 128, false), 5.0 * 192 * 128);
+  EXPECT_EQ(causal_tile_area(4096, 128, 128, true), causal_tile_area(4096, 128, 128, false));
 }
