@@ -95,6 +95,11 @@
 //   HS 64, -1..-4% at HS 128. So the 2-warpgroup forward was not bound by MUFU throughput (it ran
 //   at about half of both bounds) but by the latency of each warpgroup's S -> softmax -> P V
 //   chain, which the third warpgroup hides.
+//   Run 65 (3 interleaved rounds): without the turns (FLASHGPT_FLASH3_FWD=overlap) the 3
+//   warpgroups lose 5-11% at HS 64 (4K/16K/64K 465/557/520 -> 441/497/494): turns kept. Tried
+//   and removed: HS 128 on 3 warpgroups with K/V tiles of 64 keys (Br 192, Bc 64: O 64 + S 32 +
+//   P 16 registers fit 160), with turns 0.998/0.989/1.000, without 1.012/0.987/1.010 of the
+//   tree's 558/623/637 TFLOP/s: the halved tiles give back what the third warpgroup hides.
 // Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 // HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills (ptxas); producer 24
 // registers, consumers 240 (2 warpgroups) or 160 (3).
@@ -132,12 +137,16 @@ using flash::wgmma_wait;
 template <int HS_, bool PINGPONG_, bool DYNAMIC_, int NWG_ = kFwdConsumerWGs(HS_)>
 struct Fwd3Tile {
   static constexpr int NWG = NWG_;  // consumer warpgroups, 64 query rows each
-  static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc, STAGES = kFwdStages(HS_);
+  static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc;
+  // K/V stages: as many as fit beside Q and the O staging (at most 4)
+  static constexpr int STAGE_FIT = (227 * 1024 - 2 * Br * HS * 2 - 2048) / (2 * Bc * HS * 2);
+  static constexpr int STAGES = STAGE_FIT > 4 ? 4 : STAGE_FIT;
   static constexpr bool PINGPONG = PINGPONG_;  // consumer warpgroups take turns for the GEMMs
   static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
   static constexpr int NTHREADS = 128 * (1 + NWG);  // producer warpgroup + the consumers
   // setmaxnreg: the producer's registers go to the consumers (65536 per SM, 1 block).
   static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = NWG == 2 ? 240 : 160;
+  static_assert(STAGES >= 2, "K/V ring");
   // TMA box rows: one box shape for Q, K and V (one tensor map): a tile when Br = Bc, else
   // 64-row boxes (Br / 64 of them for Q_i, Bc / 64 for K_j and V_j).
   static constexpr int BOX = Br == Bc ? Br : 64;

@@ -3,9 +3,10 @@
 // (backends.cpp: kSpec_flash3) its cost and scratch, so the two cannot drift apart.
 //
 // flash3 = the FlashAttention-3 schedule on sm_90a (flash3.cu says how): a producer warp issues
-// TMA loads of Q_i once per work tile and of K_j, V_j into a ring of kFwdStages(HS) shared-memory
-// stages; consumer warpgroups of 64 query rows each (Br = 192 at HS 64, 128 at HS 128) run
-// S = Q K^T and O += P V on wgmma; persistent grid, longest tiles first. The backward
+// TMA loads of Q_i once per work tile and of K_j, V_j into a ring of shared-memory stages (as
+// many as fit, up to 4: 4 at HS 64, 2 at HS 128); consumer warpgroups of 64 query rows each
+// (Br = 192 at HS 64, 128 at HS 128) run S = Q K^T and O += P V on wgmma; persistent grid,
+// longest tiles first. The backward
 // (flash3_bwd.cu) runs flash's steps and tiles (flash_tiles.h) on a warp-specialised schedule.
 #pragma once
 #include <cstddef>
@@ -19,7 +20,6 @@ namespace flash3 {
 constexpr int kFwdConsumerWGs(int HS) { return HS == 64 ? 3 : 2; }
 constexpr int kFwdBr(int HS) { return 64 * kFwdConsumerWGs(HS); }  // query rows per work tile
 constexpr int kFwdBc = 128;  // keys per K/V tile
-constexpr int kFwdStages(int HS) { return HS == 64 ? 4 : 2; }  // K/V ring depth (smem bound)
 // The two consumer warpgroups take turns issuing their GEMMs (named barriers) when true.
 constexpr bool kFwdPingPongDefault = true;
 // Work tiles handed out by an atomic counter when true; else block k takes tiles k, k + grid, ...
