@@ -86,6 +86,11 @@
 // Tried and removed (run 60): the last pair group merged to at least 2 SMs / n_j pairs, so that
 // its work outlasts its longest block (predicted +3-6% from an idle tail at 4K-16K): -1.4 to
 // +1.1%, noise; the tail is not there.
+// Tried and removed (session 10, run 66): the dQ convert fused into each (batch, kv head) pair's
+// last block (its math warpgroups convert the pair's dQacc rows from L2; no convert kernel):
+// predicted -60 us at HS 128 B 4 T 4K, got 4-11% slower at HS 64 and 128, T 4K-32K: one block
+// converting a pair is L2-latency-bound (~60 us for 2 MB) and holds its SM from the next blocks
+// (bench/results/flash3_fwd_nvidia-h100_2026-11-25_session10/, with the diff).
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
