@@ -102,8 +102,9 @@
 //   tree's 558/623/637 TFLOP/s: the halved tiles give back what the third warpgroup hides.
 //   Tried and removed (run 71): the next work tile's first S issued with this tile's last P V
 //   (a second Q buffer), to run under the epilogue; predicted +2-4% at 4K, got 15-33% slower
-//   at every shape (no ptxas serialisation message once O's zeroing became scale_d 0); the
-//   cause was not found (the diff is in the results folder).
+//   at every shape (no ptxas serialisation message once O's zeroing became scale_d 0); with
+//   the producer claiming the next tile early (run 72) still 25-35% slower, so not the loads'
+//   order; the cause was not found (the diff is in the results folder).
 // Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 // HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills (ptxas); producer 24
 // registers, consumers 240 (2 warpgroups) or 160 (3).
