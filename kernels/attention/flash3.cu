@@ -104,8 +104,10 @@
 //   (a second Q buffer), to run under the epilogue; predicted +2-4% at 4K, got 15-33% slower
 //   at every shape (no ptxas serialisation message once O's zeroing became scale_d 0); with
 //   the producer claiming the next tile early (run 72) still 25-35% slower, so not the loads'
-//   order, nor the runtime scale_d (run 73: zeroed O, 21-31% slower); the loss is in the
-//   steady-state loop (as large at 64K); the cause was not found (diffs in the results folder).
+//   order, nor the runtime scale_d (run 73: zeroed O, 21-31% slower), nor two Q buffers alone
+//   (run 74: noise). The same restructured loop without the prefetch (run 75) loses only 1-8%:
+//   the S in flight across the epilogue (and a turn of two GEMMs) is what costs; why, not
+//   found (diffs in the results folder).
 // Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 // HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills (ptxas); producer 24
 // registers, consumers 240 (2 warpgroups) or 160 (3).
