@@ -180,8 +180,8 @@ struct Fwd3Tile {
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
 };
 
-// Named barrier ids (0 is __syncthreads): per consumer warpgroup for the epilogue, and the two
-// ping-pong turns.
+// Named barrier ids (0 is __syncthreads): per consumer warpgroup (up to 3) one for the epilogue
+// (1-3) and one for its turn (4-6).
 constexpr int kBarEpilogue0 = 1, kBarTurn0 = 4;
 
 // One online-softmax step on a warpgroup's S (64 x Bc, this thread's two rows g and g + 8):
