@@ -91,6 +91,17 @@
 // predicted -60 us at HS 128 B 4 T 4K, got 4-11% slower at HS 64 and 128, T 4K-32K: one block
 // converting a pair is L2-latency-bound (~60 us for 2 MB) and holds its SM from the next blocks
 // (bench/results/flash3_fwd_nvidia-h100_2026-11-25_session10/, with the diff).
+// Where the time goes against cuDNN (session 11, run 78: ncu and torch.profiler kernel times,
+// HS 128 T 4K): cuDNN's backward is the same four kernels' shape; D 47 us (cuDNN 92), main
+// kernel 1311 us (1286), dQ convert 64 us (74). So the gap is the main kernel: 2% at 4K, ~3.5%
+// at 16K (4958 us for cuDNN's).
+// Tried and removed (session 11, runs 79-80): the dQ convert fused into the last partial of each
+// Q tile, (a) its writer waiting for each add to complete and counting it, the completing one
+// loading the tile back for the producer warps to convert; (b) tickets taken as the step starts,
+// the last one loading the others' sum for the math warpgroups to finish dQ from registers.
+// Predicted +4.5% at HS 128 4K; got 7-19% (a) and 4-15% (b) slower at HS 128: any global round
+// trip between a step's partial and its staging buffer's next use delays the buffer, which the
+// tree frees a whole step early (bench/results/flash3_bwd_nvidia-h100_2026-11-26_session11/).
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
