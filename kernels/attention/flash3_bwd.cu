@@ -102,6 +102,9 @@
 // Predicted +4.5% at HS 128 4K; got 7-19% (a) and 4-15% (b) slower at HS 128: any global round
 // trip between a step's partial and its staging buffer's next use delays the buffer, which the
 // tree frees a whole step early (bench/results/flash3_bwd_nvidia-h100_2026-11-26_session11/).
+// Also tried there and removed: S^T's A (the warpgroup's K rows) in registers, RS wgmma (run 81:
+// HS 64 +-1.5%, so shared-memory bandwidth does not bound the step; HS 128 spills, -13..-19%);
+// the next step's S^T and dP^T issued under this step's dK (run 82: spills, -31..-49%).
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
