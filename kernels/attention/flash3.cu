@@ -108,6 +108,9 @@
 //   (run 74: noise). The same restructured loop without the prefetch (run 75) loses only 1-8%:
 //   the S in flight across the epilogue (and a turn of two GEMMs) is what costs; why, not
 //   found (diffs in the results folder).
+//   Tried and removed (session 11, run 83, bench/results/flash3_bwd_nvidia-h100_2026-11-26_
+//   session11/): at HS 128, Q_c in registers for S (ldmatrix once per tile, RS wgmma): forward
+//   0.99-1.01 of the tree at T 1K-64K, noise; shared-memory bandwidth does not bound it.
 // Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 // HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills (ptxas); producer 24
 // registers, consumers 240 (2 warpgroups) or 160 (3).
