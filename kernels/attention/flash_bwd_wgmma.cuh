@@ -411,7 +411,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     if (bwd_step_dkdv<K>(dk, dv, aK, aV, sQ + qoff, sdO + qoff, Lb, Db, sdSb, q0, key_wg,
                          key_row, warp, causal, scale_log2, as))
       wgmma_wait<0>();  // dK
-    cp_async_wait<0>();    cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
+    cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
     fence_proxy_async_smem();  // those tiles and this step's dS^T, before wgmma reads
     if (tid == 0) bulk_wait_read_all();  // the last dQ reduction has read its staging tile
     __syncthreads();
