@@ -150,6 +150,9 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   using Base = flash::BwdTileWG<HS_, Br_>;
   static constexpr int HS = HS_, Br = Br_, Bc = Base::Bc;
   static constexpr BwdVariant V = V_;
+  // wgmma descriptors built once per operand and stepped (flash_bwd_wgmma.cuh OperandDesc says
+  // what it measured)
+  static constexpr bool DESC_AT = true;
   static constexpr int NTHREADS = 384;         // producer warpgroup + 2 math warpgroups
   static constexpr int MATH_THREADS = 256;
   static constexpr int PANELS = HS / 64;       // 64-column TMA boxes per row

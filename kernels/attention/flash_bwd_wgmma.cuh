@@ -82,6 +82,7 @@ template <int HS_, int Br_>
 struct BwdTileWG {
   static constexpr bool WGMMA = true;
   static constexpr int HS = HS_, Br = Br_, Bc = 128, NWARPS = 8, NTHREADS = 256;
+  static constexpr bool DESC_AT = false;          // operand descriptors per k-step (OperandDesc)
   static constexpr int KH = HS / 16;              // k-steps over the head dim (S^T, dP^T)
   static constexpr int QK = Br / 16;              // k-steps over the queries (dV, dK)
   static constexpr int NS = Br / 2;               // fp32 per thread of S^T, dP^T (64 x Br)
@@ -172,15 +173,37 @@ __device__ __forceinline__ void fixed_order_release_last(int* sem_pending, int j
   }
 }
 
+// The shared-memory descriptor of one wgmma operand across a k-loop: at(bytes) describes the
+// operand's start + bytes. K::DESC_AT (flash3's tiles): built once, advanced by a constant per
+// k-step (gmma_desc_at); else each k-step builds its own (flash's kernel). Measured on H100s,
+// session 11, against the tree in the same run, medians of 3 interleaved rounds, T 1K/4K/16K/64K:
+// flash3's backward HS 128 +0.3/+1.6/+1.3/+0.6% (run 90; run 89 +1.2/+0.5/+1.2/+1.5%), HS 64
+// +1.1/+2.1/+1.1/+3.2% (run 89 +0.9/+2.9/+0.6/+2.7%); ncu: 514 -> 434 M instructions at HS 128
+// T 4K (cuDNN's: 371 M). flash's kernel with the same change: -7% at HS 128 T 4K, +3% at 16K
+// (run 89), so it keeps the per-step form (its PTX is unchanged). In flash3's forward (run 89):
+// HS 64 -2.5..-3.2%, HS 128 noise; not applied there.
+template <class K>
+struct OperandDesc {
+  uint64_t base;
+  uint32_t addr, lbo;
+  __device__ __forceinline__ OperandDesc(uint32_t a, uint32_t l)
+      : base(gmma_desc(a, l, 1024)), addr(a), lbo(l) {}
+  __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
+    if constexpr (K::DESC_AT) return gmma_desc_at(base, bytes);
+    else return gmma_desc(addr + bytes, lbo, 1024);
+  }
+};
+
 // acc += A B^T over the head dim, both operands K-major 64-column panels (aA: 64 rows of K_j
 // or V_j, aB: Br rows of Q_i or dO_i): S^T or dP^T. Issued and committed.
 template <class K>
 __device__ __forceinline__ void bwd_issue_over_hs(float (&acc)[K::NS], uint32_t aA, uint32_t aB) {
+  const OperandDesc<K> dA(aA, 16), dB(aB, 16);
 #pragma unroll
   for (int kk = 0; kk < K::KH; ++kk) {
     const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
     const uint32_t ob = (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
-    wgmma_ss<0, 0>(acc, gmma_desc(aA + oa, 16, 1024), gmma_desc(aB + ob, 16, 1024));
+    wgmma_ss<0, 0>(acc, dA.at(oa), dB.at(ob));
   }
   wgmma_commit();
 }
@@ -191,9 +214,9 @@ __device__ __forceinline__ void bwd_issue_dk(float (&dk)[K::NA], uint32_t (&as)[
                                              uint32_t sQb) {
   reg_fence(as);
   wgmma_fence();
+  const OperandDesc<K> dQ(sQb, K::QT_PANEL);
 #pragma unroll
-  for (int kq = 0; kq < K::QK; ++kq)
-    wgmma_rs<1>(dk, as[kq], gmma_desc(sQb + kq * 2048, K::QT_PANEL, 1024));
+  for (int kq = 0; kq < K::QK; ++kq) wgmma_rs<1>(dk, as[kq], dQ.at(kq * 2048));
   wgmma_commit();
 }
 
@@ -259,9 +282,9 @@ __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K:
     }
     reg_fence(ap);
     wgmma_fence();
+    const OperandDesc<K> ddO(sdOb, K::QT_PANEL);
 #pragma unroll
-    for (int kq = 0; kq < QK; ++kq)
-      wgmma_rs<1>(dv, ap[kq], gmma_desc(sdOb + kq * 2048, K::QT_PANEL, 1024));
+    for (int kq = 0; kq < QK; ++kq) wgmma_rs<1>(dv, ap[kq], ddO.at(kq * 2048));
     wgmma_commit();
     wgmma_wait<1>();  // dP^T (dV may still run)
     reg_fence(dpt);
@@ -308,10 +331,10 @@ template <class K>
 __device__ __forceinline__ void bwd_issue_dq(float (&dq)[32], uint32_t adS, uint32_t aKt) {
   reg_fence(dq);
   wgmma_fence();
+  const OperandDesc<K> ddS(adS, K::DS_PANEL), dK(aKt, K::KV_PANEL);
 #pragma unroll
   for (int ks = 0; ks < K::Bc / 16; ++ks)
-    wgmma_ss<1, 1>(dq, gmma_desc(adS + ks * 2048, K::DS_PANEL, 1024),
-                   gmma_desc(aKt + ks * 2048, K::KV_PANEL, 1024), ks > 0 ? 1 : 0);
+    wgmma_ss<1, 1>(dq, ddS.at(ks * 2048), dK.at(ks * 2048), ks > 0 ? 1 : 0);
   wgmma_commit();
 }
 

@@ -254,6 +254,16 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t lbo, uint3
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
          ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
 }
+// The descriptor of addr + bytes from addr's: the start field is addr / 16 in the low 14 bits,
+// so adding bytes / 16 to the low word is exact while addr + bytes stays below 256 KB (shared
+// memory is 228 KB). A k-loop then builds each operand's descriptor once and adds a constant
+// per k-step, where gmma_desc(addr + bytes, ...) masks, shifts and ors at every step (ncu,
+// session 11: much of flash3's backward's 39% more instructions than cuDNN's; flash_bwd_wgmma.cuh
+// OperandDesc uses it).
+__device__ __forceinline__ uint64_t gmma_desc_at(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
 
 // D += A B, A and B from shared memory; m64n64k16 or m64n128k16 by the accumulator's size.
 // scale_d = 0 gives D = A B (the accumulator's old contents are ignored: no zeroing needed).
