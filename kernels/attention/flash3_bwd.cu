@@ -153,6 +153,10 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   // wgmma descriptors built once per operand and stepped (flash_bwd_wgmma.cuh OperandDesc says
   // what it measured)
   static constexpr bool DESC_AT = true;
+  // dS^T stored by stmatrix.x4 (bwd_step_dkdv) at HS 128: backward +0.3/+2.2/+0.4/-0.3% at T
+  // 1K/4K/16K/64K, 434 -> 414 M instructions at 4K; at HS 64 +0.5/-0.5/-0.6/-1.3%, so not there
+  // (session 11 run 91, H100, 3 interleaved rounds against the tree)
+  static constexpr bool DS_STMATRIX = HS == 128;
   static constexpr int NTHREADS = 384;         // producer warpgroup + 2 math warpgroups
   static constexpr int MATH_THREADS = 256;
   static constexpr int PANELS = HS / 64;       // 64-column TMA boxes per row

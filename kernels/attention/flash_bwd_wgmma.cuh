@@ -83,6 +83,7 @@ struct BwdTileWG {
   static constexpr bool WGMMA = true;
   static constexpr int HS = HS_, Br = Br_, Bc = 128, NWARPS = 8, NTHREADS = 256;
   static constexpr bool DESC_AT = false;          // operand descriptors per k-step (OperandDesc)
+  static constexpr bool DS_STMATRIX = false;      // dS^T stored by st.shared.u32 (bwd_step_dkdv)
   static constexpr int KH = HS / 16;              // k-steps over the head dim (S^T, dP^T)
   static constexpr int QK = Br / 16;              // k-steps over the queries (dV, dK)
   static constexpr int NS = Br / 2;               // fp32 per thread of S^T, dP^T (64 x Br)
@@ -309,17 +310,29 @@ __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K:
       for (int e = 0; e < 4; ++e) as[kq][e] = 0u;
   }
   // dS^T (bf16) -> smem: rows = this warp's keys, 8-query chunk qt = 2 kq + (e / 2) of panel
-  // qt / 8 (as[kq][e]: row g + 8 (e % 2), queries 16 kq + 8 (e / 2) + 2 t)
+  // qt / 8 (as[kq][e]: row g + 8 (e % 2), queries 16 kq + 8 (e / 2) + 2 t). K::DS_STMATRIX
+  // (flash3's tiles): one stmatrix.x4 per kq (as[kq][e] is matrix e's fragment; lane l addresses
+  // row l % 8 of matrix l / 8), else 4 st.shared.u32.
+  if constexpr (K::DS_STMATRIX) {
+    const int m = lane >> 3, row = kw * 16 + (m & 1) * 8 + (lane & 7);
 #pragma unroll
-  for (int kq = 0; kq < QK; ++kq)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = kw * 16 + g + (e & 1) * 8;
-      const int qt = 2 * kq + (e >> 1);
-      const uint32_t addr = sdSb + (qt >> 3) * K::DS_PANEL + row * 128 +
-                            ((((qt & 7) ^ (row & 7))) << 4) + t4 * 4;
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(as[kq][e]) : "memory");
+    for (int kq = 0; kq < QK; ++kq) {
+      const int qt = 2 * kq + (m >> 1);
+      stmatrix_x4(sdSb + (qt >> 3) * K::DS_PANEL + row * 128 + (((qt & 7) ^ (row & 7)) << 4),
+                  as[kq][0], as[kq][1], as[kq][2], as[kq][3]);
     }
+  } else {
+#pragma unroll
+    for (int kq = 0; kq < QK; ++kq)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = kw * 16 + g + (e & 1) * 8;
+        const int qt = 2 * kq + (e >> 1);
+        const uint32_t addr = sdSb + (qt >> 3) * K::DS_PANEL + row * 128 +
+                              ((((qt & 7) ^ (row & 7))) << 4) + t4 * 4;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(as[kq][e]) : "memory");
+      }
+  }
   if (active && issue_dk) bwd_issue_dk<K>(dk, as, sQb);
   return active;
 }
