@@ -91,6 +91,11 @@
 // predicted -60 us at HS 128 B 4 T 4K, got 4-11% slower at HS 64 and 128, T 4K-32K: one block
 // converting a pair is L2-latency-bound (~60 us for 2 MB) and holds its SM from the next blocks
 // (bench/results/flash3_fwd_nvidia-h100_2026-11-25_session10/, with the diff).
+// Session 11 (runs 87-91): Nsight Compute against cuDNN's backward at HS 128 T 4K: the same time,
+// but 514 M instructions against 371 M, the excess integer work (wgmma descriptor and smem
+// address arithmetic) and st.shared. Kept: descriptors built once per operand and stepped per
+// k-step (Bwd3Tile DESC_AT, flash_bwd_wgmma.cuh OperandDesc: backward +0.3..+3.2%), dS^T stored by
+// stmatrix at HS 128 (DS_STMATRIX: +2.2% at 4K); 414 M instructions now.
 // Where the time goes against cuDNN (session 11, run 78: ncu and torch.profiler kernel times,
 // HS 128 T 4K): cuDNN's backward is the same four kernels' shape; D 47 us (cuDNN 92), main
 // kernel 1311 us (1286), dQ convert 64 us (74). So the gap is the main kernel: 2% at 4K, ~3.5%
