@@ -95,7 +95,8 @@
 // but 514 M instructions against 371 M, the excess integer work (wgmma descriptor and smem
 // address arithmetic) and st.shared. Kept: descriptors built once per operand and stepped per
 // k-step (Bwd3Tile DESC_AT, flash_bwd_wgmma.cuh OperandDesc: backward +0.3..+3.2%), dS^T stored by
-// stmatrix at HS 128 (DS_STMATRIX: +2.2% at 4K); 414 M instructions now.
+// stmatrix at HS 128 (DS_STMATRIX: +2.2% at 4K); 414 M instructions now. Removed (run 94): the
+// causal mask's compares branched to the diagonal steps only: 369 M instructions, 1-6% slower.
 // Where the time goes against cuDNN (session 11, run 78: ncu and torch.profiler kernel times,
 // HS 128 T 4K): cuDNN's backward is the same four kernels' shape; D 47 us (cuDNN 92), main
 // kernel 1311 us (1286), dQ convert 64 us (74). So the gap is the main kernel: 2% at 4K, ~3.5%
