@@ -6,6 +6,12 @@
 // bf16 inputs in the packed qkv layout. Times forward, backward (on the saved state of one
 // forward) and forward+backward with CUDA events: `warmup` runs, then the median of `iters`
 // runs (fewer when one run is long: at most --budget-ms per measurement, at least 3 runs).
+// Before each measurement the runs go on untimed until --warmup-ms (500) of GPU time has passed:
+// under this load an H100 falls from its 1980 MHz boost to about 1600 MHz at its 700 W cap
+// within ~100 ms (nvidia-smi every 50 ms, bench/results/flash3_bwd_nvidia-h100_2026-11-26_
+// session12/run100), so a median of 10 runs of a 5-50 ms kernel measured whatever ran before it
+// (an idle gap or another sweep). The warm-up times every backend at the clocks of sustained
+// load, which a training run sees; scripts/bench_attention.py warms PyTorch the same way.
 // FLOPs (DESIGN.md): forward = 4 B NH T^2 HS, halved when causal; backward = 2.5 x forward.
 // Extra memory = the backend's saved_bytes + scratch_bytes. A point that does not fit in free
 // device memory is skipped with "OOM: needs X GiB" and the sweep goes on.
@@ -104,11 +110,13 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
               const AttnForwardArgs fa{out, saved, scratch, qkv, s};
               const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s, opt.deterministic};
               try {
-                f_ms = median_ms([&] { be.forward(fa, st); }, opt.warmup, opt.iters, opt.budget_ms);
+                f_ms = median_ms([&] { be.forward(fa, st); }, opt.warmup, opt.iters,
+                                 opt.budget_ms, st, opt.warmup_ms);
                 be.forward(fa, st);
-                b_ms = median_ms([&] { be.backward(ba, st); }, opt.warmup, opt.iters, opt.budget_ms);
+                b_ms = median_ms([&] { be.backward(ba, st); }, opt.warmup, opt.iters,
+                                 opt.budget_ms, st, opt.warmup_ms);
                 fb_ms = median_ms([&] { be.forward(fa, st); be.backward(ba, st); }, opt.warmup,
-                                  opt.iters, opt.budget_ms);
+                                  opt.iters, opt.budget_ms, st, opt.warmup_ms);
                 CUDA_CHECK(cudaDeviceSynchronize());
               } catch (const flashgpt::Error& e) {
                 status = std::string("error: ") + e.what();

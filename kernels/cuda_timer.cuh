@@ -4,7 +4,10 @@
 //                   without waiting for them; take_ms() waits and returns the sum since the last
 //                   take_ms().
 //   median_ms       the median time of fn() over runs, after warm-up runs, each run between two
-//                   events on `stream`; a budget shortens a long measurement (at least 3 runs).
+//                   events on `stream`; a budget shortens a long measurement (at least 3 runs);
+//                   warmup_ms runs fn() untimed until that much GPU time has passed, so that the
+//                   timed runs see the clocks of sustained load (bench-attention's --warmup-ms
+//                   says why).
 #pragma once
 #include <algorithm>
 #include <vector>
@@ -52,9 +55,10 @@ class CudaEventTimer {
 
 // Median milliseconds of fn() on `stream` over `iters` runs after `warmup` runs. budget_ms > 0:
 // when the first run shows that the runs would take longer, fewer of them (at least 3), and one
-// warm-up only.
+// warm-up only. warmup_ms > 0: then more untimed runs until the warm-ups add up to warmup_ms.
 template <typename Fn>
-double median_ms(Fn fn, int warmup, int iters, double budget_ms = 0, cudaStream_t stream = 0) {
+double median_ms(Fn fn, int warmup, int iters, double budget_ms = 0, cudaStream_t stream = 0,
+                 double warmup_ms = 0) {
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
@@ -67,9 +71,16 @@ double median_ms(Fn fn, int warmup, int iters, double budget_ms = 0, cudaStream_
     CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
     return (double)t;
   };
+  double warmed = 0;
   for (int i = 0; i < warmup; i++) {
     const double t = once();
+    warmed += t;
     if (i == 0 && budget_ms > 0 && t * warmup > budget_ms) warmup = 1;  // one is enough
+  }
+  while (warmed < warmup_ms) {
+    const double t = once();
+    if (t <= 0) break;  // nothing measurable to warm up with
+    warmed += t;
   }
   std::vector<double> ms;
   ms.push_back(once());

@@ -43,7 +43,8 @@ def run_ours(args):
     cmd = [args.binary, "bench-attention", "--backends", args.backends, "--hs", args.hs,
            "--seq-lens", args.seq_lens, "--tokens", str(args.tokens), "--causal", args.causal,
            "--warmup", str(args.warmup), "--iters", str(args.iters),
-           "--budget-ms", str(args.budget_ms), "--csv", csv_path]
+           "--budget-ms", str(args.budget_ms), "--warmup-ms", str(args.warmup_ms),
+           "--csv", csv_path]
     if args.heads > 0:
         cmd += ["--heads", str(args.heads)]
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
@@ -81,11 +82,17 @@ def run_torch(args):
             end.synchronize()
             return start.elapsed_time(end)
 
-        warm = args.warmup
+        warm, warmed = args.warmup, 0.0
         for i in range(warm):
             t = once()
+            warmed += t
             if i == 0 and t * warm > args.budget_ms:
                 break
+        while warmed < args.warmup_ms:  # sustained-load clocks, as ours (bench-attention --warmup-ms)
+            t = once()
+            if t <= 0:
+                break
+            warmed += t
         first = once()
         n = args.iters
         if first > 0 and first * n > args.budget_ms:
@@ -180,6 +187,9 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-ms", type=float, default=3000,
                     help="at most this much GPU time per measurement (at least 3 runs)")
+    ap.add_argument("--warmup-ms", type=float, default=500,
+                    help="untimed runs before each measurement until this much GPU time has "
+                         "passed (ours and torch alike: the clocks of sustained load)")
     ap.add_argument("--out-dir", default="bench/results")
     ap.add_argument("--csv", default="", help="output file (default: OUT_DIR/attention_<gpu>_<date>.csv)")
     args = ap.parse_args()

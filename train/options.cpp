@@ -596,6 +596,7 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
     ("warmup", "untimed runs before each measurement", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
     ("iters", "timed runs per measurement (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.iters)))
     ("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", cxxopts::value<float>()->default_value("3000"))
+    ("warmup-ms", "untimed runs before each measurement until this much GPU time has passed (sustained-load clocks; 0: --warmup runs only)", cxxopts::value<float>()->default_value("500"))
     ("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)")
     ("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", cxxopts::value<int>()->default_value("1"))
     ("csv", "also write the results to this CSV file", cxxopts::value<std::string>()->default_value(""))
@@ -613,6 +614,7 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
   opt.warmup = get<int>(r, "warmup");
   opt.iters = get<int>(r, "iters");
   opt.budget_ms = get<float>(r, "budget-ms");
+  opt.warmup_ms = get<float>(r, "warmup-ms");
   opt.deterministic = r.count("deterministic") > 0;
   opt.cp = get<int>(r, "cp");
   opt.csv_path = get<std::string>(r, "csv");
@@ -630,6 +632,7 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
   check_at_least("--warmup", opt.warmup, 0);
   check_at_least("--iters", opt.iters, 1);
   CHECK(opt.budget_ms > 0, "--budget-ms must be > 0 (got %g)", opt.budget_ms);
+  CHECK(opt.warmup_ms >= 0, "--warmup-ms must be >= 0 (got %g)", opt.warmup_ms);
   return true;
 }
 

@@ -139,6 +139,7 @@ struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_atten
   int kv_heads = 0;               // NKV; 0: NH
   int warmup = 5, iters = 20;
   float budget_ms = 3000;  // GPU time per measurement at the most (at least 3 runs)
+  float warmup_ms = 500;   // untimed GPU time before each measurement (bench_attention.cu: why)
   bool deterministic = false;
   // --cp N > 1: also time each backend's context-parallel ring (ring_attention.cuh) with N
   // virtual ranks on this one GPU (threads; the hops are device copies): the ring's compute
