@@ -1,0 +1,44 @@
+#!/bin/bash
+# Device run 105 (1 GPU), session 12: dQ staged by stmatrix.x4 (dQacc segments in the order
+# 0 2 4 6 1 3 5 7; flash and flash3 backward; the convert kernel reads it) against the tree:
+# every GPU test with it, then 3 interleaved rounds of both binaries at --warmup-ms 500.
+cd "$(dirname "$0")/.."
+B=.carry/bin
+START=$(date +%s)
+t() { echo "[$(( $(date +%s) - START )) s] $*"; }
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
+mkdir -p build; cp $B/flashgpt $B/flashgpt_new $B/test_gpu build/
+S=()
+timeout 300 build/test_gpu > $OUT/test_gpu.log 2>&1
+S+=("$(t "test_gpu (new) rc=$?: $(grep -E '^\[==========\] [0-9]+ tests|^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' $OUT/test_gpu.log | tr '\n' ' ')")")
+grep -E "^\[  FAILED  \] [A-Z]" $OUT/test_gpu.log | head
+for r in 1 2 3; do
+  for v in base new; do
+    bin=build/flashgpt; [ $v = new ] && bin=build/flashgpt_new
+    timeout 150 $bin bench-attention --backends flash,flash3 --hs 64,128 --seq-lens 4096,16384,65536 \
+      --iters 10 --warmup 3 --budget-ms 1500 --warmup-ms 500 > $OUT/ab_${v}_$r.log 2>&1
+    S+=("$(t "$v r$r rc=$?")")
+  done
+done
+echo "== A/B: median ratio new/base over 3 rounds (fwd, bwd, f+b) =="
+python3 - $OUT <<'PY'
+import sys
+o = sys.argv[1]
+def rd(f):
+    d = {}
+    for l in open(f):
+        x = l.split()
+        if x and x[0] in ("flash3", "flash") and len(x) > 15: d[(x[0], x[1], x[5])] = (float(x[9]), float(x[12]), float(x[15]))
+    return d
+rows = {}
+for r in (1, 2, 3):
+    a, b = rd("%s/ab_base_%d.log" % (o, r)), rd("%s/ab_new_%d.log" % (o, r))
+    for k in a:
+        if k in b: rows.setdefault(k, []).append((a[k], b[k]))
+for k, v in sorted(rows.items(), key=lambda kv: (kv[0][0], int(kv[0][1]), int(kv[0][2]))):
+    med = [sorted(y[i] / x[i] for x, y in v)[len(v) // 2] for i in range(3)]
+    base = [sorted(x[i] for x, y in v)[len(v) // 2] for i in range(3)]
+    bw = " ".join("%.0f->%.0f" % (x[1], y[1]) for x, y in v)
+    print("%-6s HS %3s T %6s  base f/b/fb %4.0f %4.0f %4.0f  ratio %.3f %.3f %.3f  bwd %s" % (k + tuple(base) + tuple(med) + (bw,)))
+PY
+echo "== summary =="; printf '%s\n' "${S[@]}"
