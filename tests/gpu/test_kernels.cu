@@ -590,6 +590,18 @@ TEST_F(Kernels, CudaEventTimer) {
   std::printf("%.3f ms\n", one);
   EXPECT_GE(one, 0.98 * 2.0);
   EXPECT_LT(one, 2.5);
+  // warmup_ms: untimed runs until 20 ms of them (about 10 of 2 ms), then the 5 timed ones
+  int calls = 0;
+  const double warmed = median_ms(
+      [&] {
+        ++calls;
+        spin_kernel<<<1, 1, 0, st>>>(2000000ull);
+      },
+      1, 5, 0, st, /*warmup_ms=*/20.0);
+  std::printf("  median_ms after a 20 ms warm-up: %.3f ms, %d runs\n", warmed, calls);
+  EXPECT_GE(warmed, 0.98 * 2.0);
+  EXPECT_GE(calls, 5 + 9);   // 20 ms of 2 ms runs (at most 2.5 ms each: 8 + the counted one)
+  EXPECT_LE(calls, 5 + 11);  // and no more than the 20 ms need
   CUDA_CHECK(cudaStreamDestroy(st));
 }
 
