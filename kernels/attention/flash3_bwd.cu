@@ -111,7 +111,7 @@
 // Also tried there and removed: S^T's A (the warpgroup's K rows) in registers, RS wgmma (run 81:
 // HS 64 +-1.5%, so shared-memory bandwidth does not bound the step; HS 128 spills, -13..-19%);
 // the next step's S^T and dP^T issued under this step's dK (run 82: spills, -31..-49%).
-// Session 12 (runs 95-106, bench/results/flash3_bwd_nvidia-h100_2026-11-26_session12/, timed with
+// Session 12 (runs 95-108, bench/results/flash3_bwd_nvidia-h100_2026-11-26_session12/, timed with
 // bench-attention --warmup-ms 500): ncu at HS 128 T 16K, ours / cuDNN's: 4.71 / 4.56 ms, tensor
 // pipe 60 / 64%, shared-memory wavefronts 725 / 699 M (wgmma operand reads included: both move
 // the same bytes). Tried and removed, backward against the tree: one math warpgroup per step
@@ -121,8 +121,10 @@
 // -4..+1%, HS 64 -6..-11%; dQ added into dQacc by red.global.add.v2.f32 from registers (no
 // staging, no writer): -15%; dQ staged by stmatrix (half the store instructions): -4..-5%; the
 // causal-mask branch of run 94 and 3 (Q_i, dO_i) stages, both re-timed at sustained clocks:
-// noise (0.99-1.01). The step's end (dQ staging, its fence and arrive) is where the warps trail
-// the tensor pipe; none of these shortened it.
+// noise (0.99-1.01); dQ staged during the next step, after its S^T issue (run 108): -2..-4%
+// (the staging then shares shared memory with SS operand reads instead of an RS product's). The
+// step's end (dQ staging, its fence and arrive) is where the warps trail the tensor pipe; none of
+// these shortened it.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
