@@ -21,11 +21,13 @@
 //                       staging buffer (dQ_empty)
 //   2 math warpgroups (setmaxnreg 240), warpgroup c owns keys j Bc + 64 c .. +63:
 //     wait kv_full; for each step: wait full[s]
-//       S^T = K_c Q_i^T, dP^T = V_c dO_i^T; P^T; dV_c += P^T dO_i; dS^T -> smem
+//       S^T = K_c Q_i^T, dP^T = V_c dO_i^T  [HS 128: issued while the step before's dK runs;
+//                                            then wait for that dK, release its stage]
+//       P^T; dV_c += P^T dO_i; dS^T -> smem
 //       meet the other math warpgroup (named barrier: dS^T of all 128 keys is in smem)
 //       issue dQ_i part = dS_ij K_j, then dK_c += dS^T Q_i; wait for dQ
 //       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout (under dK); signal dQ_full
-//       wait for dK; release stage s (empty[s])
+//       [HS 64: wait for dK; release stage s (empty[s])]
 //     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
 // Against flash's kernel (the same products, same tiles): no cp.async issued by the math warps,
 // no __syncthreads in the loop (one 256-thread named barrier per step instead of two block-wide
@@ -125,6 +127,24 @@
 // (the staging then shares shared memory with SS operand reads instead of an RS product's). The
 // step's end (dQ staging, its fence and arrive) is where the warps trail the tensor pipe; none of
 // these shortened it.
+// Session 13 (runs 110-115, bench/results/flash3_bwd_nvidia-h100_2026-11-26_session13/): the
+// step's end was the tensor pipe draining: each step waited for its dK before the next S^T could
+// be issued. Now (kSdpNext, HS 128) a step issues its S^T and dP^T first, then waits for the step
+// before's dK, which ran under this step's issue, the other warpgroup's tail and the dQ staging.
+// Backward against kDqFirst, one binary, 3 interleaved rounds, T 4K/16K/64K: S^T alone issued
+// early (kStNext) 1.039/1.021/1.049 (run 111) and 1.006/1.028/1.036 (run 112); S^T and dP^T
+// (kSdpNext) 1.025/1.055/1.036 (run 112); kStNext with dK's A read back from the dS^T in smem
+// (16 registers freed) 1.020/1.020/1.033 (run 111). At HS 64 kStNext is 0.94-1.00 and kSdpNext
+// does not fit (ptxas serializes the wgmmas: 0.90), so HS 64 keeps kDqFirst. ptxas decides it:
+// the first try (run 110: S^T issued at the end of a step for the next one) ran 13-15% slower
+// because every wgmma was serialized (C7518, then C7514 as the code changed): an accumulator
+// in flight across the loop's back edge that ordinary instructions read later (S^T), a register
+// zeroed by copying another accumulator register, or a wgmma issued under a branch its consumer
+// does not share. The rotated loop carries dK across the back edge instead (only wgmma touches
+// dK's accumulators), zeroes by immediates (zero_acc) and computes every step (bwd_step_dkdv_pre).
+// Check the ptxas -v output for C751x lines after any change here. --deterministic runs kSdpNext
+// too: 360/492/500 TFLOP/s at HS 128 T 4K/16K/64K against kDqFirst's 361/486/499 (runs 113,
+// 103), so its cost against the faster default grew to 22/8/9%.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
@@ -161,8 +181,11 @@ using flash::smem_u32;
 // The order of a step's tail (flash3_tiles.h picks; FLASHGPT_FLASH3_BWD names one): both math
 // warpgroups write dS^T, meet, and each computes its half of dQ_i = dS_ij K_j over all Bc keys
 // (flash's split); kDqFirst issues dQ before dK so that dQ's staging runs under dK, kDkFirst
-// issues dK before the meeting (as flash's kernel). --deterministic runs kDqFirst.
-enum class BwdVariant { kDkFirst, kDqFirst };
+// issues dK before the meeting (as flash's kernel); kSdpNext (HS 128 only: at HS 64 the
+// registers are not there and ptxas serializes the wgmmas) is kDqFirst with each step's S^T and
+// dP^T issued while the step before's dK still runs, so that the tensor pipe does not drain
+// between steps. flash3_tiles.h kBwdSdpNext picks, for --deterministic too.
+enum class BwdVariant { kDkFirst, kDqFirst, kSdpNext };
 
 // Compile-time traits: flash's step sizes (flash::BwdTileWG) plus this kernel's shared memory.
 template <int HS_, int Br_, BwdVariant V_>
@@ -351,6 +374,42 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     for (int n = 0; n < NA; ++n) dk[n] = dv[n] = 0.f;
 
     hopper::mbar_wait(bar_kv, 0);
+    if constexpr (K::V == BwdVariant::kSdpNext) {
+      // Each step issues its S^T and dP^T while the step before's dK still runs, and ends with
+      // its own dK in flight: the loop's back edge carries dK, whose accumulators only wgmma
+      // touches (carrying S^T instead, issued at the end of the step before, made ptxas
+      // serialize every wgmma: C7514).
+      for (int it = 0; it < total; ++it) {
+        const int s = it & 1;
+        int hq, q0;
+        step_tile(it, hq, q0);
+        const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES,
+                       sdOb = sdO + s * K::QT_BYTES;
+        hopper::mbar_wait(bar_full + 8 * s, (it >> 1) & 1);
+        float st[K::NS], dpt[K::NS];
+        flash::bwd_issue_fresh<K>(st, aK, sQb);
+        flash::bwd_issue_fresh<K>(dpt, aV, sdOb);
+        flash::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
+        if (it > 0 && lane == 0) hopper::mbar_arrive(bar_empty + 8 * (s ^ 1));  // its Q_i, dO_i
+        uint32_t as[K::QK][4];
+        flash::bwd_step_dkdv_pre<K, true>(st, dpt, dk, dv, aK, aV, sQb, sdOb, sL + s * Br * 4,
+                                          sD + s * Br * 4, sdSb, q0, key_wg, key_row, kw, causal,
+                                          scale_log2, as, /*issue_dk=*/false);
+        const int d = it % DQS;
+        flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+        hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
+        float dq[32];
+        flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
+        flash::bwd_issue_dk<K>(dk, as, sQb);
+        flash::wgmma_wait<1>();  // dQ (and dV); dK runs on into the next step
+        reg_fence(dq);
+        if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+        flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
+        flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+        hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+      }
+      flash::wgmma_wait<0>();  // the last dK
+    } else
     for (int it = 0; it < total; ++it) {
       const int s = it & 1;
       int hq, q0;
@@ -448,30 +507,41 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
 template <int HS, BwdVariant V>
 using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
-// Which variant runs (without --deterministic): kBwdDqFirstDefault (flash3_tiles.h), or the one
-// named by FLASHGPT_FLASH3_BWD ("dkfirst" | "dqfirst"): a measurement switch, read once.
-BwdVariant variant() {
-  static const BwdVariant v = [] {
+// Which variant runs: kSdpNext where kBwdSdpNext(HS) (flash3_tiles.h), else kDqFirst; or the
+// one named by FLASHGPT_FLASH3_BWD ("dkfirst" | "dqfirst" | "sdpnext"; sdpnext at HS 64 runs
+// kDqFirst): a measurement switch, read once. --deterministic runs the default's step.
+BwdVariant variant(int HS) {
+  static const int forced = [] {
     const char* e = std::getenv("FLASHGPT_FLASH3_BWD");
-    if (e && std::strcmp(e, "dkfirst") == 0) return BwdVariant::kDkFirst;
-    if (e && std::strcmp(e, "dqfirst") == 0) return BwdVariant::kDqFirst;
-    return kBwdDqFirstDefault ? BwdVariant::kDqFirst : BwdVariant::kDkFirst;
+    if (e && std::strcmp(e, "dkfirst") == 0) return static_cast<int>(BwdVariant::kDkFirst);
+    if (e && std::strcmp(e, "dqfirst") == 0) return static_cast<int>(BwdVariant::kDqFirst);
+    if (e && std::strcmp(e, "sdpnext") == 0) return static_cast<int>(BwdVariant::kSdpNext);
+    return -1;
   }();
-  return v;
+  if (forced >= 0 && (forced != static_cast<int>(BwdVariant::kSdpNext) || kBwdSdpNext(HS)))
+    return static_cast<BwdVariant>(forced);
+  return kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst;
 }
 
 template <int HS>
 void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
   if (deterministic) {
-    launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kFixed>(p, dq_sem, stream);
+    if constexpr (kBwdSdpNext(HS))
+      launch_bwd<Bwd3TileFor<HS, BwdVariant::kSdpNext>, DqOrder::kFixed>(p, dq_sem, stream);
+    else
+      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kFixed>(p, dq_sem, stream);
     return;
   }
-  switch (variant()) {
+  switch (variant(HS)) {
     case BwdVariant::kDkFirst:
       launch_bwd<Bwd3TileFor<HS, BwdVariant::kDkFirst>, DqOrder::kArrival>(p, dq_sem, stream);
       break;
     case BwdVariant::kDqFirst:
       launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kArrival>(p, dq_sem, stream);
+      break;
+    case BwdVariant::kSdpNext:
+      if constexpr (kBwdSdpNext(HS))
+        launch_bwd<Bwd3TileFor<HS, BwdVariant::kSdpNext>, DqOrder::kArrival>(p, dq_sem, stream);
       break;
   }
 }

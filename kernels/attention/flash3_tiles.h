@@ -25,10 +25,11 @@ constexpr bool kFwdPingPongDefault = true;
 // Work tiles handed out by an atomic counter when true; else block k takes tiles k, k + grid, ...
 // of the longest-first order.
 constexpr bool kFwdDynamicDefault = true;
-// Backward: after the dS^T exchange of a step, issue dQ before dK (dQ's staging then runs under
-// dK) when true; else dK before the exchange, as flash's kernel (flash3_bwd.cu BwdVariant; the
-// measured reason is in its tuning notes).
-constexpr bool kBwdDqFirstDefault = true;
+// Backward step order (flash3_bwd.cu BwdVariant; the measured reasons are in its tuning notes):
+// at HS 128 each step issues its S^T and dP^T while the step before's dK runs (kSdpNext: +2..+5%
+// backward at T 4K-64K, session 13); at HS 64, where those accumulators do not fit beside dK's
+// (ptxas serializes the wgmmas), dQ is issued before dK and staged under it (kDqFirst).
+constexpr bool kBwdSdpNext(int HS) { return HS == 128; }
 // Work order of the forward's tiles (flash3.cu work_tile): row-major (the longest rows of every
 // head first) while the K and V of all B x NKV heads fit the L2 cache; head-major (one head at a
 // time, its longest rows first) once they outgrow it, so that the tiles running at once share

@@ -195,6 +195,15 @@ struct OperandDesc {
   }
 };
 
+// acc = 0 by immediates, for an accumulator zeroed while another wgmma is in flight: the
+// compiler's way (one register zeroed, copied to the others) reads a register that a wgmma of
+// the same pipeline stage accumulates into, and ptxas then serializes every wgmma (C7514).
+template <int N>
+__device__ __forceinline__ void zero_acc(float (&acc)[N]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) asm volatile("mov.b32 %0, 0;\n" : "=f"(acc[n]));
+}
+
 // acc += A B^T over the head dim, both operands K-major 64-column panels (aA: 64 rows of K_j
 // or V_j, aB: Br rows of Q_i or dO_i): S^T or dP^T. Issued and committed.
 template <class K>
@@ -207,6 +216,15 @@ __device__ __forceinline__ void bwd_issue_over_hs(float (&acc)[K::NS], uint32_t 
     wgmma_ss<0, 0>(acc, dA.at(oa), dB.at(ob));
   }
   wgmma_commit();
+}
+
+// acc = A B^T over the head dim (S^T or dP^T, as bwd_issue_over_hs) with acc zeroed first by
+// immediates (zero_acc: another wgmma may be in flight), issued and committed.
+template <class K>
+__device__ __forceinline__ void bwd_issue_fresh(float (&acc)[K::NS], uint32_t aA, uint32_t aB) {
+  zero_acc(acc);
+  wgmma_fence();
+  bwd_issue_over_hs<K>(acc, aA, aB);
 }
 
 // dK += dS^T Q_i (A = dS^T from registers, B = Q_i MN-major), issued and committed.
@@ -234,29 +252,36 @@ __device__ __forceinline__ void bwd_issue_dk(float (&dk)[K::NA], uint32_t (&as)[
 // Returns false when no query of the tile sees these keys (then dK is not issued).
 // The caller fences (fence_proxy_async_smem) and meets the other warpgroup before a wgmma reads
 // sdSb, and waits for dK before Q_i's buffer is reused.
-template <class K>
-__device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K::NA], uint32_t aK,
-                                              uint32_t aV, uint32_t sQb, uint32_t sdOb,
-                                              uint32_t Lb, uint32_t Db, uint32_t sdSb, int q0,
-                                              int key_wg, int key_row, int kw, bool causal,
-                                              float scale_log2, uint32_t (&as)[K::QK][4],
-                                              bool issue_dk = true) {
+// PRE_ISSUED (flash3's kSdpNext): the caller has issued S^T, then dP^T, into st, dpt
+// (bwd_issue_fresh) and waited for every older group. Every step then computes (a step no query
+// of which sees these keys gets P^T = 0 from the mask, so dS^T = 0 and dV, dK add zeros): had
+// the products been issued outside the branch that reads them, ptxas would serialize every wgmma
+// of the kernel (C7518).
+template <class K, bool PRE_ISSUED>
+__device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dpt)[K::NS],
+                                                  float (&dk)[K::NA], float (&dv)[K::NA],
+                                                  uint32_t aK, uint32_t aV, uint32_t sQb,
+                                                  uint32_t sdOb, uint32_t Lb, uint32_t Db,
+                                                  uint32_t sdSb, int q0, int key_wg, int key_row,
+                                                  int kw, bool causal, float scale_log2,
+                                                  uint32_t (&as)[K::QK][4], bool issue_dk) {
   constexpr int Br = K::Br, QK = K::QK, NS = K::NS;
   const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
-  const bool active = !causal || key_wg <= q0 + Br - 1;
+  const bool active = PRE_ISSUED || !causal || key_wg <= q0 + Br - 1;
   const bool needs_mask = causal && key_wg + 63 > q0;
   uint32_t ap[QK][4];
   if (active) {
-    float st[NS], dpt[NS];
+    if constexpr (!PRE_ISSUED) {
 #pragma unroll
-    for (int n = 0; n < NS; ++n) st[n] = dpt[n] = 0.f;
-    // S^T = K_wg Q_i^T, then dP^T = V_wg dO_i^T (two groups: P is computed while dP runs)
-    reg_fence(st);
-    reg_fence(dpt);
-    wgmma_fence();
-    bwd_issue_over_hs<K>(st, aK, sQb);
-    bwd_issue_over_hs<K>(dpt, aV, sdOb);
+      for (int n = 0; n < NS; ++n) st[n] = dpt[n] = 0.f;
+      // S^T = K_wg Q_i^T, then dP^T = V_wg dO_i^T (two groups: P is computed while dP runs)
+      reg_fence(st);
+      reg_fence(dpt);
+      wgmma_fence();
+      bwd_issue_over_hs<K>(st, aK, sQb);
+      bwd_issue_over_hs<K>(dpt, aV, sdOb);
+    }
     wgmma_wait<1>();
     reg_fence(st);
     // P^T = exp2(S^T scale log2e - LSE log2e) (0 where key > query), packed to bf16 as the A
@@ -335,6 +360,18 @@ __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K:
   }
   if (active && issue_dk) bwd_issue_dk<K>(dk, as, sQb);
   return active;
+}
+// The step with its own S^T and dP^T (flash's kernel, flash3's kDkFirst and kDqFirst).
+template <class K>
+__device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K::NA], uint32_t aK,
+                                              uint32_t aV, uint32_t sQb, uint32_t sdOb,
+                                              uint32_t Lb, uint32_t Db, uint32_t sdSb, int q0,
+                                              int key_wg, int key_row, int kw, bool causal,
+                                              float scale_log2, uint32_t (&as)[K::QK][4],
+                                              bool issue_dk = true) {
+  float st[K::NS], dpt[K::NS];
+  return bwd_step_dkdv_pre<K, false>(st, dpt, dk, dv, aK, aV, sQb, sdOb, Lb, Db, sdSb, q0, key_wg,
+                                     key_row, kw, causal, scale_log2, as, issue_dk);
 }
 
 // dQ_i's part of one warpgroup, issued and committed (the caller waits): dq = dS_ij K_j over
