@@ -221,6 +221,15 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   static_assert(Br % 32 == 0, "LSE/D rows: whole passes of the loader warp");
 };
 
+// Every math thread arrives on empty[s] (the kernel's release_stage says why) in a build for
+// compute-sanitizer racecheck: NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make ...
+// (the environment's NVCCFLAGS, which the Makefile extends); else lane 0 of each math warp.
+#ifdef FLASHGPT_FLASH3_RACECHECK
+constexpr bool kEveryThreadReleases = true;
+#else
+constexpr bool kEveryThreadReleases = false;
+#endif
+
 // Named barrier ids (0 is __syncthreads): the math warpgroups' dS^T exchange and epilogue, and
 // per dQ staging buffer its full (math -> writer) and empty (writer -> math) signals.
 constexpr int kBarDs = 1, kBarEpilogue = 2, kBarDqFull0 = 3, kBarDqEmpty0 = 5;
@@ -263,7 +272,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
       hopper::mbar_init(bar_full + 8 * s, 32);  // the loader warp's lanes (+ the TMA bytes)
-      hopper::mbar_init(bar_empty + 8 * s, 8);  // lane 0 of each math warp
+      // lane 0 of each math warp, or every math thread (release_stage)
+      hopper::mbar_init(bar_empty + 8 * s, kEveryThreadReleases ? K::MATH_THREADS : 8);
     }
     hopper::mbar_init(bar_kv, 1);
     hopper::mbar_init_fence();
@@ -373,6 +383,17 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 #pragma unroll
     for (int n = 0; n < NA; ++n) dk[n] = dv[n] = 0.f;
 
+    // Stage s read (Q_i, dO_i by wgmma, LSE_i, D_i by this warp's loads): lane 0 of each math
+    // warp arrives on empty[s]; the other lanes' loads are ordered before it by the bar.sync and
+    // the .sync.aligned wgmma waits in between. compute-sanitizer racecheck models an mbarrier
+    // hand-off only for the threads that arrive (even after a __syncwarp: the probe in
+    // bench/results/flash3_bwd_nvidia-h100_2026-11-26_session13/), so it reports the loader's next
+    // LSE/D stores as WAR hazards; a build with kEveryThreadReleases makes every math thread
+    // arrive (racecheck: 0 hazards, runs 120 and 124), which costs --deterministic 5-27% at HS 128
+    // T 64K (run 123).
+    auto release_stage = [&](int s) {
+      if (kEveryThreadReleases || lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);
+    };
     hopper::mbar_wait(bar_kv, 0);
     if constexpr (K::V == BwdVariant::kSdpNext) {
       // Each step issues its S^T and dP^T while the step before's dK still runs, and ends with
@@ -390,7 +411,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         flash::bwd_issue_fresh<K>(st, aK, sQb);
         flash::bwd_issue_fresh<K>(dpt, aV, sdOb);
         flash::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
-        if (it > 0 && lane == 0) hopper::mbar_arrive(bar_empty + 8 * (s ^ 1));  // its Q_i, dO_i
+        if (it > 0) release_stage(s ^ 1);  // the step before's
         uint32_t as[K::QK][4];
         flash::bwd_step_dkdv_pre<K, true>(st, dpt, dk, dv, aK, aV, sQb, sdOb, sL + s * Br * 4,
                                           sD + s * Br * 4, sdSb, q0, key_wg, key_row, kw, causal,
@@ -409,7 +430,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
       }
       flash::wgmma_wait<0>();  // the last dK
-    } else
+    } else  // kDkFirst, kDqFirst: each step waits for its own dK
     for (int it = 0; it < total; ++it) {
       const int s = it & 1;
       int hq, q0;
@@ -436,7 +457,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         }
       } else {
         flash::wgmma_wait<0>();  // dK and dQ
-        if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
+        release_stage(s);
       }
       reg_fence(dq);
       if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
@@ -445,7 +466,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
       if constexpr (DQ_FIRST) {
         flash::wgmma_wait<0>();  // dK
-        if (lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);  // Q_i, dO_i, LSE_i, D_i read
+        release_stage(s);
       }
     }
     flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
