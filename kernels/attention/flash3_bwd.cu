@@ -222,8 +222,10 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
 };
 
 // Every math thread arrives on empty[s] (the kernel's release_stage says why) in a build for
-// compute-sanitizer racecheck: NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make ...
-// (the environment's NVCCFLAGS, which the Makefile extends); else lane 0 of each math warp.
+// compute-sanitizer racecheck (the environment's NVCCFLAGS, which the Makefile extends, in a build
+// folder of its own: make does not rebuild for changed flags), else lane 0 of each math warp:
+//   NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make -j BUILD=build-racecheck
+//     build-racecheck/test_gpu   (one command line; README.md's GPU commands have it)
 #ifdef FLASHGPT_FLASH3_RACECHECK
 constexpr bool kEveryThreadReleases = true;
 #else
