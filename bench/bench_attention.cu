@@ -24,7 +24,7 @@
 //
 //   flashgpt bench-attention --backends naive,flash --hs 64,128 --seq-lens 512,1024,4096 \
 //       --tokens 16384 --csv bench.csv
-// Options: BenchAttentionOptions, parsed by train/options.cpp.
+// Options: BenchAttentionOptions, parsed by bench/options.cpp.
 #include "bench/bench_attention.h"
 
 #include <algorithm>

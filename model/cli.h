@@ -1,0 +1,72 @@
+// cli — what the parsers of every subcommand share: train/options.cpp (prepare, train, sample,
+// eval, export) and bench/options.cpp (profile, bench-attention, bench-kernels). Reading a
+// cxxopts command line so that a bad value names its flag, and the validators of the values the
+// model and the attention registry define (--attn, --pos, --batch x --seq-len), so that each
+// says the same thing wherever it runs. A bad value throws flashgpt::Error with one line naming
+// the flag, before any work starts. It sits in model/ because both train/ and bench/ build on
+// the model, and neither includes the other.
+#pragma once
+#include <cxxopts.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/common.h"
+
+// --pos: how the model knows where a token stands.
+enum class PosEncoding {
+  learned,  // GPT-2's position table wpe (max_seq_len, C): caps the context at --max-seq-len
+  rope,     // rotary embeddings on Q and K: no table, any length
+};
+PosEncoding parse_pos(const std::string& value);  // unknown: throws naming --pos
+const char* pos_name(PosEncoding pos);            // "learned" | "rope"
+
+// --attn values are backend names from the CUDA-free registry (kernels/attention/backends.h),
+// validated here once, or "auto" where the subcommand takes it (the first backend that
+// supports the model: attention_auto). A validated string rather than a closed enum: a backend
+// is added by one spec line in the registry, and the options, the help text and the model
+// learn it from there with no edit here.
+enum class AttnAuto { allowed, refused };
+std::string parse_attn(const std::string& value, AttnAuto autos);  // unknown: throws listing names
+
+namespace cli {
+
+// Parses argv (argv[0]: the subcommand `cmd`) into r. An unknown flag, a value of the wrong
+// type or a stray argument throws one line naming it. False when --help was asked for: the
+// help is printed and the command stops.
+bool parse_command_line(cxxopts::Options& o, const char* cmd, int argc, char** argv,
+                        cxxopts::ParseResult& r);
+
+// The value of --flag as a T; a failed conversion throws naming the flag.
+template <typename T>
+T get(const cxxopts::ParseResult& r, const char* flag) {
+  try {
+    return r[flag].as<T>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    THROW_ERROR("--%s: %s", flag, e.what());
+  }
+}
+
+template <typename T>
+std::string join(const std::vector<T>& v) {  // a list's default value: "a,b,c"
+  std::string s;
+  for (const T& x : v) {
+    std::ostringstream item;
+    item << x;
+    s += (s.empty() ? "" : ",") + item.str();
+  }
+  return s;
+}
+
+// A count: "--flag must be at least MIN (got V)" and `note` (what 0 means, what to do).
+void check_at_least(const char* flag, long long value, long long min, const char* note = "");
+// A list flag (--seq-lens 1024,4096): one or more items, each at least `min`.
+void check_list_at_least(const char* flag, const std::vector<int>& values, int min);
+// A list of --attn names (profile, bench-attention): one or more, each from the registry.
+std::vector<std::string> parse_attn_list(const char* flag, const std::vector<std::string>& names);
+// --attn's help, from the registry: each backend with the head of its one-line summary.
+std::string attn_help(AttnAuto autos);
+// B*T token positions of one forward pass must fit an int: the model counts them in one.
+void check_tokens_per_pass(int B, int T, const char* seq_flag, const char* hint = "");
+
+}  // namespace cli
