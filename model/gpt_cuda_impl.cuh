@@ -10,8 +10,8 @@
 
 #include "kernels/adamw.cuh"
 #include "kernels/attention/attention.cuh"
-#include "kernels/attention/context_parallel.h"
-#include "kernels/attention/ring_attention.cuh"
+#include "model/context_parallel.h"
+#include "model/ring_attention.cuh"
 #include "kernels/attention/decode.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/cuda_common.cuh"

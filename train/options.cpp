@@ -11,7 +11,7 @@
 #include <new>
 
 #include "data/prepare.h"
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
 #include "kernels/common.h"
 #include "model/config.h"
 

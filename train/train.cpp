@@ -20,7 +20,7 @@
 #include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
 #include "kernels/common.h"
 #include "model/checkpoint.h"
 #include "model/hf_gpt2.h"
@@ -400,30 +400,11 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
   h.weight_decay = opt.weight_decay;
   // The cp ranks of a dp group train on the same random tokens.
   Rng bench_rng(opt.seed + (uint64_t)grid.dp_index);
-  // Forward of one (B, T) batch; with --cp > 1 this rank's zigzag rows of it (cp_scatter), and
-  // the model returns the mean loss over all B*T tokens of the sequence (its cp group's).
-  const size_t local_rows = (size_t)B * cp_layout.local_len(grid.cp_index);
-  std::vector<int> local_inputs(cp > 1 ? local_rows : 0), local_targets(cp > 1 ? local_rows : 0);
-  auto forward = [&](const int* in, const int* tg) -> double {
-    if (cp == 1) return model->forward(in, tg, B, T);
-    cp_scatter<int>(local_inputs.data(), in, cp_layout, grid.cp_index, B, 1);
-    cp_scatter<int>(local_targets.data(), tg, cp_layout, grid.cp_index, B, 1);
-    return model->forward(local_inputs.data(), local_targets.data(), B, T);
-  };
-
   auto mean_over_ranks = [&](double x) { return comm ? (double)comm->all_reduce_mean((float)x) : x; };
   auto evaluate = [&]() -> float {
     val_loader->reset();
     EvalSums sums;  // the same loss as `flashgpt eval` (train/eval.h)
-    if (cp == 1) {
-      eval_batches(*model, *val_loader, opt.eval_steps, B, T, nullptr, sums);
-    } else {  // eval_batches' sums, with the batches through `forward`
-      for (int i = 0; i < opt.eval_steps; i++) {
-        val_loader->next_batch(inputs.data(), targets.data());
-        sums.loss_sum += forward(inputs.data(), targets.data()) * B * T;
-        sums.tokens += (int64_t)B * T;
-      }
-    }
+    eval_batches(*model, *val_loader, opt.eval_steps, B, T, nullptr, sums);
     return (float)mean_over_ranks(sums.mean_loss());
   };
   auto print_sample = [&](int step) {
@@ -512,7 +493,7 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
       } else {
         train_loader->next_batch(inputs.data(), targets.data());
       }
-      loss += forward(inputs.data(), targets.data()) / accum;
+      loss += model->forward(inputs.data(), targets.data(), B, T) / accum;
       if (micro == accum - 1) model->mark_last_micro_step();
       model->backward(1.0f / accum);
     }

@@ -14,10 +14,10 @@
 //   writes the model file; every rank writes its optimizer state; an error on any rank is
 //   reported as "rank R: cause" after aborting the communicators (the others stop too).
 //   Context parallel (--cp N > 1, CUDA only): world = dp x cp (train/dist.h cp_grid); the cp
-//   ranks of a dp group read the same (B, T) batch and each feeds the model its zigzag rows
-//   (cp_scatter, kernels/attention/context_parallel.h); micro-batches and tokens/s count each
-//   token once (B*T*dp per micro-step); the ring runs on a communicator of its own (split of
-//   the world's by dp index); sampling during training is off (the model needs its cp group).
+//   ranks of a dp group read the same (B, T) batch and each model keeps its zigzag rows of it
+//   (model/context_parallel.h); micro-batches and tokens/s count each token once (B*T*dp per
+//   micro-step); the ring runs on a communicator of its own (split of the world's by dp index);
+//   sampling during training is off (the model needs its cp group).
 #pragma once
 #include <vector>
 

@@ -53,7 +53,8 @@
 #include <vector>
 
 #include "kernels/attention/attention.cuh"
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
+#include "model/dist_comm.h"
 
 // The device buffers the ring needs besides the backend's own (cp_ring_elems() in
 // context_parallel.h sizes them; the model's buffer table holds them).
@@ -90,8 +91,9 @@ class RingTransport {
   virtual void exchange(const void* send, size_t send_bytes, int to, void* recv,
                         size_t recv_bytes, int from, cudaStream_t stream) = 0;
 };
-// NCCL: nccl_comm is the cp group's ncclComm_t (as void*), whose rank i is cp index i.
-std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm);
+// Hops between processes: DistComm::send_recv on the cp group's communicator (NCCL), whose
+// rank i is cp index i; not owned (it outlives the ring).
+std::unique_ptr<RingTransport> make_dist_ring_transport(DistComm& cp_comm);
 // One that forwards to `t` without owning it (ModelOptions::cp_transport).
 std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t);
 

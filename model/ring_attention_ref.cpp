@@ -11,7 +11,7 @@
 // Inside a block: for a query at global position qp and keys at global positions
 // kg .. kg + len - 1, the visible keys are a prefix, the first clamp(qp - kg + 1, 0, len): a
 // full pair sees all of them, a diagonal pair a prefix, and no pair ever needs a T x T mask.
-#include "kernels/attention/ring_attention_ref.h"
+#include "model/ring_attention_ref.h"
 
 #include <algorithm>
 #include <cmath>
