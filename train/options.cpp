@@ -44,6 +44,20 @@ void check_batch_seq_len(int B, int T, SeqLenZero zero, const char* hint = "") {
   check_tokens_per_pass(B, T, "--seq-len", hint);
 }
 
+// --total-batch: whole micro-steps of `micro` tokens (--batch x --seq-len on each of the dp
+// groups: the cp ranks of a dp group share their sequences; dp = world without --cp).
+void check_total_batch(const TrainOptions& opt, int world, int dp, int64_t micro) {
+  const std::string of =
+      world == 1 ? std::string("--batch x --seq-len")
+      : opt.cp == 1
+          ? flashgpt::strformat("--batch x --seq-len x world size = %d x %d x %d", opt.batch,
+                                opt.seq_len, world)
+          : flashgpt::strformat("--batch x --seq-len x dp (world size %d / --cp %d) = %d x %d x %d",
+                                world, opt.cp, opt.batch, opt.seq_len, dp);
+  CHECK(opt.total_batch % micro == 0, "--total-batch %lld is not a multiple of %s = %lld; make "
+        "it one", (long long)opt.total_batch, of.c_str(), (long long)micro);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -78,7 +92,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("seq-len", "sequence length T", cxxopts::value<int>()->default_value(std::to_string(d.seq_len)))
     ("batch", "micro-batch B (sequences per forward pass)", cxxopts::value<int>()->default_value(std::to_string(d.batch)))
     ("total-batch", "tokens per optimizer step (gradient accumulation when > batch*seq-len); 0 = batch*seq-len", cxxopts::value<int64_t>()->default_value("0"))
-    ("steps", "optimizer steps", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
+    ("steps", "optimizer steps (with --resume: where the run stops; the cosine still ends at the first run's --steps)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
     ("lr", "peak learning rate", cxxopts::value<float>()->default_value("6e-4"))
     ("warmup", "linear warm-up steps", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
     ("lr-final-frac", "cosine decay ends at lr * this", cxxopts::value<float>()->default_value("0.1"))
@@ -93,7 +107,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     ("sample-tokens", "tokens per sample", cxxopts::value<int>()->default_value(std::to_string(d.sample_tokens)))
     ("checkpoint-every", "write a checkpoint every N steps (and at the end) into --out", cxxopts::value<int>()->default_value("0"))
     ("out", "output directory for checkpoints (none without it)", cxxopts::value<std::string>())
-    ("resume", "continue from the latest checkpoint in --out")
+    ("resume", "continue the latest checkpoint in --out with its run's settings: a flag left out is the checkpoint's; a batch, seed or schedule flag given otherwise is refused; --steps and --attn may change")
     ("log", "write one JSON object per step to this file", cxxopts::value<std::string>())
     ("bench", "benchmark: random tokens, no data; prints median ms/step, tokens/s, MFU")
     ("bench-steps", "timed steps in --bench (after the warm-up steps)", cxxopts::value<int>()->default_value("20"))
@@ -112,6 +126,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   // clang-format on
   cxxopts::ParseResult r;
   if (!parse_command_line(o, "train", argc, argv, r)) return false;
+  for (const cxxopts::KeyValue& kv : r.arguments()) opt.given.insert(kv.key());
   if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
   if (r.count("train-pattern")) opt.train_pattern = get<std::string>(r, "train-pattern");
   if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
@@ -194,20 +209,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   const int world = opt.dist.world_size, dp = grid.dp;
   int64_t micro = (int64_t)opt.batch * opt.seq_len * dp;
   if (opt.total_batch == 0) opt.total_batch = micro;
-  if (world == 1)
-    CHECK(opt.total_batch % micro == 0,
-          "--total-batch %lld is not a multiple of --batch x --seq-len = %lld; make it one",
-          (long long)opt.total_batch, (long long)micro);
-  else if (opt.cp == 1)
-    CHECK(opt.total_batch % micro == 0,
-          "--total-batch %lld is not a multiple of --batch x --seq-len x world size = %d x %d x %d "
-          "= %lld; make it one", (long long)opt.total_batch, opt.batch, opt.seq_len, world,
-          (long long)micro);
-  else
-    CHECK(opt.total_batch % micro == 0,
-          "--total-batch %lld is not a multiple of --batch x --seq-len x dp (world size %d / --cp "
-          "%d) = %d x %d x %d = %lld; make it one", (long long)opt.total_batch, world, opt.cp,
-          opt.batch, opt.seq_len, dp, (long long)micro);
+  // With --resume the batch shape left out is the checkpoint's, known only then: run_train
+  // checks it there (train/resume.h).
+  if (!opt.resume) check_total_batch(opt, world, dp, micro);
   CHECK(opt.lr > 0 && opt.lr < 1, "--lr must be in (0, 1) (got %g)", opt.lr);
   check_at_least("--warmup", opt.warmup, 0);
   CHECK(opt.lr_final_frac >= 0 && opt.lr_final_frac <= 1, "--lr-final-frac must be in [0, 1] (got %g)",

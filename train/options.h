@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct TrainOptions {
   int steps = 500;
   float lr = 6e-4f, lr_final_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
   int warmup = 20;
+  // The step where the cosine decay ends: 0 = --steps. --resume sets it to the checkpoint's
+  // (--steps of the run's first start), so a longer resumed run keeps its schedule.
+  int schedule_steps = 0;
   // eval, sampling, checkpoints, logging
   int eval_every = 100, eval_steps = 10, sample_every = 200, sample_tokens = 64;
   int checkpoint_every = 0;
@@ -53,6 +57,9 @@ struct TrainOptions {
   int bench_steps = 20;
   int bench_warmup = 3;  // untimed steps before them (allocators, caches, autotuning)
   bool quiet = false;  // fewer lines (tests)
+  // The flags on the command line, without "--": --resume takes each setting whose flag is not
+  // here from the checkpoint (train/resume.h).
+  std::set<std::string> given;
   // multi-GPU (train/dist.h): resolved from --rank/--world-size/--local-rank/--dist-init and
   // the environment (torchrun, mpirun, srun)
   DistConfig dist;

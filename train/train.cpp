@@ -29,6 +29,7 @@
 #include "kernels/rng.h"
 #include "train/dist.h"
 #include "train/eval.h"
+#include "train/resume.h"
 #include "train/run_files.h"
 #include "train/sample.h"
 
@@ -136,13 +137,18 @@ double peak_flops(const std::string& device) {
 
 }  // namespace
 
+int schedule_end(const TrainOptions& opt) {
+  return opt.schedule_steps > 0 ? opt.schedule_steps : opt.steps;
+}
+
 float lr_at_step(const TrainOptions& opt, int step) {
   if (step <= opt.warmup) return opt.lr * step / std::max(1, opt.warmup);
-  int decay_steps = opt.steps - opt.warmup;
+  const int decay_steps = schedule_end(opt) - opt.warmup;
   if (decay_steps <= 0) return opt.lr;
-  double progress = (double)(step - opt.warmup) / decay_steps;  // (0, 1]
-  double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));     // 1 -> 0
-  double lo = opt.lr * opt.lr_final_frac;
+  // (0, 1], and 1 past the schedule's end: the final lr from there on
+  const double progress = std::min(1.0, (double)(step - opt.warmup) / decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));  // 1 -> 0
+  const double lo = opt.lr * opt.lr_final_frac;
   return (float)(lo + (opt.lr - lo) * cosine);
 }
 
@@ -173,7 +179,7 @@ struct StartPoint {
 // Everything the loop and the report use; set_up() makes it.
 struct Run {
   explicit Run(const TrainOptions& o) : opt(o) {}
-  const TrainOptions& opt;
+  TrainOptions opt;  // the flags, and with --resume the checkpoint's settings (train/resume.h)
   int rank = 0, world = 1, zero = 0;
   bool lead = true;  // rank 0: only it prints, logs, samples and writes the model file
   CpGrid grid;
@@ -234,26 +240,33 @@ void claim_out_dir(Run& run) {
   if (!opt.log_path.empty() && run.lead) check_log_path(opt.log_path);
 }
 
-// The checkpoint --resume continues or the model of --init, with its shape.
-StartPoint find_start(const Run& run) {
+// --resume: the latest checkpoint in --out, and the run's settings from it (train/resume.h);
+// returns its step.
+int64_t continue_run(Run& run) {
+  const TrainOptions& opt = run.opt;
+  CHECK(opt.init_path.empty(), "--resume continues from the checkpoints in --out '%s'; --init "
+        "'%s' would be ignored: drop --init (or --resume)", opt.out_dir.c_str(),
+        opt.init_path.c_str());
+  const int64_t step = latest_checkpoint_step(opt.out_dir);
+  CHECK(step >= 0, "--resume: no checkpoint (model_*.bin + state_*.bin) in --out '%s'",
+        opt.out_dir.c_str());
+  // rank 0's file: the world size, ZeRO stage and --cp it was written at (a mismatch is
+  // refused before any work), and the run's settings.
+  const std::string state0 = state_checkpoint_path(opt.out_dir, step, 0);
+  const TrainState saved = load_state_header(state0);
+  check_resume_world(saved.world_size, saved.zero, saved.cp, run.world, run.zero, run.grid.cp,
+                     state0);
+  std::string line;
+  run.opt = resume_options(opt, step, saved, state0, &line);
+  run.say(line);
+  return step;
+}
+
+// The model --resume continues or the one of --init, with its shape; or the flags' shape.
+StartPoint find_start(const Run& run, int64_t resume_step) {
   const TrainOptions& opt = run.opt;
   StartPoint sp;
-  if (opt.resume) {
-    CHECK(opt.init_path.empty(), "--resume continues from the checkpoints in --out '%s'; --init "
-          "'%s' would be ignored: drop --init (or --resume)", opt.out_dir.c_str(),
-          opt.init_path.c_str());
-    sp.resume_step = latest_checkpoint_step(opt.out_dir);
-    CHECK(sp.resume_step >= 0, "--resume: no checkpoint (model_*.bin + state_*.bin) in --out '%s'",
-          opt.out_dir.c_str());
-    CHECK(opt.steps > sp.resume_step, "--resume: the checkpoint in --out '%s' is at step %lld, and "
-          "--steps %d asks for no more; raise --steps", opt.out_dir.c_str(),
-          (long long)sp.resume_step, opt.steps);
-    // rank 0's file first: it says the world size, ZeRO stage and --cp the checkpoint was
-    // written at (before any work: a mismatch is refused at once).
-    const std::string state0 = state_checkpoint_path(opt.out_dir, sp.resume_step, 0);
-    const TrainState h0 = load_state_header(state0);
-    check_resume_world(h0.world_size, h0.zero, h0.cp, run.world, run.zero, run.grid.cp, state0);
-  }
+  sp.resume_step = resume_step;
   sp.model_path = sp.resume_step >= 0 ? model_checkpoint_path(opt.out_dir, sp.resume_step)
                                       : opt.init_path;
   int vocab = run.data.tok ? run.data.tok->vocab_size() : opt.vocab_size;
@@ -263,7 +276,9 @@ StartPoint find_start(const Run& run) {
     CHECK(vocab == sp.cfg.vocab_size, "checkpoint '%s' has a vocabulary of %d but the tokenizer / "
           "--vocab-size says %d; use the matching tokenizer", sp.model_path.c_str(),
           sp.cfg.vocab_size, vocab);
-    if (opt.model_given || sp.resume_step >= 0)
+    // --init: the flags' model as a whole; --resume: each model flag given, and --model's preset.
+    if (sp.resume_step >= 0) check_resumed_model(opt, sp.cfg, sp.model_path);
+    if (opt.model_given && (sp.resume_step < 0 || opt.given.count("model")))
       check_same_shape(sp.cfg, config_from_flags(opt, vocab), sp.model_path);
     CHECK(opt.seq_len <= sp.cfg.max_seq_len, "--seq-len %d is larger than the model's maximum %d "
           "(from '%s'); lower --seq-len", opt.seq_len, sp.cfg.max_seq_len, sp.model_path.c_str());
@@ -365,20 +380,9 @@ void restore_state(Run& run, int64_t resume_step) {
   CHECK(st.step == resume_step, "--resume: '%s' says it holds step %lld, but its name says step "
         "%lld; the file was renamed or is corrupt: remove that checkpoint pair to resume from "
         "the one before", state_path.c_str(), (long long)st.step, (long long)resume_step);
-  const int64_t order = opt.shuffle ? kDataShuffled : kDataInOrder;
-  CHECK(st.data_order == 0 || st.data_order == order, "--resume: the checkpoint was trained %s; "
-        "resume %s so the data order goes on as it was", st.data_order == kDataInOrder ?
-        "with --no-shuffle" : "with shuffled data", st.data_order == kDataInOrder ?
-        "with --no-shuffle" : "without --no-shuffle");
-  CHECK(st.B == run.B && st.T == run.T && st.total_batch == opt.total_batch,
-        "--resume: the checkpoint was written with --batch %lld --seq-len %lld --total-batch %lld; "
-        "resume with the same values", (long long)st.B, (long long)st.T, (long long)st.total_batch);
-  CHECK((uint64_t)st.seed == opt.seed, "--resume: the checkpoint was written with --seed %lld; "
-        "resume with the same seed", (long long)st.seed);
   run.model->set_adam_state(st.m, st.v);
   if (run.train_loader) run.train_loader->restore({st.loader_epoch, st.loader_shard, st.loader_window});
   run.first_step = (int)st.step + 1;
-  run.say(flashgpt::strformat("resumed from step %lld in %s", (long long)st.step, opt.out_dir.c_str()));
 }
 
 // The lines that open a run: the model, the device and batch, the process grid, the memory plan.
@@ -435,7 +439,8 @@ void set_up(Run& run, Comms& comms) {
         opt.device == "cuda" ? "no CUDA GPU is usable here" : "--device auto found no CUDA GPU");
   run.data = find_data(opt);
   claim_out_dir(run);
-  StartPoint start = find_start(run);
+  const int64_t resume_step = opt.resume ? continue_run(run) : -1;
+  StartPoint start = find_start(run, resume_step);
   run.cfg = start.cfg;
   run.B = opt.batch;
   run.T = opt.seq_len;
@@ -501,6 +506,14 @@ void save_checkpoint(Run& run, int step) {
   st.zero = run.zero;
   st.cp = run.grid.cp;
   st.data_order = opt.shuffle ? kDataShuffled : kDataInOrder;
+  st.steps = opt.steps;
+  st.schedule_steps = schedule_end(opt);
+  st.warmup = opt.warmup;
+  st.lr = opt.lr;
+  st.lr_final_frac = opt.lr_final_frac;
+  st.weight_decay = opt.weight_decay;
+  st.grad_clip = opt.grad_clip;
+  st.attn = opt.attn;
   run.model->get_adam_state(st.m, st.v);
   // State first (every rank its own), model second (rank 0, after all states are on disk):
   // latest_checkpoint_step() needs both, so a crash between the two leaves the previous

@@ -240,10 +240,7 @@ TEST(BadInputSilent, ResumeRefusesWhatWouldChangeTheRun) {
   TrainOptions o = train_opts(4);
   o.out_dir = dir.path;
   run_train(o);
-  TrainOptions r = o;
-  r.resume = true;
-  r.steps = 6;
-  r.shuffle = false;
+  TrainOptions r = train_opts(6, {"--no-shuffle", "--out", dir.path, "--resume"});
   expect_error([&] { run_train(r); }, "--no-shuffle");
   r = o;
   r.resume = true;
