@@ -433,8 +433,13 @@ class Resume : public ::testing::Test {
     TrainOptions o = parse(out, flags, true);
     o.quiet = false;
     testing::internal::CaptureStdout();
-    const TrainResult result = run_train(o);
-    if (r) *r = result;
+    try {
+      const TrainResult result = run_train(o);
+      if (r) *r = result;
+    } catch (...) {
+      testing::internal::GetCapturedStdout();  // one capture at a time: end this one
+      throw;
+    }
     return testing::internal::GetCapturedStdout();
   }
   // Steps 5.. of the resumed run are the run's own, to the bit.
@@ -489,11 +494,16 @@ TEST_F(Resume, TakesAndKeepsTheSeedAndDataOrder) {
   expect_continues(resume(without("--no-shuffle")), 4);  // the checkpoint's: in order
 }
 
-// --attn left out is the checkpoint's (naive here, not auto's flash: exact); another backend
-// is allowed, and changes the losses by rounding only.
+// --attn left out is the checkpoint's (naive here, not auto's flash); another backend is
+// allowed, and changes the losses by rounding only.
 TEST_F(Resume, AttnIsTheCheckpointsUnlessGiven) {
-  expect_continues(resume(without("--attn")), 4);
-  const TrainResult flash = resume(changed("--attn", "flash"));
+  TrainResult same, flash;
+  const std::string printed = resume_printed(without("--attn"), checkpoint_copy(), &same);
+  EXPECT_NE(printed.find("attention: naive"), std::string::npos) << printed;
+  expect_continues(same, 4);
+  const std::string other = resume_printed(changed("--attn", "flash"), checkpoint_copy(), &flash);
+  EXPECT_NE(other.find("attention: flash"), std::string::npos) << other;
+  EXPECT_NE(other.find("--attn flash (given; the checkpoint's: naive)"), std::string::npos) << other;
   ASSERT_EQ(flash.losses.size(), 4u);
   for (size_t i = 0; i < 4; i++) EXPECT_NEAR(flash.losses[i], full_.losses[4 + i], 2e-3);
 }
@@ -578,7 +588,7 @@ TEST_F(Resume, NonFiniteOptimizerStateNamesTheFile) {
     ASSERT_EQ(fwrite(&bad, sizeof bad, 1, f), 1u);
     fclose(f);
     SCOPED_TRACE(bad);
-    const std::string msg = expect_error([&] { run_train(parse(out, {}, true)); }, state);
+    const std::string msg = expect_error([&] { run_train(parse(out, run_flags(), true)); }, state);
     EXPECT_NE(msg.find("optimizer state"), std::string::npos) << msg;
     EXPECT_EQ(msg.find("diverged"), std::string::npos) << msg;
   }
