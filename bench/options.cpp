@@ -12,10 +12,8 @@ using cli::attn_help;
 using cli::check_at_least;
 using cli::check_list_at_least;
 using cli::check_tokens_per_pass;
-using cli::get;
 using cli::join;
 using cli::parse_attn_list;
-using cli::parse_command_line;
 
 
 int profile_batch(const ProfileOptions& opt, int T) {
@@ -23,51 +21,35 @@ int profile_batch(const ProfileOptions& opt, int T) {
 }
 
 bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
-  cxxopts::Options o("profile",
-                     "flashgpt profile: sweep the context length for a model and attention "
-                     "backends; measured peak memory, step time and attention time beside the "
-                     "memory plan and a roofline");
-  const ProfileOptions d;
+  opt = ProfileOptions{};
+  std::string recompute = recompute_name(opt.recompute), pos = pos_name(opt.pos);
+  cli::Table t("profile",
+               "flashgpt profile: sweep the context length for a model and attention backends; "
+               "measured peak memory, step time and attention time beside the memory plan and a "
+               "roofline");
   // clang-format off
-  o.add_options()
-    ("model", "model preset: tiny|d6|d12|d24|d36|d48", cxxopts::value<std::string>()->default_value(d.model))
-    ("attn", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), cxxopts::value<std::vector<std::string>>()->default_value(join(d.attn)))
-    ("seq-lens", "sequence lengths T, comma-separated", cxxopts::value<std::vector<int>>()->default_value(join(d.seq_lens)))
-    ("tokens", "tokens per step: B = max(1, tokens / T)", cxxopts::value<int>()->default_value(std::to_string(d.tokens)))
-    ("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", cxxopts::value<int>()->default_value("0"))
-    ("warmup", "untimed training steps per point", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
-    ("steps", "timed training steps per point (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
-    ("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
-    ("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", cxxopts::value<std::string>()->default_value(pos_name(d.pos)))
-    ("cp", "context-parallel degree of `train --cp`: plan one GPU of a cp group, which holds T/cp tokens of each sequence (with --plan-only)", cxxopts::value<int>()->default_value(std::to_string(d.cp)))
-    ("vocab", "vocabulary size", cxxopts::value<int>()->default_value(std::to_string(d.vocab)))
-    ("out", "output directory (profile.csv, profile.json, PNG plots)", cxxopts::value<std::string>()->default_value(d.out_dir))
-    ("plan-only", "print the predicted table only; no GPU needed")
-    ("plot", "make the PNG plots with scripts/plot_profile.py (--plot=false: no plots)", cxxopts::value<bool>()->default_value("true"))
-    ("gpu-memory", "GiB of device memory for --plan-only (0: the GPU's, else 80)", cxxopts::value<double>()->default_value("0"))
-    ("max-step-seconds", "skip a backend's larger T once its predicted step time exceeds this", cxxopts::value<double>()->default_value("60"))
-    ("seed", "random seed (parameters and tokens)", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))
-    ("h,help", "this help");
+  t.add("model", "model preset: tiny|d6|d12|d24|d36|d48", opt.model)
+    .add("attn", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.attn)
+    .add("seq-lens", "sequence lengths T, comma-separated", opt.seq_lens)
+    .add("tokens", "tokens per step: B = max(1, tokens / T)", opt.tokens)
+    .add("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", opt.batch)
+    .add("warmup", "untimed training steps per point", opt.warmup)
+    .add("steps", "timed training steps per point (median reported)", opt.steps)
+    .add("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", recompute)
+    .add("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", pos)
+    .add("cp", "context-parallel degree of `train --cp`: plan one GPU of a cp group, which holds T/cp tokens of each sequence (with --plan-only)", opt.cp)
+    .add("vocab", "vocabulary size", opt.vocab)
+    .add("out", "output directory (profile.csv, profile.json, PNG plots)", opt.out_dir)
+    .on("plan-only", "print the predicted table only; no GPU needed", opt.plan_only)
+    .add("plot", "make the PNG plots with scripts/plot_profile.py (--plot=false: no plots)", opt.plot)
+    .add("gpu-memory", "GiB of device memory for --plan-only (0: the GPU's, else 80)", opt.gpu_memory_gib)
+    .add("max-step-seconds", "skip a backend's larger T once its predicted step time exceeds this", opt.max_step_seconds)
+    .add("seed", "random seed (parameters and tokens)", opt.seed);
   // clang-format on
-  cxxopts::ParseResult r;
-  if (!parse_command_line(o, "profile", argc, argv, r)) return false;
-  opt.model = get<std::string>(r, "model");
-  opt.attn = parse_attn_list("--attn", get<std::vector<std::string>>(r, "attn"));
-  opt.seq_lens = get<std::vector<int>>(r, "seq-lens");
-  opt.tokens = get<int>(r, "tokens");
-  opt.batch = get<int>(r, "batch");
-  opt.warmup = get<int>(r, "warmup");
-  opt.steps = get<int>(r, "steps");
-  opt.recompute = parse_recompute(get<std::string>(r, "recompute"));
-  opt.pos = parse_pos(get<std::string>(r, "pos"));
-  opt.cp = get<int>(r, "cp");
-  opt.vocab = get<int>(r, "vocab");
-  opt.out_dir = get<std::string>(r, "out");
-  opt.plan_only = r.count("plan-only") > 0;
-  opt.plot = get<bool>(r, "plot");
-  opt.gpu_memory_gib = get<double>(r, "gpu-memory");
-  opt.max_step_seconds = get<double>(r, "max-step-seconds");
-  opt.seed = get<uint64_t>(r, "seed");
+  if (!t.parse(argc, argv)) return false;
+  opt.attn = parse_attn_list("--attn", opt.attn);
+  opt.recompute = parse_recompute(recompute);
+  opt.pos = parse_pos(pos);
   opt.command_line = "flashgpt";
   for (int i = 0; i < argc; i++) opt.command_line += std::string(" ") + argv[i];
 
@@ -99,44 +81,28 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
 }
 
 bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions& opt) {
-  cxxopts::Options o("bench-attention",
-                     "flashgpt bench-attention: time the GPU attention backends (forward, "
-                     "backward, forward+backward; TFLOP/s and extra memory)");
-  const BenchAttentionOptions d;
+  opt = BenchAttentionOptions{};
+  cli::Table t("bench-attention",
+               "flashgpt bench-attention: time the GPU attention backends (forward, backward, "
+               "forward+backward; TFLOP/s and extra memory)");
   // clang-format off
-  o.add_options()
-    ("backends", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), cxxopts::value<std::vector<std::string>>()->default_value(join(d.backends)))
-    ("hs", "head sizes", cxxopts::value<std::vector<int>>()->default_value(join(d.head_sizes)))
-    ("seq-lens", "sequence lengths T", cxxopts::value<std::vector<int>>()->default_value(join(d.seq_lens)))
-    ("tokens", "tokens per batch: B = max(1, tokens / T)", cxxopts::value<int>()->default_value(std::to_string(d.tokens)))
-    ("causal", "1 causal, 0 not (our backends are causal only)", cxxopts::value<std::vector<int>>()->default_value(join(d.causal)))
-    ("heads", "query heads NH (0: 12 for HS 64, 16 for HS 128, else C/HS with C = 768)", cxxopts::value<int>()->default_value("0"))
-    ("kv-heads", "key/value heads NKV (0: = NH)", cxxopts::value<int>()->default_value("0"))
-    ("warmup", "untimed runs before each measurement", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
-    ("iters", "timed runs per measurement (median reported)", cxxopts::value<int>()->default_value(std::to_string(d.iters)))
-    ("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", cxxopts::value<float>()->default_value("3000"))
-    ("warmup-ms", "untimed runs before each measurement until this much GPU time has passed (sustained-load clocks; 0: --warmup runs only)", cxxopts::value<float>()->default_value("500"))
-    ("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)")
-    ("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", cxxopts::value<int>()->default_value("1"))
-    ("csv", "also write the results to this CSV file", cxxopts::value<std::string>()->default_value(""))
-    ("h,help", "this help");
+  t.add("backends", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.backends)
+    .add("hs", "head sizes", opt.head_sizes)
+    .add("seq-lens", "sequence lengths T", opt.seq_lens)
+    .add("tokens", "tokens per batch: B = max(1, tokens / T)", opt.tokens)
+    .add("causal", "1 causal, 0 not (our backends are causal only)", opt.causal)
+    .add("heads", "query heads NH (0: 12 for HS 64, 16 for HS 128, else C/HS with C = 768)", opt.heads)
+    .add("kv-heads", "key/value heads NKV (0: = NH)", opt.kv_heads)
+    .add("warmup", "untimed runs before each measurement", opt.warmup)
+    .add("iters", "timed runs per measurement (median reported)", opt.iters)
+    .add("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", opt.budget_ms)
+    .add("warmup-ms", "untimed runs before each measurement until this much GPU time has passed (sustained-load clocks; 0: --warmup runs only)", opt.warmup_ms)
+    .on("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)", opt.deterministic)
+    .add("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", opt.cp)
+    .add("csv", "also write the results to this CSV file", opt.csv_path);
   // clang-format on
-  cxxopts::ParseResult r;
-  if (!parse_command_line(o, "bench-attention", argc, argv, r)) return false;
-  opt.backends = parse_attn_list("--backends", get<std::vector<std::string>>(r, "backends"));
-  opt.head_sizes = get<std::vector<int>>(r, "hs");
-  opt.seq_lens = get<std::vector<int>>(r, "seq-lens");
-  opt.causal = get<std::vector<int>>(r, "causal");
-  opt.tokens = get<int>(r, "tokens");
-  opt.heads = get<int>(r, "heads");
-  opt.kv_heads = get<int>(r, "kv-heads");
-  opt.warmup = get<int>(r, "warmup");
-  opt.iters = get<int>(r, "iters");
-  opt.budget_ms = get<float>(r, "budget-ms");
-  opt.warmup_ms = get<float>(r, "warmup-ms");
-  opt.deterministic = r.count("deterministic") > 0;
-  opt.cp = get<int>(r, "cp");
-  opt.csv_path = get<std::string>(r, "csv");
+  if (!t.parse(argc, argv)) return false;
+  opt.backends = parse_attn_list("--backends", opt.backends);
   check_at_least("--cp", opt.cp, 1);
   CHECK(opt.cp == 1 || !opt.deterministic,
         "--deterministic with --cp %d: the ring's backward adds dQ in arrival order; drop one",
@@ -156,22 +122,18 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
 }
 
 bool parse_bench_kernels_options(int argc, char** argv, BenchKernelsOptions& opt) {
-  cxxopts::Options o("bench-kernels",
-                     "flashgpt bench-kernels: time the model's kernels (besides attention), decode "
-                     "attention and a d12 training step on the GPU");
+  opt = BenchKernelsOptions{};
   const BenchKernelsOptions d;
+  cli::Table t("bench-kernels",
+               "flashgpt bench-kernels: time the model's kernels (besides attention), decode "
+               "attention and a d12 training step on the GPU");
   // clang-format off
-  o.add_options()
-    ("only", "sections, comma-separated: " + join(d.only), cxxopts::value<std::vector<std::string>>()->default_value(join(d.only)))
-    ("attn", "attention backend of the step section: " + attn_help(AttnAuto::refused), cxxopts::value<std::string>()->default_value(d.attn))
-    ("batch", "sequences of 1024 tokens in the step section", cxxopts::value<int>()->default_value(std::to_string(d.batch)))
-    ("h,help", "this help");
+  t.add("only", "sections, comma-separated: " + join(d.only), opt.only)
+    .add("attn", "attention backend of the step section: " + attn_help(AttnAuto::refused), opt.attn)
+    .add("batch", "sequences of 1024 tokens in the step section", opt.batch);
   // clang-format on
-  cxxopts::ParseResult r;
-  if (!parse_command_line(o, "bench-kernels", argc, argv, r)) return false;
-  opt.only = get<std::vector<std::string>>(r, "only");
-  opt.attn = parse_attn(get<std::string>(r, "attn"), AttnAuto::refused);
-  opt.batch = get<int>(r, "batch");
+  if (!t.parse(argc, argv)) return false;
+  opt.attn = parse_attn(opt.attn, AttnAuto::refused);
   CHECK(!opt.only.empty(), "--only is empty; give one or more of %s", join(d.only).c_str());
   for (const std::string& s : opt.only)
     CHECK(std::find(d.only.begin(), d.only.end(), s) != d.only.end(),

@@ -70,6 +70,15 @@ bool parse_command_line(cxxopts::Options& o, const char* cmd, int argc, char** a
   return true;
 }
 
+bool Table::parse(int argc, char** argv, cxxopts::ParseResult* result) {
+  o_.add_options(group_)("h,help", "this help");
+  cxxopts::ParseResult r;
+  if (!parse_command_line(o_, cmd_, argc, argv, r)) return false;
+  for (const auto& read : readers_) read(r);
+  if (result) *result = r;
+  return true;
+}
+
 void check_at_least(const char* flag, long long value, long long min, const char* note) {
   CHECK(value >= min, "%s must be at least %lld (got %lld)%s", flag, min, value, note);
 }

@@ -7,8 +7,10 @@
 // the model, and neither includes the other.
 #pragma once
 #include <cxxopts.hpp>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common.h"
@@ -57,6 +59,66 @@ std::string join(const std::vector<T>& v) {  // a list's default value: "a,b,c"
   }
   return s;
 }
+
+// A subcommand's option table whose options fill the fields they are declared with: each flag
+// is named once, with its help and its field; the field's value before parsing is the default
+// --help shows and what it keeps when the flag is not given. A string field that is empty, or
+// a switch, shows no default.
+//   cli::Table t("sample", "flashgpt sample: ...");
+//   t.add("tokens", "tokens to generate", opt.tokens).on("no-kv-cache", "...", opt.kv_cache, false);
+//   if (!t.parse(argc, argv)) return false;  // --help
+class Table {
+ public:
+  Table(const char* cmd, const std::string& about) : cmd_(cmd), o_(cmd, about) {}
+  // The options added after this are listed under `name` in --help.
+  Table& group(const std::string& name) {
+    group_ = name;
+    return *this;
+  }
+  // --name VALUE sets field.
+  template <typename T>
+  Table& add(const std::string& name, const std::string& help, T& field) {
+    auto value = cxxopts::value<T>();
+    const std::string shown = default_text(field);
+    if (!shown.empty()) value->default_value(shown);
+    o_.add_options(group_)(name, help, value);
+    readers_.push_back([name, &field](const cxxopts::ParseResult& r) {
+      if (r.count(name)) field = get<T>(r, name.c_str());
+    });
+    return *this;
+  }
+  // --name (a switch) sets field to `when_given`.
+  Table& on(const std::string& name, const std::string& help, bool& field, bool when_given = true) {
+    o_.add_options(group_)(name, help);
+    readers_.push_back([name, &field, when_given](const cxxopts::ParseResult& r) {
+      if (r.count(name)) field = when_given;
+    });
+    return *this;
+  }
+  cxxopts::Options& cxx() { return o_; }  // positional arguments and the like
+  // Parses argv (parse_command_line: false when --help was printed) and fills the fields.
+  bool parse(int argc, char** argv, cxxopts::ParseResult* result = nullptr);
+
+ private:
+  template <typename T>
+  static std::string default_text(const T& v) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      return v;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return v ? "true" : "false";
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      std::ostringstream s;
+      s << v;
+      return s.str();
+    } else {
+      return join(v);
+    }
+  }
+  const char* cmd_;
+  cxxopts::Options o_;
+  std::string group_;
+  std::vector<std::function<void(const cxxopts::ParseResult&)>> readers_;
+};
 
 // A count: "--flag must be at least MIN (got V)" and `note` (what 0 means, what to do).
 void check_at_least(const char* flag, long long value, long long min, const char* note = "");

@@ -4,7 +4,6 @@
 // Most of the file is the option tables, the whole command line of these five in one place.
 #include "train/options.h"
 
-#include <cxxopts.hpp>
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -18,8 +17,6 @@
 using cli::attn_help;
 using cli::check_at_least;
 using cli::check_tokens_per_pass;
-using cli::get;
-using cli::parse_command_line;
 
 namespace {
 
@@ -44,6 +41,23 @@ void check_batch_seq_len(int B, int T, SeqLenZero zero, const char* hint = "") {
   check_tokens_per_pass(B, T, "--seq-len", hint);
 }
 
+// The options sample and eval share: the model to load, its tokenizer, the device and backend.
+template <typename Options>
+cli::Table& add_checkpoint_options(cli::Table& t, Options& opt, const char* tokenizer_help,
+                                   const std::string& attn_head) {
+  return t.add("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", opt.checkpoint)
+      .add("tokenizer", tokenizer_help, opt.tokenizer_path)
+      .add("device", kDeviceHelp, opt.device)
+      .add("attn", attn_head + attn_help(AttnAuto::allowed), opt.attn);
+}
+template <typename Options>
+void check_checkpoint_options(Options& opt, const char* cmd) {
+  CHECK(!opt.checkpoint.empty(), "%s: --checkpoint FILE is required (a model_*.bin from train "
+        "--out)", cmd);
+  opt.device = check_device(opt.device);
+  opt.attn = parse_attn(opt.attn, AttnAuto::allowed);
+}
+
 // --total-batch: whole micro-steps of `micro` tokens (--batch x --seq-len on each of the dp
 // groups: the cp ranks of a dp group share their sequences; dp = world without --cp).
 void check_total_batch(const TrainOptions& opt, int world, int dp, int64_t micro) {
@@ -64,127 +78,85 @@ void check_total_batch(const TrainOptions& opt, int world, int dp, int64_t micro
 // train
 
 bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
-  cxxopts::Options o("train", "flashgpt train: train a GPT-2 model on token shards");
-  TrainOptions d;  // defaults for the help text
+  opt = TrainOptions{};
+  std::string pos = pos_name(opt.pos), recompute = recompute_name(opt.recompute), dist_init;
+  int rank = -1, world_size = -1, local_rank = -1;
+  cli::Table t("train", "flashgpt train: train a GPT-2 model on token shards");
   // clang-format off
-  o.add_options("data")
-    ("data", "directory made by `flashgpt prepare` (train_*.bin, val_*.bin, tokenizer.bin)", cxxopts::value<std::string>())
-    ("train-pattern", "glob of training shards (llm.c format), overrides --data", cxxopts::value<std::string>())
-    ("val-pattern", "glob of validation shards", cxxopts::value<std::string>())
-    ("tokenizer", "tokenizer file (flashgpt's, or llm.c's gpt2_tokenizer.bin) to decode samples", cxxopts::value<std::string>())
-    ("vocab-size", "vocabulary size when there is no tokenizer and no --init", cxxopts::value<int>()->default_value("0"));
-  o.add_options("model")
-    ("model", "preset: tiny|d6|d12|d24|d36|d48 (d12 = GPT-2 124M)", cxxopts::value<std::string>()->default_value(d.model))
-    ("layers", "override the preset's layers", cxxopts::value<int>()->default_value("0"))
-    ("heads", "override the preset's attention heads", cxxopts::value<int>()->default_value("0"))
-    ("kv-heads", "key/value heads (grouped-query attention); default = --heads", cxxopts::value<int>()->default_value("0"))
-    ("channels", "override the preset's channels", cxxopts::value<int>()->default_value("0"))
-    ("max-seq-len", "position-embedding rows (default: --seq-len)", cxxopts::value<int>()->default_value("0"))
-    ("init", "start from this model: a flashgpt or llm.c (version 3/5) file, or a Hugging Face GPT-2 directory / .safetensors file", cxxopts::value<std::string>())
-    ("attn", "attention: " + attn_help(AttnAuto::allowed), cxxopts::value<std::string>()->default_value(d.attn))
-    ("device", kDeviceHelp, cxxopts::value<std::string>()->default_value(d.device))
-    ("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", cxxopts::value<std::string>()->default_value(pos_name(d.pos)))
-    ("rope-theta", "RoPE base", cxxopts::value<float>()->default_value("10000"))
-    ("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", cxxopts::value<std::string>()->default_value(recompute_name(d.recompute)))
-    ("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", cxxopts::value<int>()->default_value("0"))
-    ("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)");
-  o.add_options("optimisation")
-    ("seq-len", "sequence length T", cxxopts::value<int>()->default_value(std::to_string(d.seq_len)))
-    ("batch", "micro-batch B (sequences per forward pass)", cxxopts::value<int>()->default_value(std::to_string(d.batch)))
-    ("total-batch", "tokens per optimizer step (gradient accumulation when > batch*seq-len); 0 = batch*seq-len", cxxopts::value<int64_t>()->default_value("0"))
-    ("steps", "optimizer steps (with --resume: where the run stops; the cosine still ends at the first run's --steps)", cxxopts::value<int>()->default_value(std::to_string(d.steps)))
-    ("lr", "peak learning rate", cxxopts::value<float>()->default_value("6e-4"))
-    ("warmup", "linear warm-up steps", cxxopts::value<int>()->default_value(std::to_string(d.warmup)))
-    ("lr-final-frac", "cosine decay ends at lr * this", cxxopts::value<float>()->default_value("0.1"))
-    ("weight-decay", "AdamW decoupled weight decay (matrices only)", cxxopts::value<float>()->default_value("0.1"))
-    ("grad-clip", "clip the global gradient norm to this (0 = off)", cxxopts::value<float>()->default_value("1.0"))
-    ("seed", "random seed (initialisation, data order, samples)", cxxopts::value<uint64_t>()->default_value("1337"))
-    ("no-shuffle", "read the training shards in order");
-  o.add_options("output")
-    ("eval-every", "evaluate on val every N steps (0 = only at the end)", cxxopts::value<int>()->default_value(std::to_string(d.eval_every)))
-    ("eval-steps", "validation batches per evaluation", cxxopts::value<int>()->default_value(std::to_string(d.eval_steps)))
-    ("sample-every", "print a sample every N steps (0 = off)", cxxopts::value<int>()->default_value(std::to_string(d.sample_every)))
-    ("sample-tokens", "tokens per sample", cxxopts::value<int>()->default_value(std::to_string(d.sample_tokens)))
-    ("checkpoint-every", "write a checkpoint every N steps (and at the end) into --out", cxxopts::value<int>()->default_value("0"))
-    ("out", "output directory for checkpoints (none without it)", cxxopts::value<std::string>())
-    ("resume", "continue the latest checkpoint in --out with its run's settings: a flag left out is the checkpoint's; a batch, seed or schedule flag given otherwise is refused; --steps and --attn may change")
-    ("log", "write one JSON object per step to this file", cxxopts::value<std::string>())
-    ("bench", "benchmark: random tokens, no data; prints median ms/step, tokens/s, MFU")
-    ("bench-steps", "timed steps in --bench (after the warm-up steps)", cxxopts::value<int>()->default_value("20"))
-    ("bench-warmup", "untimed warm-up steps in --bench before the timed ones", cxxopts::value<int>()->default_value("3"))
-    ("quiet", "print only eval lines and the summary")
-    ("h,help", "this help");
-  o.add_options("multi-GPU (one process per GPU; default from RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, SLURM_*)")
-    ("rank", "this process's rank (-1: from the environment, else 0)", cxxopts::value<int>()->default_value("-1"))
-    ("world-size", "number of processes (-1: from the environment, else 1)", cxxopts::value<int>()->default_value("-1"))
-    ("local-rank", "GPU index on this node, for cudaSetDevice (-1: from the environment, else the rank)", cxxopts::value<int>()->default_value("-1"))
-    ("dist-init", "NCCL id exchange: file:///shared/path or tcp://host:port", cxxopts::value<std::string>())
-    ("zero", "0 = plain data parallel, 1 = ZeRO-1 (AdamW state sharded)", cxxopts::value<int>()->default_value("0"))
-    ("no-overlap", "all-reduce the gradients once after the backward, not per layer during it")
-    ("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", cxxopts::value<double>()->default_value("300"))
-    ("cp", "context parallelism: split each sequence over N GPUs (zigzag ring attention, CUDA only; --seq-len >= 2N). world = dp x cp, rank = dp_index * cp + cp_index: a cp group is N consecutive ranks (one node's GPUs); --batch and --total-batch count each dp group's sequences once", cxxopts::value<int>()->default_value("1"));
+  t.group("data")
+    .add("data", "directory made by `flashgpt prepare` (train_*.bin, val_*.bin, tokenizer.bin)", opt.data_dir)
+    .add("train-pattern", "glob of training shards (llm.c format), overrides --data", opt.train_pattern)
+    .add("val-pattern", "glob of validation shards", opt.val_pattern)
+    .add("tokenizer", "tokenizer file (flashgpt's, or llm.c's gpt2_tokenizer.bin) to decode samples", opt.tokenizer_path)
+    .add("vocab-size", "vocabulary size when there is no tokenizer and no --init", opt.vocab_size);
+  t.group("model")
+    .add("model", "preset: tiny|d6|d12|d24|d36|d48 (d12 = GPT-2 124M)", opt.model)
+    .add("layers", "override the preset's layers", opt.layers)
+    .add("heads", "override the preset's attention heads", opt.heads)
+    .add("kv-heads", "key/value heads (grouped-query attention); default = --heads", opt.kv_heads)
+    .add("channels", "override the preset's channels", opt.channels)
+    .add("max-seq-len", "position-embedding rows (default: --seq-len)", opt.max_seq_len)
+    .add("init", "start from this model: a flashgpt or llm.c (version 3/5) file, or a Hugging Face GPT-2 directory / .safetensors file", opt.init_path)
+    .add("attn", "attention: " + attn_help(AttnAuto::allowed), opt.attn)
+    .add("device", kDeviceHelp, opt.device)
+    .add("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", pos)
+    .add("rope-theta", "RoPE base", opt.rope_theta)
+    .add("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", recompute)
+    .add("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", opt.classifier_chunk)
+    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)", opt.deterministic);
+  t.group("optimisation")
+    .add("seq-len", "sequence length T", opt.seq_len)
+    .add("batch", "micro-batch B (sequences per forward pass)", opt.batch)
+    .add("total-batch", "tokens per optimizer step (gradient accumulation when > batch*seq-len); 0 = batch*seq-len", opt.total_batch)
+    .add("steps", "optimizer steps (with --resume: where the run stops; the cosine still ends at the first run's --steps)", opt.steps)
+    .add("lr", "peak learning rate", opt.lr)
+    .add("warmup", "linear warm-up steps", opt.warmup)
+    .add("lr-final-frac", "cosine decay ends at lr * this", opt.lr_final_frac)
+    .add("weight-decay", "AdamW decoupled weight decay (matrices only)", opt.weight_decay)
+    .add("grad-clip", "clip the global gradient norm to this (0 = off)", opt.grad_clip)
+    .add("seed", "random seed (initialisation, data order, samples)", opt.seed)
+    .on("no-shuffle", "read the training shards in order", opt.shuffle, false);
+  t.group("output")
+    .add("eval-every", "evaluate on val every N steps (0 = only at the end)", opt.eval_every)
+    .add("eval-steps", "validation batches per evaluation", opt.eval_steps)
+    .add("sample-every", "print a sample every N steps (0 = off)", opt.sample_every)
+    .add("sample-tokens", "tokens per sample", opt.sample_tokens)
+    .add("checkpoint-every", "write a checkpoint every N steps (and at the end) into --out", opt.checkpoint_every)
+    .add("out", "output directory for checkpoints (none without it)", opt.out_dir)
+    .on("resume", "continue the latest checkpoint in --out with its run's settings: a flag left out is the checkpoint's; a batch, seed or schedule flag given otherwise is refused; --steps and --attn may change", opt.resume)
+    .add("log", "write one JSON object per step to this file", opt.log_path)
+    .on("bench", "benchmark: random tokens, no data; prints median ms/step, tokens/s, MFU", opt.bench)
+    .add("bench-steps", "timed steps in --bench (after the warm-up steps)", opt.bench_steps)
+    .add("bench-warmup", "untimed warm-up steps in --bench before the timed ones", opt.bench_warmup)
+    .on("quiet", "print only eval lines and the summary", opt.quiet);
+  t.group("multi-GPU (one process per GPU; default from RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, SLURM_*)")
+    .add("rank", "this process's rank (-1: from the environment, else 0)", rank)
+    .add("world-size", "number of processes (-1: from the environment, else 1)", world_size)
+    .add("local-rank", "GPU index on this node, for cudaSetDevice (-1: from the environment, else the rank)", local_rank)
+    .add("dist-init", "NCCL id exchange: file:///shared/path or tcp://host:port", dist_init)
+    .add("zero", "0 = plain data parallel, 1 = ZeRO-1 (AdamW state sharded)", opt.zero)
+    .on("no-overlap", "all-reduce the gradients once after the backward, not per layer during it", opt.overlap_comm, false)
+    .add("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", opt.dist_timeout)
+    .add("cp", "context parallelism: split each sequence over N GPUs (zigzag ring attention, CUDA only; --seq-len >= 2N). world = dp x cp, rank = dp_index * cp + cp_index: a cp group is N consecutive ranks (one node's GPUs); --batch and --total-batch count each dp group's sequences once", opt.cp);
   // clang-format on
   cxxopts::ParseResult r;
-  if (!parse_command_line(o, "train", argc, argv, r)) return false;
+  if (!t.parse(argc, argv, &r)) return false;
   for (const cxxopts::KeyValue& kv : r.arguments()) opt.given.insert(kv.key());
-  if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
-  if (r.count("train-pattern")) opt.train_pattern = get<std::string>(r, "train-pattern");
-  if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
-  if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
-  opt.vocab_size = get<int>(r, "vocab-size");
-  opt.model = get<std::string>(r, "model");
-  opt.layers = get<int>(r, "layers");
-  opt.heads = get<int>(r, "heads");
-  opt.kv_heads = get<int>(r, "kv-heads");
-  opt.channels = get<int>(r, "channels");
-  opt.max_seq_len = get<int>(r, "max-seq-len");
   opt.model_given = r.count("model") || r.count("layers") || r.count("heads") ||
                     r.count("kv-heads") || r.count("channels") || r.count("pos");
-  if (r.count("init")) opt.init_path = get<std::string>(r, "init");
-  opt.attn = parse_attn(get<std::string>(r, "attn"), AttnAuto::allowed);
-  opt.device = check_device(get<std::string>(r, "device"));
-  opt.pos = parse_pos(get<std::string>(r, "pos"));
-  opt.rope_theta = get<float>(r, "rope-theta");
-  opt.recompute = parse_recompute(get<std::string>(r, "recompute"));
-  opt.deterministic = r.count("deterministic") > 0;
-  opt.classifier_chunk = get<int>(r, "classifier-chunk");
+  opt.attn = parse_attn(opt.attn, AttnAuto::allowed);
+  opt.device = check_device(opt.device);
+  opt.pos = parse_pos(pos);
+  opt.recompute = parse_recompute(recompute);
   CHECK(std::isfinite(opt.rope_theta) && opt.rope_theta > 1.0f,
         "--rope-theta must be a finite number greater than 1 (got %g)", opt.rope_theta);
   check_at_least("--classifier-chunk", opt.classifier_chunk, 0, "; 0 = 8192");
-  opt.seq_len = get<int>(r, "seq-len");
-  opt.batch = get<int>(r, "batch");
-  opt.total_batch = get<int64_t>(r, "total-batch");
-  opt.steps = get<int>(r, "steps");
-  opt.lr = get<float>(r, "lr");
-  opt.warmup = get<int>(r, "warmup");
-  opt.lr_final_frac = get<float>(r, "lr-final-frac");
-  opt.weight_decay = get<float>(r, "weight-decay");
-  opt.grad_clip = get<float>(r, "grad-clip");
-  opt.seed = get<uint64_t>(r, "seed");
-  opt.shuffle = r.count("no-shuffle") == 0;
-  opt.eval_every = get<int>(r, "eval-every");
-  opt.eval_steps = get<int>(r, "eval-steps");
-  opt.sample_every = get<int>(r, "sample-every");
-  opt.sample_tokens = get<int>(r, "sample-tokens");
-  opt.checkpoint_every = get<int>(r, "checkpoint-every");
-  if (r.count("out")) opt.out_dir = get<std::string>(r, "out");
-  opt.resume = r.count("resume") > 0;
-  if (r.count("log")) opt.log_path = get<std::string>(r, "log");
-  opt.bench = r.count("bench") > 0;
-  opt.bench_steps = get<int>(r, "bench-steps");
-  opt.bench_warmup = get<int>(r, "bench-warmup");
-  opt.quiet = r.count("quiet") > 0;
-  opt.zero = get<int>(r, "zero");
-  opt.overlap_comm = r.count("no-overlap") == 0;
-  opt.dist_timeout = get<double>(r, "dist-timeout");
   CHECK(opt.zero == 0 || opt.zero == 1, "--zero %d is not supported; use 0 or 1", opt.zero);
   CHECK(opt.dist_timeout > 0, "--dist-timeout must be > 0 seconds (got %g)", opt.dist_timeout);
-  for (const char* f : {"rank", "world-size", "local-rank"})
-    CHECK(!r.count(f) || get<int>(r, f) >= 0, "--%s must be >= 0 (got %d)", f, get<int>(r, f));
-  opt.dist = resolve_dist_config(get<int>(r, "rank"), get<int>(r, "world-size"),
-                                 get<int>(r, "local-rank"),
-                                 r.count("dist-init") ? get<std::string>(r, "dist-init") : "");
-  opt.cp = get<int>(r, "cp");
+  for (const auto& [flag, value] : {std::pair<const char*, int>{"rank", rank},
+                                    {"world-size", world_size}, {"local-rank", local_rank}})
+    CHECK(!r.count(flag) || value >= 0, "--%s must be >= 0 (got %d)", flag, value);
+  opt.dist = resolve_dist_config(rank, world_size, local_rank, dist_init);
   check_at_least("--cp", opt.cp, 1, "; 1 = no context parallelism");
   CHECK(opt.cp == 1 || opt.device != "cpu", "--cp %d splits each sequence over %d GPUs (CUDA "
         "only); --device cpu has none: use --device cuda (or auto)", opt.cp, opt.cp);
@@ -229,10 +201,11 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   check_at_least("--bench-steps", opt.bench_steps, 1);
   check_at_least("--bench-warmup", opt.bench_warmup, 0);
   // 0 means "the preset's" only when the flag is absent: given, each must be a real size.
-  for (const char* f : {"layers", "heads", "kv-heads", "channels", "max-seq-len"})
-    if (r.count(f))
-      check_at_least(("--" + std::string(f)).c_str(), get<int>(r, f), 1,
-                     "; leave it out to use the preset's");
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int>{"layers", opt.layers}, {"heads", opt.heads},
+        {"kv-heads", opt.kv_heads}, {"channels", opt.channels}, {"max-seq-len", opt.max_seq_len}})
+    if (r.count(flag))
+      check_at_least(("--" + std::string(flag)).c_str(), value, 1, "; leave it out to use the preset's");
   if (r.count("vocab-size")) check_at_least("--vocab-size", opt.vocab_size, 2);
   CHECK(opt.total_batch / micro <= INT_MAX, "--total-batch %lld is %lld micro-steps of --batch x "
         "--seq-len%s, more than the %d one optimizer step can count; lower --total-batch",
@@ -252,36 +225,20 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
 constexpr int kMaxSampleTokens = 100000000;
 
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
-  cxxopts::Options o("sample", "flashgpt sample: generate text from a checkpoint");
+  opt = SampleOptions{};
+  cli::Table t("sample", "flashgpt sample: generate text from a checkpoint");
   // clang-format off
-  o.add_options()
-    ("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", cxxopts::value<std::string>())
-    ("tokenizer", "tokenizer file (default: tokenizer.bin beside the checkpoint)", cxxopts::value<std::string>())
-    ("prompt", "text to continue", cxxopts::value<std::string>()->default_value(""))
-    ("tokens", "tokens to generate", cxxopts::value<int>()->default_value("256"))
-    ("temperature", "softmax temperature (0 = greedy)", cxxopts::value<float>()->default_value("1.0"))
-    ("top-k", "sample among the k most likely tokens (0 = all)", cxxopts::value<int>()->default_value("0"))
-    ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("1337"))
-    ("device", kDeviceHelp, cxxopts::value<std::string>()->default_value("auto"))
-    ("attn", "attention for the prompt: " + attn_help(AttnAuto::allowed), cxxopts::value<std::string>()->default_value("auto"))
-    ("context", "tokens the model sees at once (0 = the model's maximum; RoPE models may go beyond it); a longer prompt or output slides the window", cxxopts::value<int>()->default_value("0"))
-    ("no-kv-cache", "recompute the whole context for every new token (no KV cache)")
-    ("h,help", "this help");
+  add_checkpoint_options(t, opt, "tokenizer file (default: tokenizer.bin beside the checkpoint)", "attention for the prompt: ")
+    .add("prompt", "text to continue", opt.prompt)
+    .add("tokens", "tokens to generate", opt.tokens)
+    .add("temperature", "softmax temperature (0 = greedy)", opt.temperature)
+    .add("top-k", "sample among the k most likely tokens (0 = all)", opt.top_k)
+    .add("seed", "random seed", opt.seed)
+    .add("context", "tokens the model sees at once (0 = the model's maximum; RoPE models may go beyond it); a longer prompt or output slides the window", opt.context)
+    .on("no-kv-cache", "recompute the whole context for every new token (no KV cache)", opt.kv_cache, false);
   // clang-format on
-  cxxopts::ParseResult r;
-  if (!parse_command_line(o, "sample", argc, argv, r)) return false;
-  CHECK(r.count("checkpoint"), "sample: --checkpoint FILE is required (a model_*.bin from train --out)");
-  opt.checkpoint = get<std::string>(r, "checkpoint");
-  if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
-  opt.prompt = get<std::string>(r, "prompt");
-  opt.tokens = get<int>(r, "tokens");
-  opt.temperature = get<float>(r, "temperature");
-  opt.top_k = get<int>(r, "top-k");
-  opt.seed = get<uint64_t>(r, "seed");
-  opt.device = check_device(get<std::string>(r, "device"));
-  opt.attn = parse_attn(get<std::string>(r, "attn"), AttnAuto::allowed);
-  opt.context = get<int>(r, "context");
-  opt.kv_cache = r.count("no-kv-cache") == 0;
+  if (!t.parse(argc, argv)) return false;
+  check_checkpoint_options(opt, "sample");
   CHECK(opt.tokens >= 1 && opt.tokens <= kMaxSampleTokens,
         "--tokens must be in [1, %d] (got %d): every generated id is kept in memory", kMaxSampleTokens,
         opt.tokens);
@@ -292,57 +249,37 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
 }
 
 bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
-  cxxopts::Options o("eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
+  opt = EvalOptions{};
+  cli::Table t("eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
   // clang-format off
-  o.add_options()
-    ("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", cxxopts::value<std::string>())
-    ("data", "directory made by `flashgpt prepare`: its val_*.bin", cxxopts::value<std::string>())
-    ("val-pattern", "glob of shards to evaluate on (overrides --data's)", cxxopts::value<std::string>())
-    ("tokenizer", "for bits per byte (default: tokenizer.bin beside the checkpoint, else --data's)", cxxopts::value<std::string>())
-    ("batch", "sequences per forward pass", cxxopts::value<int>()->default_value("8"))
-    ("seq-len", "tokens per sequence (0 = the model's maximum)", cxxopts::value<int>()->default_value("0"))
-    ("steps", "batches to evaluate (0 = the whole split)", cxxopts::value<int64_t>()->default_value("0"))
-    ("device", kDeviceHelp, cxxopts::value<std::string>()->default_value("auto"))
-    ("attn", "attention: " + attn_help(AttnAuto::allowed), cxxopts::value<std::string>()->default_value("auto"))
-    ("json", "also write the result as JSON to this file", cxxopts::value<std::string>())
-    ("h,help", "this help");
+  add_checkpoint_options(t, opt, "for bits per byte (default: tokenizer.bin beside the checkpoint, else --data's)", "attention: ")
+    .add("data", "directory made by `flashgpt prepare`: its val_*.bin", opt.data_dir)
+    .add("val-pattern", "glob of shards to evaluate on (overrides --data's)", opt.val_pattern)
+    .add("batch", "sequences per forward pass", opt.batch)
+    .add("seq-len", "tokens per sequence (0 = the model's maximum)", opt.seq_len)
+    .add("steps", "batches to evaluate (0 = the whole split)", opt.steps)
+    .add("json", "also write the result as JSON to this file", opt.json_path);
   // clang-format on
-  cxxopts::ParseResult r;
-  if (!parse_command_line(o, "eval", argc, argv, r)) return false;
-  CHECK(r.count("checkpoint"), "eval: --checkpoint FILE is required (a model_*.bin from train --out)");
-  CHECK(r.count("data") || r.count("val-pattern"),
+  if (!t.parse(argc, argv)) return false;
+  check_checkpoint_options(opt, "eval");
+  CHECK(!opt.data_dir.empty() || !opt.val_pattern.empty(),
         "eval: no data; give --data DIR (made by `flashgpt prepare`) or --val-pattern GLOB");
-  opt.checkpoint = get<std::string>(r, "checkpoint");
-  if (r.count("data")) opt.data_dir = get<std::string>(r, "data");
-  if (r.count("val-pattern")) opt.val_pattern = get<std::string>(r, "val-pattern");
-  if (r.count("tokenizer")) opt.tokenizer_path = get<std::string>(r, "tokenizer");
-  if (r.count("json")) opt.json_path = get<std::string>(r, "json");
-  opt.batch = get<int>(r, "batch");
-  opt.seq_len = get<int>(r, "seq-len");
-  opt.steps = get<int64_t>(r, "steps");
-  opt.device = check_device(get<std::string>(r, "device"));
-  opt.attn = parse_attn(get<std::string>(r, "attn"), AttnAuto::allowed);
   check_batch_seq_len(opt.batch, opt.seq_len, SeqLenZero::model_max);
   check_at_least("--steps", opt.steps, 0, "; 0 = the whole split");
   return true;
 }
 
 bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
-  cxxopts::Options o("export", "flashgpt export: write a checkpoint in another model format");
+  opt = ExportOptions{};
+  cli::Table t("export", "flashgpt export: write a checkpoint in another model format");
   // clang-format off
-  o.add_options()
-    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
-    ("out", "output directory (created if missing)", cxxopts::value<std::string>())
-    ("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", cxxopts::value<std::string>()->default_value("hf"))
-    ("h,help", "this help");
+  t.add("checkpoint", "model file (flashgpt or llm.c)", opt.checkpoint)
+    .add("out", "output directory (created if missing)", opt.out_dir)
+    .add("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", opt.format);
   // clang-format on
-  cxxopts::ParseResult r;
-  if (!parse_command_line(o, "export", argc, argv, r)) return false;
-  CHECK(r.count("checkpoint"), "export: --checkpoint FILE is required (a model_*.bin from train --out)");
-  CHECK(r.count("out"), "export: --out DIR is required");
-  opt.checkpoint = get<std::string>(r, "checkpoint");
-  opt.out_dir = get<std::string>(r, "out");
-  opt.format = get<std::string>(r, "format");
+  if (!t.parse(argc, argv)) return false;
+  CHECK(!opt.checkpoint.empty(), "export: --checkpoint FILE is required (a model_*.bin from train --out)");
+  CHECK(!opt.out_dir.empty(), "export: --out DIR is required");
   CHECK(opt.format == "hf", "--format '%s' is unknown; use hf (Hugging Face GPT-2)", opt.format.c_str());
   return true;
 }
@@ -350,29 +287,21 @@ bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
 // The values themselves (vocabulary size, validation share) are checked by prepare_corpus,
 // which tests and scripts also call directly.
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
-  cxxopts::Options o("prepare", "flashgpt prepare: text files -> BPE tokenizer + token shards");
+  opt = PrepareOptions{};
+  cli::Table t("prepare", "flashgpt prepare: text files -> BPE tokenizer + token shards");
   // clang-format off
-  o.add_options()
-    ("input", "text file(s); repeat the flag or list them after it", cxxopts::value<std::vector<std::string>>())
-    ("out", "output directory", cxxopts::value<std::string>())
-    ("vocab-size", "BPE vocabulary size (257..65536)", cxxopts::value<int>()->default_value("4096"))
-    ("val-fraction", "share of documents for validation", cxxopts::value<double>()->default_value("0.05"))
-    ("shard-tokens", "tokens per shard file", cxxopts::value<size_t>()->default_value("100000000"))
-    ("seed", "random seed for the train/val split", cxxopts::value<uint64_t>()->default_value("1337"))
-    ("h,help", "this help");
+  t.add("input", "text file(s); repeat the flag or list them after it", opt.inputs)
+    .add("out", "output directory", opt.out_dir)
+    .add("vocab-size", "BPE vocabulary size (257..65536)", opt.vocab_size)
+    .add("val-fraction", "share of documents for validation", opt.val_fraction)
+    .add("shard-tokens", "tokens per shard file", opt.shard_tokens)
+    .add("seed", "random seed for the train/val split", opt.seed);
   // clang-format on
-  o.parse_positional({"input"});  // so `--input a.txt b.txt c.txt` takes all three
-  o.show_positional_help();        // and --help still lists --input
-  cxxopts::ParseResult r;
-  if (!parse_command_line(o, "prepare", argc, argv, r)) return false;
-  CHECK(r.count("input"), "prepare: --input FILE [FILE...] is required");
-  CHECK(r.count("out"), "prepare: --out DIR is required");
-  opt.inputs = get<std::vector<std::string>>(r, "input");
-  opt.out_dir = get<std::string>(r, "out");
-  opt.vocab_size = get<int>(r, "vocab-size");
-  opt.val_fraction = get<double>(r, "val-fraction");
-  opt.shard_tokens = get<size_t>(r, "shard-tokens");
-  opt.seed = get<uint64_t>(r, "seed");
+  t.cxx().parse_positional({"input"});  // so `--input a.txt b.txt c.txt` takes all three
+  t.cxx().show_positional_help();        // and --help still lists --input
+  if (!t.parse(argc, argv)) return false;
+  CHECK(!opt.inputs.empty(), "prepare: --input FILE [FILE...] is required");
+  CHECK(!opt.out_dir.empty(), "prepare: --out DIR is required");
   return true;
 }
 
