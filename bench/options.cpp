@@ -6,6 +6,7 @@
 
 #include "kernels/attention/backends.h"
 #include "kernels/common.h"
+#include "model/cli_table.h"
 #include "model/config.h"
 
 using cli::attn_help;

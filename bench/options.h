@@ -1,8 +1,8 @@
 // options — the command line of the benchmark subcommands `profile`, `bench-attention` and
 // `bench-kernels`: their options and cxxopts parsers. A bad value is one clear error line
-// naming the flag before any work starts (the shared reading and validators: model/cli.h).
-// train/main.cpp dispatches; each command (bench/profile.h, bench_attention.h,
-// bench_kernels.h) receives its parsed struct and parses nothing itself.
+// naming the flag before any work starts (the reading and validators the parsers share:
+// model/cli_table.h, model/cli.h). train/main.cpp dispatches; each command (bench/profile.h,
+// bench_attention.h, bench_kernels.h) receives its parsed struct and parses nothing itself.
 #pragma once
 #include <cstdint>
 #include <string>

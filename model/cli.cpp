@@ -1,5 +1,5 @@
 // cli.cpp — see cli.h.
-#include "model/cli.h"
+#include "model/cli_table.h"
 
 #include <climits>
 #include <cstdint>

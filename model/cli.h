@@ -1,19 +1,13 @@
 // cli — what the parsers of every subcommand share: train/options.cpp (prepare, train, sample,
-// eval, export) and bench/options.cpp (profile, bench-attention, bench-kernels). Reading a
-// cxxopts command line so that a bad value names its flag, and the validators of the values the
-// model and the attention registry define (--attn, --pos, --batch x --seq-len), so that each
-// says the same thing wherever it runs. A bad value throws flashgpt::Error with one line naming
-// the flag, before any work starts. It sits in model/ because both train/ and bench/ build on
-// the model, and neither includes the other.
+// eval, export) and bench/options.cpp (profile, bench-attention, bench-kernels). Here the values
+// the model and the attention registry define (--attn, --pos, --batch x --seq-len) and their
+// validators, so that each says the same thing wherever it runs; the reading of a command line
+// (cxxopts) is cli_table.h, which only the parsers include. A bad value throws flashgpt::Error
+// with one line naming the flag, before any work starts. It sits in model/ because both train/
+// and bench/ build on the model, and neither includes the other.
 #pragma once
-#include <cxxopts.hpp>
-#include <functional>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
-
-#include "kernels/common.h"
 
 // --pos: how the model knows where a token stands.
 enum class PosEncoding {
@@ -32,93 +26,6 @@ enum class AttnAuto { allowed, refused };
 std::string parse_attn(const std::string& value, AttnAuto autos);  // unknown: throws listing names
 
 namespace cli {
-
-// Parses argv (argv[0]: the subcommand `cmd`) into r. An unknown flag, a value of the wrong
-// type or a stray argument throws one line naming it. False when --help was asked for: the
-// help is printed and the command stops.
-bool parse_command_line(cxxopts::Options& o, const char* cmd, int argc, char** argv,
-                        cxxopts::ParseResult& r);
-
-// The value of --flag as a T; a failed conversion throws naming the flag.
-template <typename T>
-T get(const cxxopts::ParseResult& r, const char* flag) {
-  try {
-    return r[flag].as<T>();
-  } catch (const cxxopts::exceptions::exception& e) {
-    THROW_ERROR("--%s: %s", flag, e.what());
-  }
-}
-
-template <typename T>
-std::string join(const std::vector<T>& v) {  // a list's default value: "a,b,c"
-  std::string s;
-  for (const T& x : v) {
-    std::ostringstream item;
-    item << x;
-    s += (s.empty() ? "" : ",") + item.str();
-  }
-  return s;
-}
-
-// A subcommand's option table whose options fill the fields they are declared with: each flag
-// is named once, with its help and its field; the field's value before parsing is the default
-// --help shows and what it keeps when the flag is not given. A string field that is empty, or
-// a switch, shows no default.
-//   cli::Table t("sample", "flashgpt sample: ...");
-//   t.add("tokens", "tokens to generate", opt.tokens).on("no-kv-cache", "...", opt.kv_cache, false);
-//   if (!t.parse(argc, argv)) return false;  // --help
-class Table {
- public:
-  Table(const char* cmd, const std::string& about) : cmd_(cmd), o_(cmd, about) {}
-  // The options added after this are listed under `name` in --help.
-  Table& group(const std::string& name) {
-    group_ = name;
-    return *this;
-  }
-  // --name VALUE sets field.
-  template <typename T>
-  Table& add(const std::string& name, const std::string& help, T& field) {
-    auto value = cxxopts::value<T>();
-    const std::string shown = default_text(field);
-    if (!shown.empty()) value->default_value(shown);
-    o_.add_options(group_)(name, help, value);
-    readers_.push_back([name, &field](const cxxopts::ParseResult& r) {
-      if (r.count(name)) field = get<T>(r, name.c_str());
-    });
-    return *this;
-  }
-  // --name (a switch) sets field to `when_given`.
-  Table& on(const std::string& name, const std::string& help, bool& field, bool when_given = true) {
-    o_.add_options(group_)(name, help);
-    readers_.push_back([name, &field, when_given](const cxxopts::ParseResult& r) {
-      if (r.count(name)) field = when_given;
-    });
-    return *this;
-  }
-  cxxopts::Options& cxx() { return o_; }  // positional arguments and the like
-  // Parses argv (parse_command_line: false when --help was printed) and fills the fields.
-  bool parse(int argc, char** argv, cxxopts::ParseResult* result = nullptr);
-
- private:
-  template <typename T>
-  static std::string default_text(const T& v) {
-    if constexpr (std::is_same_v<T, std::string>) {
-      return v;
-    } else if constexpr (std::is_same_v<T, bool>) {
-      return v ? "true" : "false";
-    } else if constexpr (std::is_arithmetic_v<T>) {
-      std::ostringstream s;
-      s << v;
-      return s.str();
-    } else {
-      return join(v);
-    }
-  }
-  const char* cmd_;
-  cxxopts::Options o_;
-  std::string group_;
-  std::vector<std::function<void(const cxxopts::ParseResult&)>> readers_;
-};
 
 // A count: "--flag must be at least MIN (got V)" and `note` (what 0 means, what to do).
 void check_at_least(const char* flag, long long value, long long min, const char* note = "");

@@ -1,6 +1,7 @@
 // options.cpp — cxxopts parsing and validation for the training-side subcommands (options.h):
 // the validators only they share (--device, --batch with --seq-len), then one parser per
-// subcommand; the command-line reading and the validators the benchmarks share: model/cli.h.
+// subcommand; the command-line reading and the validators the benchmarks share: model/cli_table.h
+// and model/cli.h.
 // Most of the file is the option tables, the whole command line of these five in one place.
 #include "train/options.h"
 
@@ -10,9 +11,10 @@
 #include <new>
 
 #include "data/prepare.h"
-#include "model/context_parallel.h"
 #include "kernels/common.h"
+#include "model/cli_table.h"
 #include "model/config.h"
+#include "model/context_parallel.h"
 
 using cli::attn_help;
 using cli::check_at_least;

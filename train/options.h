@@ -1,6 +1,6 @@
 // options — the command line of the training-side subcommands, in one module: the options of
 // `train`, `sample`, `eval`, `export` and `prepare`, and their cxxopts parsers (the reading and
-// validators they share with the benchmarks' parsers, bench/options.h: model/cli.h). A bad
+// validators they share with the benchmarks' parsers, bench/options.h: model/cli_table.h). A bad
 // value is one clear error line naming the flag before any work starts. train/main.cpp
 // dispatches: each command (train/, data/prepare.h, bench/) receives its parsed struct and
 // parses nothing itself.
