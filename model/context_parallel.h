@@ -127,6 +127,7 @@
 // Test: make NO_CUDA=1 BUILD=build-cpu -j2 build-cpu/test_cpu &&
 //       build-cpu/test_cpu --gtest_filter='ContextParallel*'
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -224,6 +225,20 @@ inline CpRingElems cp_ring_elems(const CpLayout& L, int B, int NH, int NKV, int 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rank r's rows of B sequences, chunk by chunk: fn(local_row, full_row, global_pos, len) for
+// each of its two chunks in each sequence b, whose len rows are rows local_row.. of its local
+// (B, local_len(r)) buffers and rows full_row.. of the full (B, T) ones (full_row = b*T +
+// global_pos: the chunk's positions in the sequence).
+template <typename Fn>
+void cp_for_each_chunk(const CpLayout& L, int r, int B, Fn fn) {
+  const size_t Tl = L.local_len(r), T = L.T();
+  for (int b = 0; b < B; b++)
+    for (int which = 0; which < 2; which++) {
+      const CpChunk c = L.chunk(r, which);
+      fn(b * Tl + c.local_begin, b * T + c.global_begin, c.global_begin, c.len);
+    }
+}
+
 // Moving rows between a full (B, T, row_elems) buffer and rank r's local (B, local_len(r),
 // row_elems) buffer. Works for any per-token row: qkv (row = (NH + 2*NKV) * HS), out, tokens
 // (row = 1); for LSE (B, NH, T) pass B*NH as B and row_elems = 1.
@@ -231,27 +246,17 @@ template <typename E>
 void cp_scatter(E* local,       // (B, local_len(r), row_elems)
                 const E* full,  // (B, T, row_elems)
                 const CpLayout& L, int r, int B, size_t row_elems) {
-  const size_t Tl = L.local_len(r), T = L.T();
-  for (int b = 0; b < B; b++)
-    for (int which = 0; which < 2; which++) {
-      const CpChunk c = L.chunk(r, which);
-      const E* src = full + (b * T + c.global_begin) * row_elems;
-      E* dst = local + (b * Tl + c.local_begin) * row_elems;
-      for (size_t i = 0; i < size_t(c.len) * row_elems; i++) dst[i] = src[i];
-    }
+  cp_for_each_chunk(L, r, B, [&](size_t local_row, size_t full_row, int, int len) {
+    std::copy_n(full + full_row * row_elems, len * row_elems, local + local_row * row_elems);
+  });
 }
 template <typename E>
 void cp_gather(E* full,         // (B, T, row_elems): rank r's rows written
                const E* local,  // (B, local_len(r), row_elems)
                const CpLayout& L, int r, int B, size_t row_elems) {
-  const size_t Tl = L.local_len(r), T = L.T();
-  for (int b = 0; b < B; b++)
-    for (int which = 0; which < 2; which++) {
-      const CpChunk c = L.chunk(r, which);
-      const E* src = local + (b * Tl + c.local_begin) * row_elems;
-      E* dst = full + (b * T + c.global_begin) * row_elems;
-      for (size_t i = 0; i < size_t(c.len) * row_elems; i++) dst[i] = src[i];
-    }
+  cp_for_each_chunk(L, r, B, [&](size_t local_row, size_t full_row, int, int len) {
+    std::copy_n(local + local_row * row_elems, len * row_elems, full + full_row * row_elems);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

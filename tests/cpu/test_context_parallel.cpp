@@ -43,11 +43,11 @@
 #include <vector>
 
 #include "kernels/attention/attention_ref.h"
-#include "model/context_parallel.h"
-#include "model/ring_attention_ref.h"
 #include "kernels/classifier.h"
 #include "kernels/common.h"
 #include "kernels/rope.h"
+#include "model/context_parallel.h"
+#include "model/ring_attention_ref.h"
 #include "tests/cpu/ref_check.h"
 #include "tests/cpu/test_helpers.h"
 
@@ -252,41 +252,44 @@ std::mt19937_64& rng() {
   static std::mt19937_64 g(20261124);
   return g;
 }
-// N(0, 1); query and key heads scaled by amp (2: scores with std ~4, peaked softmax rows).
-template <typename real>
-std::vector<real> random_qkv(const AttnShape& s, double amp) {
+// count N(0, 1) numbers, element i times amp(i).
+template <typename real, typename Amp>
+std::vector<real> normal(size_t count, Amp amp) {
   std::normal_distribution<double> n(0.0, 1.0);
-  std::vector<real> x(qkv_size(s));
-  const size_t H3 = s.NH + 2 * s.NKV;
-  for (size_t i = 0; i < x.size(); i++)
-    x[i] = real(n(rng()) * ((i / s.HS) % H3 < size_t(s.NH + s.NKV) ? amp : 1.0));
+  std::vector<real> x(count);
+  for (size_t i = 0; i < count; i++) x[i] = real(amp(i) * n(rng()));
   return x;
 }
 template <typename real>
 std::vector<real> random_vec(size_t count) {
-  std::normal_distribution<double> n(0.0, 1.0);
-  std::vector<real> x(count);
-  for (auto& v : x) v = real(n(rng()));
-  return x;
+  return normal<real>(count, [](size_t) { return 1.0; });
 }
+// Query and key heads scaled by amp (2: scores with std ~4, peaked softmax rows).
+template <typename real>
+std::vector<real> random_qkv(const AttnShape& s, double amp) {
+  const size_t H3 = s.NH + 2 * s.NKV, QK = s.NH + s.NKV;
+  return normal<real>(qkv_size(s), [&](size_t i) { return (i / s.HS) % H3 < QK ? amp : 1.0; });
+}
+// Outputs start as NaN: an element nothing writes fails every comparison.
 template <typename real>
 std::vector<real> poisoned(size_t count) {
   return std::vector<real>(count, std::numeric_limits<real>::quiet_NaN());
 }
 
-// Relative L2 error ||got - ref|| / ||ref|| (NaN anywhere gives NaN) and max |got - ref|.
 struct Err {
-  double rel = 0, max_abs = 0;
+  double rel = 0, max_abs = 0;  // ||got - ref|| / ||ref|| and max |got - ref|; NaN if any is
 };
 template <typename A, typename B>
 Err compare(const A* got, const B* ref, size_t n) {
-  double num = 0, den = 0, mx = 0;
+  double diff2 = 0, ref2 = 0, worst = 0;
   for (size_t i = 0; i < n; i++) {
-    const double d = double(got[i]) - double(ref[i]);
-    if (std::isnan(d)) return {d, d};
-    num += d * d, den += double(ref[i]) * double(ref[i]), mx = std::max(mx, std::fabs(d));
+    const double g = double(got[i]), r = double(ref[i]);
+    if (std::isnan(g - r)) return {NAN, NAN};
+    diff2 += (g - r) * (g - r);
+    ref2 += r * r;
+    worst = std::max(worst, std::fabs(g - r));
   }
-  return {std::sqrt(num / std::max(den, 1e-300)), mx};
+  return {std::sqrt(diff2 / std::max(ref2, 1e-300)), worst};
 }
 void expect_close(const char* what, const std::string& ctx, Err e, double tol) {
   std::printf("    %-4s %-42s rel %.2e  max %.2e  tol %.0e (%5.1f%% of tol)\n", what,
