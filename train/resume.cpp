@@ -40,17 +40,49 @@ class Resolver {
   const std::string& path_;
 };
 
+// What a checkpoint records of its run's settings that --resume keeps.
+enum class Kept { batches, schedule };
+
+// The settings of a run that its checkpoint records, each with its flag: visit(flag, the
+// option, the state's field, what it belongs to). Recording reads the options into the state;
+// resuming reads the state into the options.
+template <typename Opt, typename State, typename Visit>
+void for_each_setting(Opt& o, State& s, Visit visit) {
+  visit("seq-len", o.seq_len, s.T, Kept::batches);
+  visit("batch", o.batch, s.B, Kept::batches);
+  visit("total-batch", o.total_batch, s.total_batch, Kept::batches);
+  visit("seed", o.seed, s.seed, Kept::batches);
+  visit("lr", o.lr, s.lr, Kept::schedule);
+  visit("warmup", o.warmup, s.warmup, Kept::schedule);
+  visit("lr-final-frac", o.lr_final_frac, s.lr_final_frac, Kept::schedule);
+  visit("weight-decay", o.weight_decay, s.weight_decay, Kept::schedule);
+  visit("grad-clip", o.grad_clip, s.grad_clip, Kept::schedule);
+}
+
 }  // namespace
+
+void record_settings(const TrainOptions& opt, TrainState& st) {
+  for_each_setting(opt, st, [](const char*, const auto& o, auto& s, Kept) {
+    s = static_cast<std::decay_t<decltype(s)>>(o);
+  });
+  st.data_order = opt.shuffle ? kDataShuffled : kDataInOrder;
+  st.steps = opt.steps;
+  st.schedule_steps = schedule_end(opt);
+  st.attn = opt.attn;
+}
 
 TrainOptions resume_options(const TrainOptions& opt, int64_t step, const TrainState& saved,
                             const std::string& state_path, std::string* line) {
   TrainOptions r = opt;
   Resolver res(r, state_path);
-  const char* data = "a resumed run reads the batches its checkpoint's run would have read";
-  res.setting("seq-len", r.seq_len, saved.T, data);
-  res.setting("batch", r.batch, saved.B, data);
-  res.setting("total-batch", r.total_batch, saved.total_batch, data);
-  res.setting("seed", r.seed, (uint64_t)saved.seed, data);
+  const bool has_schedule = saved.schedule_steps > 0;  // older files do not record it
+  for_each_setting(r, saved, [&](const char* flag, auto& o, const auto& s, Kept kept) {
+    if (kept == Kept::batches)
+      res.setting(flag, o, s, "a resumed run reads the batches its checkpoint's run would have read");
+    else if (has_schedule)
+      res.setting(flag, o, s, "a resumed run keeps its optimizer and schedule (to train on with "
+                  "another, start a new run from the weights with --init)");
+  });
   if (saved.data_order != 0) {  // older files do not say
     const bool in_order = saved.data_order == kDataInOrder;
     CHECK(!opt.given.count("no-shuffle") || in_order, "--resume: the checkpoint ('%s') was "
@@ -59,22 +91,13 @@ TrainOptions resume_options(const TrainOptions& opt, int64_t step, const TrainSt
     r.shuffle = !in_order;
     if (in_order) res.taken += " --no-shuffle";
   }
-  std::string schedule;
-  if (saved.schedule_steps > 0) {
-    const char* sched = "a resumed run keeps its optimizer and schedule (to train on with another, "
-                        "start a new run from the weights with --init)";
-    res.setting("lr", r.lr, (float)saved.lr, sched);
-    res.setting("warmup", r.warmup, saved.warmup, sched);
-    res.setting("lr-final-frac", r.lr_final_frac, (float)saved.lr_final_frac, sched);
-    res.setting("weight-decay", r.weight_decay, (float)saved.weight_decay, sched);
-    res.setting("grad-clip", r.grad_clip, (float)saved.grad_clip, sched);
-    r.schedule_steps = (int)saved.schedule_steps;
-  } else {
-    schedule = flashgpt::strformat("; the checkpoint records no schedule: the flags' --lr %g "
-                                   "--warmup %d --lr-final-frac %g --weight-decay %g --grad-clip %g",
-                                   r.lr, r.warmup, r.lr_final_frac, r.weight_decay, r.grad_clip);
-    r.schedule_steps = 0;
-  }
+  r.schedule_steps = (int)saved.schedule_steps;
+  const std::string schedule =
+      has_schedule ? ""
+                   : flashgpt::strformat("; the checkpoint records no schedule: the flags' --lr %g "
+                                         "--warmup %d --lr-final-frac %g --weight-decay %g "
+                                         "--grad-clip %g", r.lr, r.warmup, r.lr_final_frac,
+                                         r.weight_decay, r.grad_clip);
   // --attn may change (rounding only); not given, the checkpoint's.
   std::string attn = " --attn " + r.attn;
   if (!saved.attn.empty()) {

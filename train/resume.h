@@ -26,6 +26,8 @@
 #include "model/config.h"
 #include "train/options.h"
 
+// Into the state a checkpoint writes: the run's settings that --resume keeps.
+void record_settings(const TrainOptions& opt, TrainState& st);
 // opt with the settings of the checkpoint at `step` whose rank-0 state header is `saved` (read
 // from state_path); throws naming the first given flag that differs. *line: the one line that
 // says what the run continues with.

@@ -344,28 +344,28 @@ std::unique_ptr<Model> make_run_model(const Run& run, const Comms& comms) {
   const TrainOptions& opt = run.opt;
   const int cp = run.grid.cp;
   ModelOptions mo;
-  mo.comm = run.comm;
-  mo.zero = run.zero;
+  mo.config = run.cfg;
+  mo.seed = opt.seed;  // its initial weights, unless a checkpoint's replace them
+  mo.B = run.B;
+  mo.T = run.T;  // the sequence's length: with --cp the model keeps its zigzag share of it
+  mo.cp = cp;
+  mo.cp_rank = run.grid.cp_index;
+  mo.attn = opt.attn;
+  mo.recompute = opt.recompute;
+  mo.deterministic = opt.deterministic;
+  mo.classifier_chunk = opt.classifier_chunk;
   // With --cp the gradient all-reduce waits for the end of the backward: overlapped, it would run
   // on the world communicator while the ring's hops run on the cp one, two NCCL kernels that
   // must both be resident on every GPU to progress (NCCL's warning about concurrent
   // communicators); on one node the overlap bought nothing measurable anyway.
   mo.overlap_comm = opt.overlap_comm && cp == 1;
-  mo.config = run.cfg;
-  mo.B = run.B;
-  mo.T = run.T;
-  mo.attn = opt.attn;
-  mo.seed = opt.seed;
-  mo.recompute = opt.recompute;
-  mo.deterministic = opt.deterministic;
-  mo.classifier_chunk = opt.classifier_chunk;
-  mo.cp = cp;
-  mo.cp_rank = run.grid.cp_index;
+  mo.comm = run.comm;
+  mo.zero = run.zero;
+  mo.cp_comm = comms.cp.get();
   // --bench with --cp: time each ring step's attention and the compute stream's waits for the
   // ring (Model::cp_times); every rank prints its own at the end. CUDA events around the
   // attention calls cost well under 1%.
   mo.time_attention = opt.bench && cp > 1;
-  mo.cp_comm = comms.cp.get();
   return make_model(opt.device, mo);
 }
 
@@ -498,22 +498,10 @@ void save_checkpoint(Run& run, int step) {
     st.loader_shard = ls.shard;
     st.loader_window = ls.window;
   }
-  st.B = run.B;
-  st.T = run.T;
-  st.total_batch = opt.total_batch;
-  st.seed = (int64_t)opt.seed;
   st.world_size = run.world;
   st.zero = run.zero;
   st.cp = run.grid.cp;
-  st.data_order = opt.shuffle ? kDataShuffled : kDataInOrder;
-  st.steps = opt.steps;
-  st.schedule_steps = schedule_end(opt);
-  st.warmup = opt.warmup;
-  st.lr = opt.lr;
-  st.lr_final_frac = opt.lr_final_frac;
-  st.weight_decay = opt.weight_decay;
-  st.grad_clip = opt.grad_clip;
-  st.attn = opt.attn;
+  record_settings(opt, st);
   run.model->get_adam_state(st.m, st.v);
   // State first (every rank its own), model second (rank 0, after all states are on disk):
   // latest_checkpoint_step() needs both, so a crash between the two leaves the previous
@@ -589,6 +577,28 @@ struct LoopStats {
   std::vector<double> step_ms;
   RingStepTimes ring_times;  // summed over the timed steps, --bench with --cp
   int ring_timed_steps = 0;
+
+  // Step `step`'s time (the first step warms caches and allocators: not timed); with --bench
+  // --cp, its ring times too.
+  void add(Run& run, int step, double ms) {
+    if (step > run.first_step) {
+      timed_s += ms / 1e3;
+      timed_tokens += run.opt.total_batch;
+    }
+    step_ms.push_back(ms);
+    if (run.opt.bench && run.grid.cp > 1) {
+      const RingStepTimes t = run.model->cp_times();  // read every step: the events are reused
+      if (step > run.opt.bench_warmup) {
+        ring_times.add(t);
+        ring_timed_steps++;
+      }
+    }
+    last_step_run = step;
+  }
+  // Seconds to the end at the pace so far.
+  double eta_s(int step, double ms, int64_t total_batch) const {
+    return (last_step - step) * (timed_s > 0 ? timed_s / (timed_tokens / total_batch) : ms / 1e3);
+  }
 };
 
 // Test hooks, read once per run: FLASHGPT_TEST_FAIL=R:S makes rank R throw at the start of
@@ -609,6 +619,27 @@ struct TestHooks {
   }
 };
 
+// SIGINT or SIGTERM after step `step` (not the last): every rank stops there (one rank's signal
+// is everyone's: one collective), after a checkpoint of it (with --out).
+bool stop_on_signal(Run& run, const StopSignals& stop, int step, bool saving, int& last_saved,
+                    TrainResult& result) {
+  const bool stop_now = run.world > 1 ? run.mean_over_ranks(stop.received() != 0 ? 1.0 : 0.0) > 0
+                                      : stop.received() != 0;
+  if (!stop_now) return false;
+  const int signo = stop.received() != 0 ? stop.received() : SIGTERM;  // a peer's signal
+  result.interrupted = signo;
+  if (saving && last_saved != step) {
+    save_checkpoint(run, step);
+    last_saved = step;
+  }
+  if (run.lead)
+    std::printf("stopped by %s after step %d%s\n", signo == SIGINT ? "SIGINT" : "SIGTERM", step,
+                last_saved == step ? flashgpt::strformat("; continue with --resume --out %s",
+                                                         run.opt.out_dir.c_str()).c_str()
+                                   : " (no --out: nothing saved)");
+  return true;
+}
+
 LoopStats run_loop(Run& run, TrainResult& result) {
   const TrainOptions& opt = run.opt;
   LoopStats ls;
@@ -618,7 +649,7 @@ LoopStats run_loop(Run& run, TrainResult& result) {
   Rng bench_rng(opt.seed + (uint64_t)run.grid.dp_index);  // a dp group's cp ranks: the same tokens
   if (!run.val_loader && !opt.bench) run.say("no validation shards: evaluation is off");
   // Sampling runs the model on rank 0 alone, and a cp model's forward needs its whole cp group.
-  const bool sampling = opt.sample_every > 0 && run.grid.cp == 1;
+  const bool sampling = opt.sample_every > 0 && run.grid.cp == 1 && !opt.bench && run.lead;
   if (opt.sample_every > 0 && run.grid.cp > 1 && !opt.bench)
     run.say("samples are off with --cp > 1 (sample from a checkpoint with `flashgpt sample`)");
   const bool saving = !opt.out_dir.empty() && !opt.bench;
@@ -629,24 +660,12 @@ LoopStats run_loop(Run& run, TrainResult& result) {
     hooks.at_step_start(run.rank, step);
     const StepResult r = train_step(run, step, bench_rng, inputs, targets);
     result.losses.push_back((float)r.loss);
-    if (step > run.first_step) {  // the first step warms caches and allocators
-      ls.timed_s += r.ms / 1e3;
-      ls.timed_tokens += opt.total_batch;
-    }
-    ls.step_ms.push_back(r.ms);
-    if (opt.bench && run.grid.cp > 1) {
-      const RingStepTimes t = run.model->cp_times();  // read every step: the events are reused
-      if (step > opt.bench_warmup) {
-        ls.ring_times.add(t);
-        ls.ring_timed_steps++;
-      }
-    }
+    ls.add(run, step, r.ms);
     const double tok_s = opt.total_batch / (r.ms / 1e3);
-    const double eta = (ls.last_step - step) *
-                       (ls.timed_s > 0 ? ls.timed_s / (ls.timed_tokens / opt.total_batch) : r.ms / 1e3);
     if (!opt.quiet && run.lead)
       std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
-                  step, ls.last_step, r.loss, r.lr, r.norm, r.ms, tok_s, human_time(eta).c_str());
+                  step, ls.last_step, r.loss, r.lr, r.norm, r.ms, tok_s,
+                  human_time(ls.eta_s(step, r.ms, opt.total_batch)).c_str());
     const bool last = step == ls.last_step;
     float val = NAN;
     if (run.val_loader && ((opt.eval_every > 0 && step % opt.eval_every == 0) || last)) {
@@ -655,30 +674,12 @@ LoopStats run_loop(Run& run, TrainResult& result) {
       if (run.lead) std::printf("step %5d | val loss %.4f\n", step, val);
     }
     if (run.log) log_step(run, step, r, val, tok_s);
-    if (run.lead && !opt.bench && sampling && (step % opt.sample_every == 0 || last))
-      print_sample(run, step);
+    if (sampling && (step % opt.sample_every == 0 || last)) print_sample(run, step);
     if (saving && ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || last)) {
       save_checkpoint(run, step);
       last_saved = step;
     }
-    ls.last_step_run = step;
-    // Every rank stops at the same step: one rank's signal is everyone's (one collective).
-    const bool stop_now = run.world > 1 ? run.mean_over_ranks(stop.received() != 0 ? 1.0 : 0.0) > 0
-                                        : stop.received() != 0;
-    if (stop_now && !last) {
-      const int signo = stop.received() != 0 ? stop.received() : SIGTERM;  // a peer's signal
-      result.interrupted = signo;
-      if (saving && last_saved != step) {
-        save_checkpoint(run, step);
-        last_saved = step;
-      }
-      if (run.lead)
-        std::printf("stopped by %s after step %d%s\n", signo == SIGINT ? "SIGINT" : "SIGTERM", step,
-                    last_saved == step ? flashgpt::strformat("; continue with --resume --out %s",
-                                                             opt.out_dir.c_str()).c_str()
-                                       : " (no --out: nothing saved)");
-      break;
-    }
+    if (!last && stop_on_signal(run, stop, step, saving, last_saved, result)) break;
   }
   return ls;
 }
