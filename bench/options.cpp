@@ -28,7 +28,6 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
                "flashgpt profile: sweep the context length for a model and attention backends; "
                "measured peak memory, step time and attention time beside the memory plan and a "
                "roofline");
-  // clang-format off
   t.add("model", "model preset: tiny|d6|d12|d24|d36|d48", opt.model)
     .add("attn", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.attn)
     .add("seq-lens", "sequence lengths T, comma-separated", opt.seq_lens)
@@ -46,7 +45,6 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
     .add("gpu-memory", "GiB of device memory for --plan-only (0: the GPU's, else 80)", opt.gpu_memory_gib)
     .add("max-step-seconds", "skip a backend's larger T once its predicted step time exceeds this", opt.max_step_seconds)
     .add("seed", "random seed (parameters and tokens)", opt.seed);
-  // clang-format on
   if (!t.parse(argc, argv)) return false;
   opt.attn = parse_attn_list("--attn", opt.attn);
   opt.recompute = parse_recompute(recompute);
@@ -86,7 +84,6 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
   cli::Table t("bench-attention",
                "flashgpt bench-attention: time the GPU attention backends (forward, backward, "
                "forward+backward; TFLOP/s and extra memory)");
-  // clang-format off
   t.add("backends", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.backends)
     .add("hs", "head sizes", opt.head_sizes)
     .add("seq-lens", "sequence lengths T", opt.seq_lens)
@@ -101,7 +98,6 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
     .on("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)", opt.deterministic)
     .add("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", opt.cp)
     .add("csv", "also write the results to this CSV file", opt.csv_path);
-  // clang-format on
   if (!t.parse(argc, argv)) return false;
   opt.backends = parse_attn_list("--backends", opt.backends);
   check_at_least("--cp", opt.cp, 1);
@@ -128,11 +124,9 @@ bool parse_bench_kernels_options(int argc, char** argv, BenchKernelsOptions& opt
   cli::Table t("bench-kernels",
                "flashgpt bench-kernels: time the model's kernels (besides attention), decode "
                "attention and a d12 training step on the GPU");
-  // clang-format off
   t.add("only", "sections, comma-separated: " + join(d.only), opt.only)
     .add("attn", "attention backend of the step section: " + attn_help(AttnAuto::refused), opt.attn)
     .add("batch", "sequences of 1024 tokens in the step section", opt.batch);
-  // clang-format on
   if (!t.parse(argc, argv)) return false;
   opt.attn = parse_attn(opt.attn, AttnAuto::refused);
   CHECK(!opt.only.empty(), "--only is empty; give one or more of %s", join(d.only).c_str());

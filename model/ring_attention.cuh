@@ -29,8 +29,8 @@
 //   dqkv = (scale dQacc, dkv_acc) -> bf16
 // The K/V hop of step s+1 overlaps step s, and each dK/dV contribution's trip overlaps the next
 // step: the compute stream meets the other ranks only at the first K/V hop of each layer's
-// backward. (The accumulator used to travel with its block, each rank adding to it in turn:
-// two hard meeting points per layer at cp 2, ~4% of a step at T = 1M on 2 x H100.)
+// backward. (An accumulator that travels with its block, each rank adding to it in turn, makes
+// two hard meeting points per layer at cp 2: ~4% of a step at T = 1M on 2 x H100.)
 // take_times() (timing on) measures each step's attention and the compute stream's waits for
 // the ring: what the overlap failed to hide, and the skew between the ranks.
 //

@@ -84,7 +84,6 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
   std::string pos = pos_name(opt.pos), recompute = recompute_name(opt.recompute), dist_init;
   int rank = -1, world_size = -1, local_rank = -1;
   cli::Table t("train", "flashgpt train: train a GPT-2 model on token shards");
-  // clang-format off
   t.group("data")
     .add("data", "directory made by `flashgpt prepare` (train_*.bin, val_*.bin, tokenizer.bin)", opt.data_dir)
     .add("train-pattern", "glob of training shards (llm.c format), overrides --data", opt.train_pattern)
@@ -140,7 +139,6 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .on("no-overlap", "all-reduce the gradients once after the backward, not per layer during it", opt.overlap_comm, false)
     .add("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", opt.dist_timeout)
     .add("cp", "context parallelism: split each sequence over N GPUs (zigzag ring attention, CUDA only; --seq-len >= 2N). world = dp x cp, rank = dp_index * cp + cp_index: a cp group is N consecutive ranks (one node's GPUs); --batch and --total-batch count each dp group's sequences once", opt.cp);
-  // clang-format on
   cxxopts::ParseResult r;
   if (!t.parse(argc, argv, &r)) return false;
   for (const cxxopts::KeyValue& kv : r.arguments()) opt.given.insert(kv.key());
@@ -229,7 +227,6 @@ constexpr int kMaxSampleTokens = 100000000;
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
   opt = SampleOptions{};
   cli::Table t("sample", "flashgpt sample: generate text from a checkpoint");
-  // clang-format off
   add_checkpoint_options(t, opt, "tokenizer file (default: tokenizer.bin beside the checkpoint)", "attention for the prompt: ")
     .add("prompt", "text to continue", opt.prompt)
     .add("tokens", "tokens to generate", opt.tokens)
@@ -238,7 +235,6 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
     .add("seed", "random seed", opt.seed)
     .add("context", "tokens the model sees at once (0 = the model's maximum; RoPE models may go beyond it); a longer prompt or output slides the window", opt.context)
     .on("no-kv-cache", "recompute the whole context for every new token (no KV cache)", opt.kv_cache, false);
-  // clang-format on
   if (!t.parse(argc, argv)) return false;
   check_checkpoint_options(opt, "sample");
   CHECK(opt.tokens >= 1 && opt.tokens <= kMaxSampleTokens,
@@ -253,15 +249,13 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
 bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
   opt = EvalOptions{};
   cli::Table t("eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
-  // clang-format off
+  t.add("data", "directory made by `flashgpt prepare`: its val_*.bin", opt.data_dir)
+    .add("val-pattern", "glob of shards to evaluate on (overrides --data's)", opt.val_pattern);
   add_checkpoint_options(t, opt, "for bits per byte (default: tokenizer.bin beside the checkpoint, else --data's)", "attention: ")
-    .add("data", "directory made by `flashgpt prepare`: its val_*.bin", opt.data_dir)
-    .add("val-pattern", "glob of shards to evaluate on (overrides --data's)", opt.val_pattern)
     .add("batch", "sequences per forward pass", opt.batch)
     .add("seq-len", "tokens per sequence (0 = the model's maximum)", opt.seq_len)
     .add("steps", "batches to evaluate (0 = the whole split)", opt.steps)
     .add("json", "also write the result as JSON to this file", opt.json_path);
-  // clang-format on
   if (!t.parse(argc, argv)) return false;
   check_checkpoint_options(opt, "eval");
   CHECK(!opt.data_dir.empty() || !opt.val_pattern.empty(),
@@ -274,11 +268,9 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
 bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
   opt = ExportOptions{};
   cli::Table t("export", "flashgpt export: write a checkpoint in another model format");
-  // clang-format off
   t.add("checkpoint", "model file (flashgpt or llm.c)", opt.checkpoint)
     .add("out", "output directory (created if missing)", opt.out_dir)
     .add("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", opt.format);
-  // clang-format on
   if (!t.parse(argc, argv)) return false;
   CHECK(!opt.checkpoint.empty(), "export: --checkpoint FILE is required (a model_*.bin from train --out)");
   CHECK(!opt.out_dir.empty(), "export: --out DIR is required");
@@ -291,14 +283,12 @@ bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
   opt = PrepareOptions{};
   cli::Table t("prepare", "flashgpt prepare: text files -> BPE tokenizer + token shards");
-  // clang-format off
   t.add("input", "text file(s); repeat the flag or list them after it", opt.inputs)
     .add("out", "output directory", opt.out_dir)
     .add("vocab-size", "BPE vocabulary size (257..65536)", opt.vocab_size)
     .add("val-fraction", "share of documents for validation", opt.val_fraction)
     .add("shard-tokens", "tokens per shard file", opt.shard_tokens)
     .add("seed", "random seed for the train/val split", opt.seed);
-  // clang-format on
   t.cxx().parse_positional({"input"});  // so `--input a.txt b.txt c.txt` takes all three
   t.cxx().show_positional_help();        // and --help still lists --input
   if (!t.parse(argc, argv)) return false;

@@ -20,14 +20,20 @@
 
 namespace {
 
-TrainOptions tiny_options(const std::string& attn, int steps) {
+// `train` on the test corpus, on the CPU and quiet, with `flags`.
+TrainOptions train_options(std::vector<std::string> flags) {
+  flags.insert(flags.begin(), {"train", "--data", test_corpus_dir(), "--device", "cpu", "--quiet"});
+  Argv a(flags);
   TrainOptions o;
-  Argv a({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels", "64",
-          "--heads", "4", "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps),
-          "--lr", "3e-3", "--warmup", "5", "--eval-every", "0", "--eval-steps", "4",
-          "--sample-every", "0", "--attn", attn, "--device", "cpu", "--quiet"});
   EXPECT_TRUE(parse_train_options(a.argc(), a.argv(), o));
   return o;
+}
+
+TrainOptions tiny_options(const std::string& attn, int steps) {
+  return train_options({"--model", "tiny", "--layers", "2", "--channels", "64", "--heads", "4",
+                        "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps),
+                        "--lr", "3e-3", "--warmup", "5", "--eval-every", "0", "--eval-steps",
+                        "4", "--sample-every", "0", "--attn", attn});
 }
 
 }  // namespace
@@ -93,11 +99,10 @@ TEST(Train, SampleFromCheckpointIsDeterministic) {
   TrainOptions o = tiny_options("flash", 4);
   o.out_dir = out.path;
   run_train(o);
+  Argv args({"sample", "--checkpoint", model_checkpoint_path(out.path, 4), "--tokens", "5",
+             "--prompt", "the cat", "--device", "cpu"});
   SampleOptions s;
-  s.checkpoint = model_checkpoint_path(out.path, 4);
-  s.tokens = 5;
-  s.prompt = "the cat";
-  s.device = "cpu";
+  ASSERT_TRUE(parse_sample_options(args.argc(), args.argv(), s));
   EXPECT_EQ(run_sample(s), 0);
   // generate() itself: same seed, same tokens; different seed, (almost surely) different.
   ModelOptions mo;
@@ -133,8 +138,8 @@ std::string sample_text(const SampleOptions& s) {
 }
 }  // namespace
 
-// The quick start's failure (issue 13): a sample longer than the window, a prompt longer than
-// the window, a 1-token prompt, on learned positions and RoPE, with and without the KV cache.
+// What the quick start does: a sample longer than the window, a prompt longer than the window,
+// a 1-token prompt, on learned positions and RoPE, with and without the KV cache.
 TEST(Train, SamplePastTheWindowFromCheckpoint) {
   for (PosEncoding pos : {PosEncoding::learned, PosEncoding::rope}) {
     TempDir out;
@@ -396,18 +401,13 @@ class Resume : public ::testing::Test {
     return f;
   }
   static TrainOptions parse(const std::string& out, const Flags& flags, bool resume) {
-    std::vector<std::string> args = {"train", "--data", test_corpus_dir(), "--out", out,
-                                     "--device", "cpu", "--quiet", "--eval-every", "0",
-                                     "--sample-every", "0"};
+    std::vector<std::string> args = {"--out", out, "--eval-every", "0", "--sample-every", "0"};
     if (resume) args.push_back("--resume");
     for (const auto& [flag, value] : flags) {
       args.push_back(flag);
       if (!value.empty()) args.push_back(value);
     }
-    Argv a(args);
-    TrainOptions o;
-    EXPECT_TRUE(parse_train_options(a.argc(), a.argv(), o));
-    return o;
+    return train_options(args);
   }
   static void SetUpTestSuite() {
     run_ = new TempDir;
@@ -469,29 +469,33 @@ TEST_F(Resume, WithOnlyDataOutAndStepsContinuesTheRunExactly) {
   expect_continues(resume({{"--steps", "8"}}), 4);
 }
 
-TEST_F(Resume, TakesAndKeepsTheLearningRate) {
-  expect_taken_and_kept("--lr", "1e-3", "--lr 0.001 differs from the checkpoint's 0.002");
+// Each setting --resume keeps, with another value and the checkpoint's as --resume shows them.
+struct KeptSetting {
+  const char* flag;
+  const char* other;
+  const char* saved;
+};
+class ResumeKeeps : public Resume, public ::testing::WithParamInterface<KeptSetting> {};
+TEST_P(ResumeKeeps, TakenWhenLeftOutRefusedWhenChanged) {
+  const KeptSetting k = GetParam();
+  expect_taken_and_kept(k.flag, k.other,
+                        std::string(k.flag) + " " + k.other + " differs from the checkpoint's " + k.saved);
 }
-TEST_F(Resume, TakesAndKeepsTheWarmup) {
-  expect_taken_and_kept("--warmup", "4", "--warmup 4 differs from the checkpoint's 3");
-}
-TEST_F(Resume, TakesAndKeepsTheFinalLearningRate) {
-  expect_taken_and_kept("--lr-final-frac", "0.1", "--lr-final-frac 0.1 differs from the checkpoint's 0.2");
-}
-TEST_F(Resume, TakesAndKeepsTheWeightDecay) {
-  expect_taken_and_kept("--weight-decay", "0.1", "--weight-decay 0.1 differs from the checkpoint's 0.05");
-}
-TEST_F(Resume, TakesAndKeepsTheGradientClip) {
-  expect_taken_and_kept("--grad-clip", "1", "--grad-clip 1 differs from the checkpoint's 0.5");
-}
-TEST_F(Resume, TakesAndKeepsTheBatchShape) {
-  expect_taken_and_kept("--seq-len", "8", "--seq-len 8 differs from the checkpoint's 16");
-  expect_taken_and_kept("--batch", "1", "--batch 1 differs from the checkpoint's 2");
-  expect_taken_and_kept("--total-batch", "32", "--total-batch 32 differs from the checkpoint's 64");
-}
-TEST_F(Resume, TakesAndKeepsTheSeedAndDataOrder) {
-  expect_taken_and_kept("--seed", "8", "--seed 8 differs from the checkpoint's 7");
-  expect_continues(resume(without("--no-shuffle")), 4);  // the checkpoint's: in order
+INSTANTIATE_TEST_SUITE_P(
+    Flags, ResumeKeeps,
+    ::testing::Values(KeptSetting{"--lr", "0.001", "0.002"}, KeptSetting{"--warmup", "4", "3"},
+                      KeptSetting{"--lr-final-frac", "0.1", "0.2"},
+                      KeptSetting{"--weight-decay", "0.1", "0.05"}, KeptSetting{"--grad-clip", "1", "0.5"},
+                      KeptSetting{"--seq-len", "8", "16"}, KeptSetting{"--batch", "1", "2"},
+                      KeptSetting{"--total-batch", "32", "64"}, KeptSetting{"--seed", "8", "7"}),
+    [](const ::testing::TestParamInfo<KeptSetting>& i) {
+      std::string name = i.param.flag + 2;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+TEST_F(Resume, DataOrderIsTheCheckpoints) {
+  expect_continues(resume(without("--no-shuffle")), 4);  // in order, as the run was
 }
 
 // --attn left out is the checkpoint's (naive here, not auto's flash); another backend is
