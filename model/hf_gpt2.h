@@ -41,6 +41,9 @@
 
 #include "model/config.h"
 
+// model.safetensors' metadata "producer": how export recognises its own earlier output.
+constexpr const char* kHfExportProducer = "flashgpt export --format hf";
+
 // eot_token: the <|endoftext|> id for config.json (bos/eos), -1 for V-1.
 void export_hf_gpt2(const std::string& dir, const GPTConfig& c, const std::vector<float>& params,
                     int eot_token = -1);
