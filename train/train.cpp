@@ -223,7 +223,7 @@ TrainResult run_train_impl(const TrainOptions& opt, Comms& comms) {
     if (!opt.resume) check_fresh_out(opt.out_dir);
     check_out_tokenizer(opt.out_dir, tok_path, opt.resume);
   }
-  if (!opt.log_path.empty() && lead) check_log_path(opt.log_path);
+  if (!opt.log_path.empty() && lead) check_output_path(opt.log_path, "--log", OutputKind::TrainLog);
 
   // ---- model shape: checkpoint (resume / --init) or flags ----
   int64_t resume_step = -1;
