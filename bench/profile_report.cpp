@@ -169,12 +169,9 @@ void make_profile_dir(const std::string& dir) {
   CHECK(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
         "profile: --out '%s' cannot be created (%s); pick another --out", dir.c_str(),
         strerror(errno));
-  const std::string probe = dir + "/.flashgpt_write_test";
-  FILE* f = std::fopen(probe.c_str(), "wb");
-  CHECK(f, "profile: --out '%s' is not writable (%s); pick another --out", dir.c_str(),
-        strerror(errno));
-  std::fclose(f);
-  std::remove(probe.c_str());
+  const std::string why = dir_write_error(dir);
+  CHECK(why.empty(), "profile: --out '%s' is not writable (%s); pick another --out", dir.c_str(),
+        why.c_str());
 }
 
 std::string utc_now() {

@@ -11,6 +11,15 @@
 
 #include "kernels/common.h"
 
+std::string dir_write_error(const std::string& dir) {
+  std::string probe = dir + "/.flashgpt_write_test_XXXXXX";
+  const int fd = mkstemp(&probe[0]);
+  if (fd < 0) return strerror(errno);
+  close(fd);
+  unlink(probe.c_str());
+  return "";
+}
+
 std::string write_target(const std::string& path, const char* what) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;

@@ -18,6 +18,9 @@ void write_file_atomically(const std::string& path, const std::function<bool(FIL
 // The whole file; throws naming `what` (e.g. "--tokenizer") and the path.
 std::string read_file_bytes(const std::string& path, const char* what);
 bool file_exists(const std::string& path);
+// "" when a file can be created in dir (proved by creating and removing a uniquely named one, so
+// no file already there is touched), else the reason (strerror).
+std::string dir_write_error(const std::string& dir);
 // The file a write to path lands on: path itself, or for a symbolic link the file it names
 // (followed to the end). Throws naming `what` and path for a link to nothing or a loop.
 std::string write_target(const std::string& path, const char* what);

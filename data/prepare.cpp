@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
@@ -182,12 +183,8 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
     CHECK(std::filesystem::is_directory(opt.out_dir), "--out %s exists and is not a directory",
           opt.out_dir.c_str());
     // Probe with a real file: access(W_OK) is wrong on read-only mounts and for root.
-    std::string probe = (std::filesystem::path(opt.out_dir) /
-                         flashgpt::strformat(".prepare_probe_%d", (int)getpid())).string();
-    FILE* f = fopen(probe.c_str(), "wb");
-    CHECK(f, "--out %s is not writable: %s", opt.out_dir.c_str(), strerror(errno));
-    fclose(f);
-    remove(probe.c_str());
+    const std::string why = dir_write_error(opt.out_dir);
+    CHECK(why.empty(), "--out %s is not writable: %s", opt.out_dir.c_str(), why.c_str());
   }
   // Nothing there that prepare did not make is replaced or removed (train/run_files.h).
   check_output_path((std::filesystem::path(opt.out_dir) / "tokenizer.bin").string(), "--out",
