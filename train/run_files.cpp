@@ -77,24 +77,28 @@ std::string describe_file(const std::string& path) {
   return "a file";
 }
 
-// train --log: every line is one of train's step records; a last line cut short (a crash
-// mid-write, no '\n') may hold any start of one.
+// train --log: every line is one of train's step records (a few hundred bytes); a last line cut
+// short (a crash mid-write, no '\n') may hold any start of one. Read line by line, so that a
+// large file of another kind is rejected at its first line.
 bool is_train_log(const std::string& path) {
-  const std::string text = read_file_bytes(path, "--log");
+  FILE* f = fopen(path.c_str(), "rb");
+  if (!f) return false;
   const std::string start = "{\"step\": ";
-  for (size_t i = 0; i < text.size();) {
-    size_t j = text.find('\n', i);
-    if (j == std::string::npos) {
-      const std::string tail = text.substr(i);
-      return starts_with(start, tail) || starts_with(tail, start);
+  char buf[4096];
+  bool ok = true;
+  while (ok && fgets(buf, sizeof buf, f)) {
+    const size_t n = strlen(buf);
+    const bool complete = n > 0 && buf[n - 1] == '\n';
+    const std::string line(buf, complete ? n - 1 : n);
+    if (!complete) {  // the last line, one too long to be a record, or a NUL byte
+      ok = fgetc(f) == EOF && (starts_with(start, line) || starts_with(line, start));
+      break;
     }
-    const std::string line = text.substr(i, j - i);
-    if (!starts_with(line, start) || line.size() <= start.size() ||
-        !isdigit((unsigned char)line[start.size()]) || line.back() != '}')
-      return false;
-    i = j + 1;
+    ok = starts_with(line, start) && line.size() > start.size() &&
+         isdigit((unsigned char)line[start.size()]) && line.back() == '}';
   }
-  return true;
+  fclose(f);
+  return ok;
 }
 
 bool is_train_lock(const std::string& path) {

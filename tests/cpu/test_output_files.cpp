@@ -40,13 +40,19 @@ bool is_fifo(const std::string& path) {
   return lstat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
-// The file at path is refused as an output of `kind` under flag, and left as it was.
+// fn fails with an error that mentions needle, and the file at path stays as it was.
+template <typename Fn>
+void expect_untouched(const std::string& path, Fn fn, const std::string& needle) {
+  const std::string before = slurp(path);
+  expect_error(fn, needle);
+  EXPECT_EQ(slurp(path), before) << path;
+}
+
+// The file at path is refused as an output of `kind` under flag.
 void expect_refused(const std::string& path, const char* flag, OutputKind kind,
                     const std::string& needle) {
-  const std::string before = slurp(path);
-  const std::string msg = expect_error([&] { check_output_path(path, flag, kind); }, needle);
-  EXPECT_NE(msg.find(flag), std::string::npos) << msg;
-  EXPECT_EQ(slurp(path), before);
+  expect_untouched(path, [&] { check_output_path(path, flag, kind); }, std::string(flag) + " '" +
+                   path + "' " + needle);
 }
 
 void export_quietly(const std::string& checkpoint, const std::string& out_dir) {
@@ -68,18 +74,20 @@ TEST(OutputFiles, EachKindReplacesOnlyItsOwnEarlierOutput) {
   write_text(dir / "eval.json", "{\"producer\": \"flashgpt eval\", \"loss\": 1}\n");
   EXPECT_NO_THROW(check_output_path(dir / "eval.json", "--json", OutputKind::EvalJson));
   write_text(dir / "other.json", "{\"loss\": 1}\n");
-  expect_refused(dir / "other.json", "--json", OutputKind::EvalJson, "is a JSON file");
+  expect_refused(dir / "other.json", "--json", OutputKind::EvalJson,
+                 "is a JSON file, not an eval JSON");
   write_text(dir / "notes.txt", "my notes\n");
-  expect_refused(dir / "notes.txt", "--json", OutputKind::EvalJson, "'" + dir / "notes.txt" + "' is a file");
+  expect_refused(dir / "notes.txt", "--json", OutputKind::EvalJson, "is a file, not an eval JSON");
   std::system(("mkdir '" + dir.path + "/sub'").c_str());
-  expect_error([&] { check_output_path(dir / "sub", "--json", OutputKind::EvalJson); }, "is a directory");
+  expect_error([&] { check_output_path(dir / "sub", "--json", OutputKind::EvalJson); },
+               "is a directory");
 
   // A train log: every line a step record; a last line cut short by a crash is still one.
   write_text(dir / "log.jsonl", "{\"step\": 1, \"loss\": 5.1}\n{\"step\": 2, \"loss\": 4.9}\n{\"st");
   EXPECT_NO_THROW(check_output_path(dir / "log.jsonl", "--log", OutputKind::TrainLog));
   write_text(dir / "mixed.jsonl", "{\"step\": 1, \"loss\": 5.1}\nmy notes\n");
-  expect_refused(dir / "mixed.jsonl", "--log", OutputKind::TrainLog, "not a train log");
-  expect_refused(dir / "eval.json", "--log", OutputKind::TrainLog, "not a train log");
+  expect_refused(dir / "mixed.jsonl", "--log", OutputKind::TrainLog, "is a file, not a train log");
+  expect_refused(dir / "eval.json", "--log", OutputKind::TrainLog, "is a JSON file");
 
   // A pipe: fine for a stream (--log), refused where the output is renamed into place.
   ASSERT_EQ(mkfifo((dir / "fifo").c_str(), 0644), 0);
@@ -101,15 +109,18 @@ TEST(OutputFiles, EachKindReplacesOnlyItsOwnEarlierOutput) {
                                     "\nflash,64,12,12,4,1024,1,0.1,0.2,0.3,1,2,3,0,ok\n");
   EXPECT_NO_THROW(check_output_path(dir / "bench.csv", "--csv", OutputKind::BenchAttentionCsv));
   write_text(dir / "data.csv", "a,b\n1,2\n");
-  expect_refused(dir / "data.csv", "--csv", OutputKind::BenchAttentionCsv, "not a bench-attention CSV");
-  expect_refused(dir / "data.csv", "--out", OutputKind::ProfileTable, "not a flashgpt profile table");
-  expect_refused(dir / "eval.json", "--out", OutputKind::ProfileJson, "not a flashgpt profile JSON");
+  expect_refused(dir / "data.csv", "--csv", OutputKind::BenchAttentionCsv,
+                 "is a file, not a bench-attention CSV");
+  expect_refused(dir / "data.csv", "--out", OutputKind::ProfileTable,
+                 "is a file, not a flashgpt profile table");
+  expect_refused(dir / "eval.json", "--out", OutputKind::ProfileJson,
+                 "is a JSON file, not a flashgpt profile JSON");
 
   // train --out DIR/train.lock: empty or a lock's "pid N on HOST".
   write_text(dir / "train.lock", "pid 12 on host\n");
   EXPECT_NO_THROW(check_output_path(dir / "train.lock", "--out", OutputKind::TrainLock));
   write_text(dir / "lock2", "pid 12 on host\nand more\n");
-  expect_refused(dir / "lock2", "--out", OutputKind::TrainLock, "not a train lock file");
+  expect_refused(dir / "lock2", "--out", OutputKind::TrainLock, "is a file, not a train lock file");
 }
 
 // write_file_atomically (every renamed output) writes through a symbolic link and refuses to
@@ -133,21 +144,15 @@ TEST(OutputFiles, LogReplacesOnlyAnEarlierLog) {
   TempDir dir;
   export_quietly(train_small_model(dir / "run"), dir / "hf");
   TrainOptions o = small_train_options(2);
-  for (const std::string& name : {std::string("hf/model.safetensors"), std::string("hf/config.json")}) {
-    SCOPED_TRACE(name);
+  write_text(dir / "notes.txt", "my notes\n");
+  for (const std::string& name : {"hf/model.safetensors", "hf/config.json", "notes.txt"}) {
     o.log_path = dir / name;
-    const std::string before = slurp(o.log_path);
-    expect_error([&] { run_train(o); }, "--log '" + o.log_path + "' is a ");
-    EXPECT_EQ(slurp(o.log_path), before);
+    expect_untouched(o.log_path, [&] { run_train(o); }, "--log '" + o.log_path + "' is a ");
   }
   o.log_path = dir / "log.jsonl";
   run_train(o);
   run_train(o);  // the same log again: its own
   EXPECT_EQ(slurp(o.log_path).rfind("{\"step\": 1,", 0), 0u);
-  write_text(dir / "notes.txt", "my notes\n");
-  o.log_path = dir / "notes.txt";
-  expect_error([&] { run_train(o); }, "not a train log");
-  EXPECT_EQ(slurp(dir / "notes.txt"), "my notes\n");
 }
 
 // export --out: another tokenizer.bin (a data directory's, another run's) is refused before any
@@ -163,11 +168,8 @@ TEST(OutputFiles, ExportReplacesNeitherAnotherTokenizerNorAnotherModel) {
   p.vocab_size = 290;
   p.quiet = true;
   prepare_corpus(p);
-  const std::string tok = slurp(dir / "data/tokenizer.bin");
-  std::string msg = expect_error([&] { export_quietly(ckpt, dir / "data"); },
-                                 "--out '" + dir / "data/tokenizer.bin" + "' is a tokenizer file");
-  EXPECT_NE(msg.find("pick another --out"), std::string::npos) << msg;
-  EXPECT_EQ(slurp(dir / "data/tokenizer.bin"), tok);
+  expect_untouched(dir / "data/tokenizer.bin", [&] { export_quietly(ckpt, dir / "data"); },
+                   "--out '" + dir / "data/tokenizer.bin" + "' is a tokenizer file");
   EXPECT_FALSE(file_exists(dir / "data/model.safetensors"));  // checked before the first write
 
   export_quietly(ckpt, dir / "run");  // beside its own checkpoints: the same tokenizer
@@ -177,10 +179,11 @@ TEST(OutputFiles, ExportReplacesNeitherAnotherTokenizerNorAnotherModel) {
 
   std::system(("mkdir '" + dir.path + "/hub'").c_str());
   write_text(dir / "hub/config.json", "{\"model_type\": \"gpt2\"}\n");
-  expect_error([&] { export_quietly(ckpt, dir / "hub"); }, "config.json' is a JSON file");
+  expect_untouched(dir / "hub/config.json", [&] { export_quietly(ckpt, dir / "hub"); },
+                   "config.json' is a JSON file");
   write_text(dir / "hub/model.safetensors", slurp(dir / "hf/model.safetensors").substr(0, 8));
-  expect_error([&] { export_quietly(ckpt, dir / "hub"); }, "model.safetensors' is a file");
-  EXPECT_EQ(slurp(dir / "hub/config.json"), "{\"model_type\": \"gpt2\"}\n");
+  expect_untouched(dir / "hub/model.safetensors", [&] { export_quietly(ckpt, dir / "hub"); },
+                   "model.safetensors' is a file");
 }
 
 // prepare --out: a run directory's tokenizer.bin (its checkpoints were made with it) and a file
@@ -193,18 +196,17 @@ TEST(OutputFiles, PrepareReplacesOnlyItsOwnDataDirectory) {
   p.vocab_size = 280;
   p.quiet = true;
   train_small_model(dir / "run");
-  const std::string tok = slurp(dir / "run/tokenizer.bin");
   p.out_dir = dir / "run";
-  expect_error([&] { prepare_corpus(p); }, "tokenizer.bin' is a tokenizer file");
-  EXPECT_EQ(slurp(dir / "run/tokenizer.bin"), tok);
+  expect_untouched(dir / "run/tokenizer.bin", [&] { prepare_corpus(p); },
+                   "tokenizer.bin' is a tokenizer file");
   EXPECT_FALSE(file_exists(dir / "run/train_000000.bin"));
 
   p.out_dir = dir / "data";
   prepare_corpus(p);
   prepare_corpus(p);  // again: its own files
   write_text(dir / "data/val_000007.bin", "not a shard");  // prepare would remove it as stale
-  expect_error([&] { prepare_corpus(p); }, "val_000007.bin' is a file");
-  EXPECT_EQ(slurp(dir / "data/val_000007.bin"), "not a shard");
+  expect_untouched(dir / "data/val_000007.bin", [&] { prepare_corpus(p); },
+                   "val_000007.bin' is a file");
 }
 
 // train --out: another tokenizer.bin is refused even without checkpoints beside it (it may be
@@ -213,18 +215,16 @@ TEST(OutputFiles, TrainOutReplacesNoOtherTokenizerOrLock) {
   TempDir dir;
   std::system(("mkdir '" + dir.path + "/out'").c_str());
   Tokenizer::train(synthetic_corpus(300, 9), 290).save(dir / "out/tokenizer.bin");
-  const std::string tok = slurp(dir / "out/tokenizer.bin");
   TrainOptions o = small_train_options(1);
   o.out_dir = dir / "out";
-  expect_error([&] { run_train(o); }, "tokenizer.bin' is a tokenizer file");
-  EXPECT_EQ(slurp(dir / "out/tokenizer.bin"), tok);
+  expect_untouched(dir / "out/tokenizer.bin", [&] { run_train(o); },
+                   "tokenizer.bin' is a tokenizer file");
   EXPECT_TRUE(checkpoint_files(o.out_dir).empty());
 
   std::system(("mkdir '" + dir.path + "/locked'").c_str());
   write_text(dir / "locked/train.lock", "my notes\n");
   o.out_dir = dir / "locked";
-  expect_error([&] { run_train(o); }, "train.lock' is a file");
-  EXPECT_EQ(slurp(dir / "locked/train.lock"), "my notes\n");
+  expect_untouched(dir / "locked/train.lock", [&] { run_train(o); }, "train.lock' is a file");
 }
 
 // profile --out: a plan.csv / plan.json that profile did not write is refused; its own are
@@ -238,8 +238,8 @@ TEST(OutputFiles, ProfileReplacesOnlyItsOwnTablesAndPlots) {
   run_profile(opt, sink.get());
   run_profile(opt, sink.get());  // its own
   write_text(dir / "plan.json", "{\"mine\": 1}\n");
-  expect_error([&] { run_profile(opt, sink.get()); }, "plan.json' is a JSON file");
-  EXPECT_EQ(slurp(dir / "plan.json"), "{\"mine\": 1}\n");
+  expect_untouched(dir / "plan.json", [&] { run_profile(opt, sink.get()); },
+                   "plan.json' is a JSON file");
   std::remove((dir / "plan.json").c_str());
 
   opt.plot = true;
