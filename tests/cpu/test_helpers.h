@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -49,7 +50,8 @@ Options parsed(bool (*parse)(int, char**, Options&), std::vector<std::string> ar
   return o;
 }
 
-// What a parser prints for `args` (ending in --help); expects it not to run the command.
+// What a parser prints for `args` (ending in --help), each whitespace run as one space (cxxopts
+// wraps lines); expects it not to run the command.
 template <typename Options>
 std::string help_text(bool (*parse)(int, char**, Options&), std::vector<std::string> args) {
   Argv a(std::move(args));
@@ -59,7 +61,11 @@ std::string help_text(bool (*parse)(int, char**, Options&), std::vector<std::str
   const bool ran = parse(a.argc(), a.argv(), o);
   std::cout.rdbuf(old);
   EXPECT_FALSE(ran);
-  return captured.str();
+  std::string text;
+  for (char ch : captured.str())
+    if (!(isspace((unsigned char)ch) && !text.empty() && text.back() == ' '))
+      text += isspace((unsigned char)ch) ? ' ' : ch;
+  return text;
 }
 
 // Runs fn, expects flashgpt::Error whose message contains `needle`; returns the message.

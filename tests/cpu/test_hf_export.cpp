@@ -40,6 +40,14 @@ GPTConfig hf_config() {
   return c;
 }
 
+// The parameters load_hf_gpt2 reads from path.
+std::vector<float> hf_params(const std::string& path) {
+  GPTConfig c;
+  std::vector<float> p;
+  load_hf_gpt2(path, c, p);
+  return p;
+}
+
 // load_hf_gpt2(path) fails with an error that mentions needle.
 void expect_load_error(const std::string& path, const std::string& needle) {
   GPTConfig c;
@@ -218,10 +226,7 @@ TEST(HfExport, HubStyleNames) {
   std::system(("mkdir -p '" + dir.path + "/hub'").c_str());
   write_safetensors(dir / "hub/model.safetensors", hub, {{"format", "pt"}});
   std::ofstream(dir / "hub/config.json") << read_file_bytes(dir / "ours/config.json", "x");
-  GPTConfig c2;
-  std::vector<float> p2;
-  load_hf_gpt2(dir / "hub", c2, p2);
-  EXPECT_EQ(p2, p);
+  EXPECT_EQ(hf_params(dir / "hub"), p);
 }
 
 TEST(HfExport, RefusesWhatGpt2CannotExpress) {
@@ -330,5 +335,6 @@ TEST(HfExport, ExportCommandAndInit) {
   expect_error([&] { parse_export_options(bad.argc(), bad.argv(), e); }, "--format 'onnx'");
   // --checkpoint takes what load_any_model reads, a Hugging Face directory included
   const std::string help = help_text(parse_export_options, {"export", "--help"});
-  EXPECT_NE(help.find("or Hugging Face"), std::string::npos) << help;
+  EXPECT_NE(help.find("--checkpoint arg model: flashgpt or llm.c file, or Hugging Face GPT-2 "
+                      "directory"), std::string::npos) << help;
 }
