@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # results_lib.sh — sourced by bench/results/<claim>/run.sh: a fresh output folder, the machine's
 # versions, the checks every run.sh makes before it spends GPU time, and the final table.
 #
@@ -16,8 +17,8 @@
 results_start() {
   local claim=$1 dir=${2:-} gpus=${3:-0}
   [ -z "$dir" ] || dir=$(realpath -m -- "$dir")
-  cd "$(dirname "${BASH_SOURCE[0]}")/.."
-  results_need_binary || exit 1
+  cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+  results_need_binary build/flashgpt || exit 1
   [ "$gpus" -eq 0 ] || results_need_gpus "$gpus" || exit 1
   OUT=$(results_out "$claim" "$dir") || exit 1
   results_env > "$OUT/env.txt"

@@ -549,7 +549,7 @@ def render_loss_curves(rows):
                     "**%.4f**" % (sum(d) / len(d)), "%.4f (step %d)" % (max(d), worst),
                     "%s, %s" % (a[steps[0]]["date"], a[steps[0]]["commit"])])
     return md_table(["curve", "runs", "steps", "loss first → last (each run)", "val loss",
-                     "mean |diff|", "max |diff|", "date, commit"], out,
+                     "mean abs. difference", "largest abs. difference", "date, commit"], out,
                     ["---", "---", "---:", "---", "---", "---:", "---", "---"])
 
 

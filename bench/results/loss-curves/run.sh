@@ -14,7 +14,7 @@ train=(build/flashgpt train --data "$data" --model d12 --seq-len 1024 --batch 16
 for run in "naive" "flash" "flash3 --deterministic" "flash --deterministic"; do
   read -r attn det <<<"$run"
   name=$attn${det:+_deterministic}
-  "${train[@]}" --attn "$attn" $det --log "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
+  "${train[@]}" --attn "$attn" ${det:+"$det"} --log "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
 done
 curves=("flash vs naive/flash=$OUT/flash.jsonl" "flash vs naive/naive=$OUT/naive.jsonl"
         "flash3 vs flash, --deterministic/flash3=$OUT/flash3_deterministic.jsonl"
