@@ -8,27 +8,28 @@
 #                                           # time>, with env.txt (GPU, driver, CUDA, PyTorch, cuDNN,
 #                                           # commit, date)
 #   ... the drivers, writing into "$OUT" ...
-#   results_table <table kind> "<title>" "<command>" RAW...   # OUT/data.csv and OUT/table.md
+#   results_table "<title>" "<command>" RAW...   # OUT/data.csv and OUT/table.md (scripts/results_table.py)
 #
 # A run.sh writes only into its own folder: results_out refuses a folder that already holds files,
 # so a run never writes over anything it did not create.
 
-# results_start CLAIM [DIR] [GPUS]: sets OUT; exits with one line when something is missing.
+# results_start CLAIM [DIR] [GPUS]: sets OUT and CLAIM; exits with one line when something is missing.
 results_start() {
-  local claim=$1 dir=${2:-} gpus=${3:-0}
+  local dir=${2:-} gpus=${3:-0}
+  CLAIM=$1
   [ -z "$dir" ] || dir=$(realpath -m -- "$dir")
   cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
   results_need_binary build/flashgpt || exit 1
   [ "$gpus" -eq 0 ] || results_need_gpus "$gpus" || exit 1
-  OUT=$(results_out "$claim" "$dir") || exit 1
+  OUT=$(results_out "$CLAIM" "$dir") || exit 1
   results_env > "$OUT/env.txt"
 }
 
-# results_table KIND TITLE COMMAND RAW...: scripts/results_table.py over the drivers' output.
+# results_table TITLE COMMAND RAW...: scripts/results_table.py over the drivers' output.
 results_table() {
-  local kind=$1 title=$2 command=$3
-  shift 3
-  python3 scripts/results_table.py "$kind" --out "$OUT" --env "$OUT/env.txt" --title "$title" \
+  local title=$1 command=$2
+  shift 2
+  python3 scripts/results_table.py "$CLAIM" --out "$OUT" --env "$OUT/env.txt" --title "$title" \
     --command "$command" "$@"
 }
 

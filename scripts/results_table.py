@@ -11,8 +11,9 @@ rendering of the committed data.csv, so the two always agree.
   results_table.py CLAIM --render data.csv                      # the tables only, to stdout
 
 RAW is a file, or LABEL=file where the claim needs a label (the table says which).
-Claims: attention, train-step, long-context, memory-plan, context-parallel, data-parallel,
-determinism, backends, profile, loss-curves, hf-export, gpu-tests.
+Claims (the folder names of bench/results/): attention-vs-sdpa, training-step, long-context,
+memory-plan, context-parallel, data-parallel, determinism, profile-sweep, loss-curves,
+fa1-vs-fa2, hf-export, gpu-tests.
 """
 import argparse
 import csv
@@ -615,15 +616,15 @@ def render_gpu_tests(rows):
 # ---------------------------------------------------------------------------------------------
 
 CLAIMS = {
-    "attention": (collect_attention, render_attention),
-    "train-step": (collect_train_step, render_train_step),
+    "attention-vs-sdpa": (collect_attention, render_attention),
+    "training-step": (collect_train_step, render_train_step),
     "long-context": (collect_long_context, render_long_context),
     "memory-plan": (collect_memory_plan, render_memory_plan),
     "context-parallel": (collect_context_parallel, render_context_parallel),
     "data-parallel": (collect_data_parallel, render_data_parallel),
     "determinism": (collect_backends, render_determinism),
-    "backends": (collect_backends, render_backends),
-    "profile": (collect_profile, render_profile),
+    "fa1-vs-fa2": (collect_backends, render_backends),
+    "profile-sweep": (collect_profile, render_profile),
     "loss-curves": (collect_loss_curves, render_loss_curves),
     "hf-export": (collect_hf_export, render_hf_export),
     "gpu-tests": (collect_gpu_tests, render_gpu_tests),

@@ -15,5 +15,5 @@ for r in $(seq "${ROUNDS:-4}"); do
   "${cmd[@]}" --out-dir "$OUT" --csv "$OUT/round_$r.csv" > "$OUT/round_$r.log" 2>&1
   rounds+=("$OUT/round_$r.csv")
 done
-results_table attention "Attention against PyTorch SDPA" \
+results_table "Attention against PyTorch SDPA" \
   "${cmd[*]}" "${rounds[@]}"

@@ -11,6 +11,6 @@ export RESULTS_DIR="$OUT" LOGS="$OUT/logs"
 TAG=t1024 scripts/bench_scaling.sh > "$OUT/t1024.log" 2>&1
 SEQ=8192 BATCH=4 TAG=t8192 scripts/bench_scaling.sh > "$OUT/t8192.log" 2>&1
 TAG=t1024_no_overlap scripts/bench_scaling.sh --no-overlap > "$OUT/t1024_no_overlap.log" 2>&1
-results_table data-parallel "Data-parallel scaling" \
+results_table "Data-parallel scaling" \
   "scripts/bench_scaling.sh (see run.sh)" \
   "$OUT"/scaling_*_t1024.csv "$OUT"/scaling_*_t8192.csv "$OUT"/scaling_*_t1024_no_overlap.csv

@@ -10,6 +10,6 @@ bench=(build/flashgpt bench-attention --backends flash,flash3 --hs 64,128 --seq-
        --iters 10 --warmup 3 --budget-ms 1500 --warmup-ms 500)
 "${bench[@]}" --csv "$OUT/plain.csv" > "$OUT/plain.log" 2>&1
 "${bench[@]}" --deterministic --csv "$OUT/deterministic.csv" > "$OUT/deterministic.log" 2>&1
-results_table determinism "The cost of --deterministic" \
+results_table "The cost of --deterministic" \
   "${bench[*]} [--deterministic]" \
   "plain=$OUT/plain.csv" "deterministic=$OUT/deterministic.csv"

@@ -9,5 +9,5 @@ results_start fa1-vs-fa2 "${1:-}"
 bench=(build/flashgpt bench-attention --backends naive,flash,flash1 --hs 64,128
        --seq-lens 1024,4096,16384 --causal 1)
 "${bench[@]}" --csv "$OUT/backends.csv" > "$OUT/backends.log" 2>&1
-results_table backends "FlashAttention-1 against FlashAttention-2 loop order" \
+results_table "FlashAttention-1 against FlashAttention-2 loop order" \
   "${bench[*]}" "$OUT/backends.csv"

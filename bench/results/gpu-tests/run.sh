@@ -37,5 +37,5 @@ if results_need_gpus 2 2>/dev/null; then
   OUT="$OUT/multigpu" DATA="$data" scripts/test_multigpu.sh > "$OUT/test_multigpu.log" 2>&1 || true
   suites+=("test_multigpu.sh=$OUT/multigpu/summary.txt")
 fi
-results_table gpu-tests "GPU tests and sanitizers" \
+results_table "GPU tests and sanitizers" \
   "see run.sh" "${suites[@]}"

@@ -8,6 +8,6 @@ set -euo pipefail
 source "$(dirname "$0")/../../../scripts/results_lib.sh"
 results_start hf-export "${1:-}"
 python3 scripts/check_hf_export.py --flashgpt build/flashgpt --out "$OUT/check" > "$OUT/check.log" 2>&1 || true
-results_table hf-export "Hugging Face export agreement" \
+results_table "Hugging Face export agreement" \
   "python3 scripts/check_hf_export.py --flashgpt build/flashgpt" \
   "$OUT/check/check_hf_export.txt"

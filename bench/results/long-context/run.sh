@@ -17,6 +17,6 @@ for point in "131072 flash3 layer-but-attn 1 2" "131072 flash layer-but-attn 1 2
     --attn "$attn" --recompute "$rec" --bench-warmup "$warm" --bench-steps "$steps" > "$log" 2>&1 || true
   logs+=("$log")
 done
-results_table long-context "Long context on one GPU" \
+results_table "Long context on one GPU" \
   "flashgpt train --bench --model d12 --vocab-size 50257 --pos rope --batch 1 --seq-len T --attn A --recompute R" \
   "${logs[@]}"

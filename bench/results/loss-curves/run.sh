@@ -24,5 +24,5 @@ if results_need_gpus 4 2>/dev/null; then
   curves+=("4 GPUs vs 1 GPU/1 GPU, batch 16=$OUT/multigpu/world1.jsonl"
            "4 GPUs vs 1 GPU/4 GPUs, batch 4=$OUT/multigpu/world4.jsonl")
 fi
-results_table loss-curves "Loss curves: backends and GPUs against each other" \
+results_table "Loss curves: backends and GPUs against each other" \
   "${train[*]} --attn A" "${curves[@]}"

@@ -18,6 +18,6 @@ for cp in 1 2; do
     --out "$OUT/cp$cp" > "$OUT/cp$cp.log"
   raws+=("layer-but-attn/cp$cp=$OUT/cp$cp/plan.csv")
 done
-results_table memory-plan "Memory plan of d12 at long context" \
+results_table "Memory plan of d12 at long context" \
   "${plan[*]} --seq-lens T --recompute R [--cp N]" \
   "${raws[@]}"

@@ -10,5 +10,5 @@ source "$(dirname "$0")/../../../scripts/results_lib.sh"
 results_start profile-sweep "${1:-}"
 cmd=(build/flashgpt profile --model d12 --attn flash3,flash,naive,flash1 --max-step-seconds 20)
 "${cmd[@]}" --out "$OUT/profile" > "$OUT/profile.log" 2>&1
-results_table profile "Context-length sweep" \
+results_table "Context-length sweep" \
   "${cmd[*]}" "$OUT/profile/profile.csv"

@@ -13,6 +13,6 @@ for T in 32768 131072; do
   python3 scripts/bench_train.py --model d12 --batch 1 --seq-len "$T" --steps 3 --ours flash3,flash \
     --torch flash --out "$OUT/t$T" > "$OUT/t$T.log" 2>&1
 done
-results_table train-step "Training step against PyTorch" \
+results_table "Training step against PyTorch" \
   "python3 scripts/bench_train.py (see run.sh)" \
   "$OUT"/t1024/*.csv "$OUT"/t32768/*.csv "$OUT"/t131072/*.csv
