@@ -20,7 +20,7 @@ import os
 import sys
 
 GIB = float(1 << 30)
-COLORS = {"flash": "tab:blue", "naive": "tab:red", "flash1": "tab:green"}
+COLORS = {"flash3": "tab:purple", "flash": "tab:blue", "naive": "tab:red", "flash1": "tab:green"}
 
 
 def read_profile(path):
