@@ -178,7 +178,7 @@ void GptCpu<real>::block_qkv(int l, int B, int T) {
 template <typename real>
 void GptCpu<real>::block_attention(int l, int B, int T) {
   const LayerActs a = acts(l);
-  attn_->forward(a.atty, a.att_saved, a.qkv, shape(B, T));
+  attn_->forward(a.atty, a.att_saved, a.qkv, shape(B, T), AttnMask{});
 }
 
 // residual2 = residual + attproj(atty) -> ln2 -> fc -> GELU, then (write_residual3) the block's
@@ -270,7 +270,7 @@ void GptCpu<real>::backward(float loss_scale) {
                            a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C);
     matmul_backward_ref(datty_, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
                         dresidual_, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C);
-    attn_->backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, s);
+    attn_->backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, s, AttnMask{});
     if (cfg_.rope)  // qkv holds rotated Q, K: take dQ, dK back through the rotation
       rope_backward_ref(dqkv_, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), 0,
                         cfg_.rope_theta);

@@ -249,7 +249,8 @@ TEST(Mask, PairsAndArea) {
   EXPECT_EQ(window_pairs(10, 10), 55);
   EXPECT_EQ(window_pairs(10, 3), 6 + 7 * 3);
   EXPECT_EQ(window_pairs(1, 1), 1);
-  EXPECT_EQ(window_pairs(1 << 20, 1024), int64_t(1024) * 1025 / 2 + int64_t((1 << 20) - 1024) * 1024);
+  EXPECT_EQ(window_pairs(1 << 20, 1024),
+            int64_t(1024) * 1025 / 2 + int64_t((1 << 20) - 1024) * 1024);
 }
 
 TEST(Mask, NamesAndChecks) {
