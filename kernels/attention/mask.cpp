@@ -37,6 +37,15 @@ std::vector<int> document_starts(const int* tokens, int B, int T, int eot) {
   return start;
 }
 
+AttnMask batch_mask(const MaskSpec& spec, const int* tokens, int B, int T, int vocab_size,
+                    std::vector<int>& doc_start) {
+  if (spec.kind == MaskKind::kDocument)
+    doc_start = document_starts(tokens, B, T, spec.eot_token(vocab_size));
+  else
+    doc_start.clear();
+  return AttnMask{doc_start.empty() ? nullptr : doc_start.data(), spec.window};
+}
+
 void validate_mask(const AttnMask& m, int B, int T, const char* who) {
   CHECK(m.window >= 0, "%s: window %d is negative", who, m.window);
   if (!m.doc_start) return;

@@ -57,6 +57,7 @@ struct MaskSpec {
   int eot = -1;    // the end-of-text token id (document mask); -1: vocab_size - 1, the id of
                    // GPT-2's <|endoftext|> (50256) and of our tokenizer's (data/tokenizer.h)
   bool is_causal() const { return kind == MaskKind::kCausal && window == 0; }
+  int eot_token(int vocab_size) const { return eot >= 0 ? eot : vocab_size - 1; }
 };
 // "causal", "document".
 const char* mask_kind_name(MaskKind k);
@@ -92,6 +93,10 @@ struct AttnMask {
 // doc_start (B, T) of a batch of token windows (B, T): row t's document starts at the last EOT
 // at or before t, or at 0. The CPU oracle of the GPU's scan.
 std::vector<int> document_starts(const int* tokens, int B, int T, int eot);
+// The mask of a batch of input tokens (B, T) under `spec`: with the document mask, doc_start is
+// filled with document_starts (the mask points into it), else cleared.
+AttnMask batch_mask(const MaskSpec& spec, const int* tokens, int B, int T, int vocab_size,
+                    std::vector<int>& doc_start);
 // Checks that a mask is one document_starts can make: window >= 0 and, per sequence,
 // doc_start(0) = 0 and doc_start(t) in {doc_start(t-1), t}. Throws naming `who`.
 void validate_mask(const AttnMask& m, int B, int T, const char* who);
