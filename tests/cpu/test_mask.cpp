@@ -172,24 +172,22 @@ TEST(Mask, TilesMatchDefinition) {
                   << "T=" << T << " Br=" << Br << " Bc=" << Bc << " W=" << W << " i=" << i
                   << " j=" << j;
             }
-          for (int i = 0; i < Tr; i++) {
-            const TileRange r = kv_tiles_for_q_tile(m, T, Br, Bc, i);
-            ASSERT_LT(r.begin, r.end) << "a Q tile meets no K tile";
-            for (int j = 0; j < Tc; j++)
-              ASSERT_EQ(kind_name(r.kind(j)), kind_name(kind[size_t(i) * Tc + j]))
-                  << "forward: T=" << T << " Br=" << Br << " Bc=" << Bc << " W=" << W
-                  << " Q tile " << i << " K tile " << j << " range [" << r.begin << ", " << r.end
-                  << ") full [" << r.full_begin << ", " << r.full_end << ")";
-          }
-          for (int j = 0; j < Tc; j++) {
-            const TileRange r = q_tiles_for_kv_tile(m, T, Br, Bc, j);
-            ASSERT_LT(r.begin, r.end) << "a K tile meets no Q tile";
-            for (int i = 0; i < Tr; i++)
-              ASSERT_EQ(kind_name(r.kind(i)), kind_name(kind[size_t(i) * Tc + j]))
-                  << "backward: T=" << T << " Br=" << Br << " Bc=" << Bc << " W=" << W
-                  << " K tile " << j << " Q tile " << i << " range [" << r.begin << ", " << r.end
-                  << ") full [" << r.full_begin << ", " << r.full_end << ")";
-          }
+          // The forward's ranges (x = a Q tile, y = its K tiles) and the backward's (x = a K
+          // tile, y = its Q tiles) must give every tile pair its kind.
+          for (bool fwd : {true, false})
+            for (int x = 0; x < (fwd ? Tr : Tc); x++) {
+              const TileRange r = fwd ? kv_tiles_for_q_tile(m, T, Br, Bc, x)
+                                      : q_tiles_for_kv_tile(m, T, Br, Bc, x);
+              ASSERT_LT(r.begin, r.end) << "a tile meets no tile";
+              for (int y = 0; y < (fwd ? Tc : Tr); y++) {
+                const int i = fwd ? x : y, j = fwd ? y : x;
+                ASSERT_EQ(kind_name(r.kind(y)), kind_name(kind[size_t(i) * Tc + j]))
+                    << (fwd ? "forward" : "backward") << ": T=" << T << " Br=" << Br
+                    << " Bc=" << Bc << " W=" << W << " Q tile " << i << " K tile " << j
+                    << " range [" << r.begin << ", " << r.end << ") full [" << r.full_begin
+                    << ", " << r.full_end << ")";
+              }
+            }
         }
       }
     }

@@ -68,10 +68,8 @@ ModelOptions options(const GPTConfig& c, int B, int T, MaskSpec mask,
                      const std::string& attn = "flash") {
   ModelOptions mo;
   mo.config = c;
-  mo.B = B;
-  mo.T = T;
-  mo.attn = attn;
-  mo.mask = mask;
+  mo.B = B, mo.T = T;
+  mo.attn = attn, mo.mask = mask;
   return mo;
 }
 
