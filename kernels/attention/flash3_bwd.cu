@@ -157,14 +157,16 @@
 // Bench: ./build/flashgpt bench-attention --backends flash,flash3 [--deterministic]
 //        python3 scripts/bench_attention.py --backends flash,flash3
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash3.cuh"
 #include "kernels/attention/flash3_tiles.h"
 #include "kernels/attention/flash_bwd_wgmma.cuh"
-#include "kernels/attention/hopper.cuh"
+#include "kernels/attention/sm90/copy.cuh"
+#include "kernels/attention/sm90/pipeline.cuh"
+#include "kernels/attention/sm90/scheduler.cuh"
+#include "kernels/attention/sm90/sync.cuh"
+#include "kernels/attention/sm90/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "flash3_bwd.cu uses TMA, wgmma and setmaxnreg: build for sm_90a (GPU_ARCH=90a)"
@@ -175,7 +177,7 @@ namespace flash3 {
 using flash::BwdProblem;
 using flash::DqOrder;
 using flash::kLog2e;
-using flash::reg_fence;
+using sm90::reg_fence;
 using flash::smem_u32;
 
 // The order of a step's tail (flash3_tiles.h picks; FLASHGPT_FLASH3_BWD names one): both math
@@ -185,7 +187,7 @@ using flash::smem_u32;
 // registers are not there and ptxas serializes the wgmmas) is kDqFirst with each step's S^T and
 // dP^T issued while the step before's dK still runs, so that the tensor pipe does not drain
 // between steps. flash3_tiles.h kBwdSdpNext picks, for --deterministic too.
-enum class BwdVariant { kDkFirst, kDqFirst, kSdpNext };
+enum class BwdVariant { kDqFirst, kSdpNext };
 
 // Compile-time traits: flash's step sizes (flash::BwdTileWG) plus this kernel's shared memory.
 template <int HS_, int Br_, BwdVariant V_>
@@ -216,6 +218,8 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   static constexpr int DQ_BUFS = FIXED + 2 * DQ_BYTES <= 227 * 1024 ? 2 : 1;
   static constexpr int OFF_L = OFF_DQ + DQ_BUFS * DQ_BYTES, OFF_D = OFF_L + 2 * Br * 4,
                        OFF_BAR = OFF_D + 2 * Br * 4;
+  // mbarriers (8 bytes each): full x 2, empty x 2, kv_full
+  static constexpr int OFF_FULL = OFF_BAR, OFF_EMPTY = OFF_BAR + 16, OFF_KV_FULL = OFF_BAR + 32;
   static constexpr int SMEM = OFF_BAR + 5 * 8 + 1024;
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
   static_assert(Br % 32 == 0, "LSE/D rows: whole passes of the loader warp");
@@ -251,13 +255,14 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
                 DQS = K::DQ_BUFS;
   constexpr bool DET = ORDER == DqOrder::kFixed;
-  constexpr bool DQ_FIRST = K::V == BwdVariant::kDqFirst;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int NH = p.NH, Tq = p.Tq;
   const bool causal = p.causal;
-  const flash::BwdBlock<Bc, Br, ORDER> blk(p, pair_group);  // flash_bwd_wgmma.cuh's orders
+  int pair, j_tile;
+  bwd_pair_group_block(blockIdx.x, p.B * p.NKV, (p.Tk + Bc - 1) / Bc, pair_group, pair, j_tile);
+  const flash::BwdBlock<Bc, Br, ORDER> blk(p, pair, j_tile);  // its steps: flash_bwd_wgmma.cuh
   const int b = blk.b, kvh = blk.kvh, j = blk.j, k0 = blk.k0;
   const int total = blk.total, n_qtiles = blk.n_qtiles;
   auto step_tile = [&](int it, int& hq, int& q0) { blk.tile(it, hq, q0); };
@@ -267,39 +272,40 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
                  sdS = s0 + K::OFF_DS, sdQ = s0 + K::OFF_DQ, sL = s0 + K::OFF_L,
                  sD = s0 + K::OFF_D;
-  const uint32_t bar_full = s0 + K::OFF_BAR, bar_empty = bar_full + 16,
-                 bar_kv = bar_full + 32;
-
+  // (Q_i, dO_i, LSE_i, D_i) stages: full = the loader's lanes and the TMA bytes, empty = the
+  // math warps' release; kv_full: K_j, V_j, once.
+  const sm90::StageBarriers<2> stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY};
+  const uint32_t bar_kv = s0 + K::OFF_KV_FULL;
 
   if (tid == 0) {
-    for (int s = 0; s < 2; ++s) {
-      hopper::mbar_init(bar_full + 8 * s, 32);  // the loader warp's lanes (+ the TMA bytes)
-      // lane 0 of each math warp, or every math thread (release_stage)
-      hopper::mbar_init(bar_empty + 8 * s, kEveryThreadReleases ? K::MATH_THREADS : 8);
-    }
-    hopper::mbar_init(bar_kv, 1);
-    hopper::mbar_init_fence();
+    // full: the loader warp's lanes (+ the TMA bytes); empty: lane 0 of each math warp, or
+    // every math thread (release_stage)
+    for (int s = 0; s < 2; ++s)
+      stages.init_stage(s, 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
+    sm90::mbar_init(bar_kv, 1);
+    sm90::mbar_init_fence();
   }
   __syncthreads();
 
   if (wg == 0) {
     // ================================ producer ================================
-    hopper::setmaxnreg_dec<24>();
+    sm90::setmaxnreg_dec<24>();
     if (warp == 0) {
       // ---- loader ----
       if (lane == 0) {
-        hopper::tma_prefetch_map(&tm_q);
-        hopper::tma_prefetch_map(&tm_do);
-        hopper::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
+        sm90::tma_prefetch_map(&tm_q);
+        sm90::tma_prefetch_map(&tm_do);
+        sm90::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
 #pragma unroll
         for (int pn = 0; pn < PANELS; ++pn) {
-          hopper::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
-          hopper::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
+          sm90::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
+          sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
         }
       }
       for (int it = 0; it < total; ++it) {
-        const int s = it & 1;
-        hopper::mbar_wait(bar_empty + 8 * s, ((it >> 1) & 1) ^ 1);
+        const sm90::PipelineState<2> ps(it);
+        const int s = ps.index();
+        stages.producer_acquire(ps);
         int hq, q0;
         step_tile(it, hq, q0);
         const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
@@ -310,18 +316,18 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
           asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
         }
-        const uint32_t full = bar_full + 8 * s;
+        const uint32_t full = stages.full_bar(s);
         if (lane == 0) {
-          hopper::mbar_arrive_expect_tx(full, 2 * K::QT_BYTES);
+          stages.producer_expect(ps, 2 * K::QT_BYTES);
 #pragma unroll
           for (int pn = 0; pn < PANELS; ++pn) {
-            hopper::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
+            sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
                                 hq, q0, b);
-            hopper::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
+            sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
                                 hq, q0, b);
           }
         } else {
-          hopper::mbar_arrive(full);
+          stages.producer_commit(ps);
         }
       }
     } else if (warp == 1) {
@@ -329,7 +335,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
       for (int it = 0; it < total; ++it) {
         const int d = it % DQS;
-        hopper::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
+        sm90::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
         if (lane == 0) {
           int hq, q0;
           step_tile(it, hq, q0);
@@ -344,32 +350,32 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
           } else if (dq_sem != nullptr) {
             store = atomicAdd(dq_sem + tile, 1) == 0;  // the ticket: first comer stores
             if (!store) {  // the others add once the store is complete
-              hopper::wait_flag_bits(dq_sem + tile, kDqStored);
-              hopper::fence_proxy_async_global();
+              sm90::wait_flag_bits(dq_sem + tile, kDqStored);
+              sm90::fence_proxy_async_global();
             }
           }
-          if (store) flash::bulk_store_f32(dst, src, bytes);
-          else flash::bulk_reduce_add_f32(dst, src, bytes);
-          flash::bulk_commit();
+          if (store) sm90::bulk_store_f32(dst, src, bytes);
+          else sm90::bulk_reduce_add_f32(dst, src, bytes);
+          sm90::bulk_commit();
           if (!DET && store) {
-            flash::bulk_wait_all();
-            hopper::fence_proxy_async_global();
-            hopper::red_or_release_gpu(dq_sem + tile, kDqStored);
+            sm90::bulk_wait_all();
+            sm90::fence_proxy_async_global();
+            sm90::red_or_release_gpu(dq_sem + tile, kDqStored);
           } else {
-            flash::bulk_wait_read_all();  // the staging buffer may be overwritten
+            sm90::bulk_wait_read_all();  // the staging buffer may be overwritten
           }
         }
         __syncwarp();
-        if (it + DQS < total) hopper::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+        if (it + DQS < total) sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
       }
       if (lane == 0) {
-        flash::bulk_wait_all();  // the adds are done before the block (and its smem) goes
+        sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
         if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
       }
     }
   } else {
     // ================================ math ================================
-    hopper::setmaxnreg_inc<240>();
+    sm90::setmaxnreg_inc<240>();
     const int c = wg - 1;                 // math warpgroup: keys k0 + 64 c .. +63
     const int mtid = tid - 128;           // thread among the 256 math threads
     const int kw = warp - 4, wq = warp & 3, g = lane >> 2;
@@ -393,107 +399,91 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     // LSE/D stores as WAR hazards; a build with kEveryThreadReleases makes every math thread
     // arrive (racecheck: 0 hazards, runs 120 and 124), which costs --deterministic 5-27% at HS 128
     // T 64K (run 123).
-    auto release_stage = [&](int s) {
-      if (kEveryThreadReleases || lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);
+    auto release_stage = [&](const sm90::PipelineState<2>& ps) {
+      if (kEveryThreadReleases || lane == 0) stages.consumer_release(ps);
     };
-    hopper::mbar_wait(bar_kv, 0);
+    sm90::mbar_wait(bar_kv, 0);
     if constexpr (K::V == BwdVariant::kSdpNext) {
       // Each step issues its S^T and dP^T while the step before's dK still runs, and ends with
       // its own dK in flight: the loop's back edge carries dK, whose accumulators only wgmma
       // touches (carrying S^T instead, issued at the end of the step before, made ptxas
       // serialize every wgmma: C7514).
       for (int it = 0; it < total; ++it) {
-        const int s = it & 1;
+        const sm90::PipelineState<2> ps(it);
+        const int s = ps.index();
         int hq, q0;
         step_tile(it, hq, q0);
         const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES,
                        sdOb = sdO + s * K::QT_BYTES;
-        hopper::mbar_wait(bar_full + 8 * s, (it >> 1) & 1);
+        stages.consumer_wait(ps);
         float st[K::NS], dpt[K::NS];
         flash::bwd_issue_fresh<K>(st, aK, sQb);
         flash::bwd_issue_fresh<K>(dpt, aV, sdOb);
-        flash::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
-        if (it > 0) release_stage(s ^ 1);  // the step before's
+        sm90::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
+        if (it > 0) release_stage(sm90::PipelineState<2>(it - 1));  // the step before's
         uint32_t as[K::QK][4];
         flash::bwd_step_dkdv_pre<K, true>(st, dpt, dk, dv, aK, aV, sQb, sdOb, sL + s * Br * 4,
                                           sD + s * Br * 4, sdSb, q0, key_wg, key_row, kw, causal,
                                           scale_log2, as, /*issue_dk=*/false);
         const int d = it % DQS;
-        flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-        hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
+        sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+        sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
         float dq[32];
         flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
         flash::bwd_issue_dk<K>(dk, as, sQb);
-        flash::wgmma_wait<1>();  // dQ (and dV); dK runs on into the next step
+        sm90::wgmma_wait<1>();  // dQ (and dV); dK runs on into the next step
         reg_fence(dq);
-        if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+        if (it >= DQS) sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
         flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-        flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-        hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+        sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+        sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
       }
-      flash::wgmma_wait<0>();  // the last dK
-    } else  // kDkFirst, kDqFirst: each step waits for its own dK
+      sm90::wgmma_wait<0>();  // the last dK
+    } else  // kDqFirst: each step waits for its own dK
     for (int it = 0; it < total; ++it) {
-      const int s = it & 1;
+      const sm90::PipelineState<2> ps(it);
+      const int s = ps.index();
       int hq, q0;
       step_tile(it, hq, q0);
-      hopper::mbar_wait(bar_full + 8 * s, (it >> 1) & 1);
+      stages.consumer_wait(ps);
       const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
       uint32_t as[K::QK][4];
       const bool active = flash::bwd_step_dkdv<K>(
           dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
-          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/K::V == BwdVariant::kDkFirst);
+          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false);
       // ---- both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all keys ----
       const int d = it % DQS;
-      flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-      hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
+      sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+      sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
       float dq[32];
       flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
-      if constexpr (DQ_FIRST) {
-        // dK runs while dQ is staged
-        if (active) {
-          flash::bwd_issue_dk<K>(dk, as, sQb);
-          flash::wgmma_wait<1>();  // dQ (and dV)
-        } else {
-          flash::wgmma_wait<0>();
-        }
+      // dK runs while dQ is staged
+      if (active) {
+        flash::bwd_issue_dk<K>(dk, as, sQb);
+        sm90::wgmma_wait<1>();  // dQ (and dV)
       } else {
-        flash::wgmma_wait<0>();  // dK and dQ
-        release_stage(s);
+        sm90::wgmma_wait<0>();
       }
       reg_fence(dq);
-      if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+      if (it >= DQS) sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
       flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-      flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-      hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
-      if constexpr (DQ_FIRST) {
-        flash::wgmma_wait<0>();  // dK
-        release_stage(s);
-      }
+      sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+      sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+      sm90::wgmma_wait<0>();  // dK
+      release_stage(ps);
     }
     flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
                                [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p,
                                b, k0, kvh, mtid,
-                               [&] { hopper::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+                               [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
   }
 }
 
 namespace {
 
-// How many (batch, kv head) pairs run together, their blocks in order of j (BwdBlock):
-// bwd_pair_group (flash3_tiles.h), or FLASHGPT_FLASH3_BWD_GROUP (a measurement switch).
-int pair_group(const BwdProblem& p, int blocks_per_pair) {
-  static const int forced = [] {
-    const char* e = std::getenv("FLASHGPT_FLASH3_BWD_GROUP");
-    return e ? std::atoi(e) : 0;
-  }();
-  const int pairs = p.B * p.NKV;
-  if (forced > 0) return std::min(forced, pairs);
-  return bwd_pair_group(pairs, blocks_per_pair, cuda_num_sms());
-}
-
 template <class K, DqOrder ORDER>
 void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+  constexpr int HS = K::HS;
   auto kernel = flash3_bwd_kernel<K, ORDER>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), K::SMEM);
   CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
@@ -502,26 +492,21 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
             p.q_ld % 8 == 0 && p.kv_ld % 8 == 0 && p.do_ld % 8 == 0 && p.q_bs % 8 == 0 &&
             p.kv_bs % 8 == 0 && p.do_bs % 8 == 0,
         "flash3 backward: q, k, v, dout must be 16-byte aligned with strides of 8 elements");
-  // 4-D tensor maps (head dim, head, row, batch); a box = one 64-column panel of one head.
-  auto map = [](const __nv_bfloat16* base, int heads, int rows, int B, size_t ld, size_t bs,
-                int box_rows) {
-    const uint64_t dims[4] = {(uint64_t)K::HS, (uint64_t)heads, (uint64_t)rows, (uint64_t)B};
-    const uint64_t strides[3] = {(uint64_t)K::HS * 2, (uint64_t)ld * 2, (uint64_t)bs * 2};
-    const uint32_t box[4] = {64, 1, (uint32_t)box_rows, 1};
-    return hopper::make_tensor_map_bf16_4d(base, dims, strides, box);
-  };
-  const CUtensorMap tq = map(p.q, p.NH, p.Tq, p.B, p.q_ld, p.q_bs, K::Br);
-  const CUtensorMap tdo = map(p.dout, p.NH, p.Tq, p.B, p.do_ld, p.do_bs, K::Br);
-  const CUtensorMap tk = map(p.k, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
-  const CUtensorMap tv = map(p.v, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
-  const float scale = 1.f / sqrtf((float)K::HS);
+  // A box = one 64-column panel of one head (sm90::make_rows_map).
+  const CUtensorMap tq = sm90::make_rows_map(p.q, p.B, p.Tq, p.NH, HS, p.q_ld, p.q_bs, K::Br);
+  const CUtensorMap tdo =
+      sm90::make_rows_map(p.dout, p.B, p.Tq, p.NH, HS, p.do_ld, p.do_bs, K::Br);
+  const CUtensorMap tk = sm90::make_rows_map(p.k, p.B, p.Tk, p.NKV, HS, p.kv_ld, p.kv_bs, K::Bc);
+  const CUtensorMap tv = sm90::make_rows_map(p.v, p.B, p.Tk, p.NKV, HS, p.kv_ld, p.kv_bs, K::Bc);
+  const float scale = 1.f / sqrtf((float)HS);
   const int pairs = p.B * p.NKV, n_j = (int)ceil_div(p.Tk, K::Bc);
   CHECK((long long)pairs * n_j < (1ll << 31), "flash3 backward: B x kv heads x T / %d too large",
         K::Bc);
   // The fixed dQ order chains block j to block j - 1 of its pair: one pair's blocks of a wave
   // would wait one step more each (run 54, groups that fit one wave: HS 64 T 16K 453 -> 306
   // TFLOP/s), so it keeps every pair in one group, where a wave holds a few blocks of each.
-  const int group = ORDER == DqOrder::kFixed ? pairs : pair_group(p, n_j);
+  const int group =
+      ORDER == DqOrder::kFixed ? pairs : bwd_pair_group(pairs, n_j, cuda_num_sms());
   kernel<<<(unsigned)(pairs * n_j), K::NTHREADS, K::SMEM, stream>>>(
       tq, tk, tv, tdo, p, dq_sem, group, scale * kLog2e, scale);
   CUDA_CHECK_LAUNCH();
@@ -530,43 +515,13 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
 template <int HS, BwdVariant V>
 using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
-// Which variant runs: kSdpNext where kBwdSdpNext(HS) (flash3_tiles.h), else kDqFirst; or the
-// one named by FLASHGPT_FLASH3_BWD ("dkfirst" | "dqfirst" | "sdpnext"; sdpnext at HS 64 runs
-// kDqFirst): a measurement switch, read once. --deterministic runs the default's step.
-BwdVariant variant(int HS) {
-  static const int forced = [] {
-    const char* e = std::getenv("FLASHGPT_FLASH3_BWD");
-    if (e && std::strcmp(e, "dkfirst") == 0) return static_cast<int>(BwdVariant::kDkFirst);
-    if (e && std::strcmp(e, "dqfirst") == 0) return static_cast<int>(BwdVariant::kDqFirst);
-    if (e && std::strcmp(e, "sdpnext") == 0) return static_cast<int>(BwdVariant::kSdpNext);
-    return -1;
-  }();
-  if (forced >= 0 && (forced != static_cast<int>(BwdVariant::kSdpNext) || kBwdSdpNext(HS)))
-    return static_cast<BwdVariant>(forced);
-  return kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst;
-}
-
 template <int HS>
 void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
-  if (deterministic) {
-    if constexpr (kBwdSdpNext(HS))
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kSdpNext>, DqOrder::kFixed>(p, dq_sem, stream);
-    else
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kFixed>(p, dq_sem, stream);
-    return;
-  }
-  switch (variant(HS)) {
-    case BwdVariant::kDkFirst:
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDkFirst>, DqOrder::kArrival>(p, dq_sem, stream);
-      break;
-    case BwdVariant::kDqFirst:
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kArrival>(p, dq_sem, stream);
-      break;
-    case BwdVariant::kSdpNext:
-      if constexpr (kBwdSdpNext(HS))
-        launch_bwd<Bwd3TileFor<HS, BwdVariant::kSdpNext>, DqOrder::kArrival>(p, dq_sem, stream);
-      break;
-  }
+  using K = Bwd3TileFor<HS, kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst>;
+  if (deterministic)
+    launch_bwd<K, DqOrder::kFixed>(p, dq_sem, stream);
+  else
+    launch_bwd<K, DqOrder::kArrival>(p, dq_sem, stream);
 }
 
 // dq_sem (zeroed): the fixed order's semaphores (deterministic) or the dQ tickets, dQacc not
@@ -578,28 +533,17 @@ void launch_bwd_any(const BwdProblem& p, int* dq_sem, bool deterministic, cudaSt
   else THROW_ERROR("flash3 attention backward: head size %d is not supported (64 or 128)", p.HS);
 }
 
-// The first partial of each dQ tile stores instead of adding to a zeroed dQacc (saves the D
-// kernel's zeroing: B NH T HS x 4 bytes written), unless FLASHGPT_FLASH3_DQ_ZERO=1 (a
-// measurement switch: zero dQacc first and add every partial, as before).
-bool first_partial_stores() {
-  static const bool v = [] {
-    const char* e = std::getenv("FLASHGPT_FLASH3_DQ_ZERO");
-    return !(e && std::strcmp(e, "1") == 0);
-  }();
-  return v;
-}
-
 }  // namespace
 
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                    const AttnShape& s, bool deterministic, cudaStream_t stream) {
-  const bool stores = first_partial_stores();
-  flash::backward_begin(scratch, dout, out, s, stream,
-                        /*zero_semaphores=*/deterministic || stores, /*zero_dq_accum=*/!stores);
+  // The dQ tickets (or the fixed order's semaphores) zeroed; dQacc not: the first partial of
+  // each dQ tile stores.
+  flash::backward_begin(scratch, dout, out, s, stream, /*zero_semaphores=*/true,
+                        /*zero_dq_accum=*/false);
   const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s);
-  launch_bwd_any(p, deterministic || stores ? flash::dq_semaphores(scratch, s) : nullptr,
-                 deterministic, stream);
+  launch_bwd_any(p, flash::dq_semaphores(scratch, s), deterministic, stream);
   flash::backward_end(dqkv, scratch, s, stream);
 }
 

@@ -20,11 +20,6 @@ namespace flash3 {
 constexpr int kFwdConsumerWGs(int HS) { return HS == 64 ? 3 : 2; }
 constexpr int kFwdBr(int HS) { return 64 * kFwdConsumerWGs(HS); }  // query rows per work tile
 constexpr int kFwdBc = 128;  // keys per K/V tile
-// The two consumer warpgroups take turns issuing their GEMMs (named barriers) when true.
-constexpr bool kFwdPingPongDefault = true;
-// Work tiles handed out by an atomic counter when true; else block k takes tiles k, k + grid, ...
-// of the longest-first order.
-constexpr bool kFwdDynamicDefault = true;
 // Backward step order (flash3_bwd.cu BwdVariant; the measured reasons are in its tuning notes):
 // at HS 128 each step issues its S^T and dP^T while the step before's dK runs (kSdpNext: +2..+5%
 // backward at T 4K-64K, session 13); at HS 64, where those accumulators do not fit beside dK's
