@@ -1,122 +1,56 @@
 // flash3.cu — the "flash3" attention backend: the FlashAttention-3 forward schedule on sm_90a
 // (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024), and the backend class. The backward is
-// flash3_bwd.cu (FlashAttention-2's recomputation on the FA3 warp-specialised schedule). Tile
-// sizes: flash3_tiles.h; limits, saved/scratch bytes, cost: its spec kSpec_flash3
-// (backends.cpp).
+// flash3_bwd.cu. Tile sizes: flash3_tiles.h; limits, saved/scratch bytes, cost: its spec
+// kSpec_flash3 (backends.cpp).
 //
 // Computes, for every (batch b, query head h, query t), causal, scale = 1/sqrt(HS):
 //   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s
 //   lse[b,h,t]   = log sum_{s<=t} exp(scale q_t . k_s)            (fp32, natural log)
-// reading Q, K, V in place from qkv (B, T, NH + 2*NKV, HS) through one 4-D TMA tensor map
-// (dims HS, NH + 2*NKV, T, B: a box never crosses into the next head or sequence, rows >= T
-// read as 0); query head h uses kv head h / (NH/NKV).
-// The same kernel runs one ring pair of context parallelism (forward_problem; attention.cuh
-// AttnFwdProblem, a tensor map per Q, K and V where K/V came from another rank's block): Q rows
-// against K/V rows of their own buffers and strides, either the diagonal
-// pair (causal, as above) or a full pair (every one of the Tk keys visible; the ragged last K/V
-// tile masks keys >= Tk), its (O_blk, LSE_blk) written or merged exactly into the ring's fp32
-// running O and LSE in the epilogue (RING).
+// reading Q, K, V in place from qkv (B, T, NH + 2*NKV, HS) through one TMA tensor map over all
+// its heads (sm90::make_rows_map); query head h uses kv head h / (NH/NKV). The same kernel runs
+// one ring pair of context parallelism (forward_problem, attention.cuh AttnFwdProblem: a map per
+// Q, K, V when K/V came from another rank): the diagonal pair (causal) or a full pair (all Tk
+// keys; the ragged last K/V tile masks keys >= Tk), its (O_blk, LSE_blk) written or merged
+// exactly into the ring's fp32 running (O, LSE) (RING).
 //
-// Schedule (paper notation; Br = 64 x NWG query rows per work tile with NWG consumer
-// warpgroups: 192 at HS 64, 128 at HS 128 (flash3_tiles.h kFwdConsumerWGs); Bc = 128 keys per
-// K/V tile). Persistent grid (one block per SM); work tiles (i, b, h) in order of decreasing i
-// (the longest causal rows first), handed out one at a time (see Work tiles below).
-// 1 + NWG warpgroups per block:
-//   producer (warpgroup 0, setmaxnreg 24; one thread issues everything):
-//     for each work tile (i, b, h):
-//       wait Q_empty; TMA Q_i -> sQ (completes on Q_full)
-//       for j = Tc_i-1 down to 0:            (Tc_i = ceil((last row of tile i + 1) / Bc): tiles
-//         wait K_empty[s]; TMA K_j -> sK[s]    right of the diagonal are never loaded)
-//         wait V_empty[s]; TMA V_j -> sV[s]   (s = n mod STAGES over the block's n-th K/V tile)
-//   consumers (warpgroups 1 .. NWG, setmaxnreg 240 for 2, 160 for 3; warpgroup c owns query
-//   rows 64c .. 64c+63 of the tile):
-//     for each work tile: m_i = -inf, l_i = 0, O_i = 0; wait Q_full
-//       S = Q_c K_{Tc-1}^T (wgmma, both operands in smem); mask (diagonal tile); softmax -> P
-//       for each next j (intra-warpgroup overlap, the paper's Algorithm 2):
-//         issue S_next = Q_c K_j^T;  issue O_i += P V_{j+1} (wgmma, P from registers)
-//         wait for S_next; release K_j; mask if on the diagonal;
-//         m_new = max(m_i, rowmax(S)); P = exp2(S scale log2e - m_new scale log2e);
-//         l_i = exp2((m_i - m_new) scale log2e) l_i + rowsum(P)      (while P V runs)
-//         wait for P V; release V_{j+1}; O_i *= exp2((m_i - m_new) scale log2e); m_i = m_new
-//       O_i += P V_0; O_i /= l_i -> bf16 via smem, 16-byte stores of rows < T; LSE_i
-//     ping-pong (kFwdPingPongDefault): the consumer warpgroups take turns, round the ring, to
-//     issue their GEMMs (a named barrier each), so that one's softmax runs under the others'
-//     GEMMs. With 3 (HS 64) each softmax has two warpgroups' GEMMs to hide under, not one.
-// Work tiles: kFwdDynamicDefault: the producer takes the next tile of the longest-first list
-// from an atomic counter (one int of the scratch, zeroed before the launch) and passes its index
-// to the consumers in shared memory with the Q_full phase; else block k takes k, k + grid, ...
-// The list is row-major (the longest rows of every head first) while the K/V of all heads fit
-// L2, else head-major (work_tile; flash3_tiles.h kv_outgrows_l2 has the measurements): with
-// row-major order at long T the ~132 running tiles belong to every head at scattered points of
-// their rows, so their K/V reads miss L2; head-major keeps them on one head's K/V.
-// Only tiles that cross the diagonal are masked (with Br = 192 the first two of a row; a
+// Algorithm (paper notation; Br = 64 x NWG query rows per work tile, NWG consumer warpgroups:
+// 3 at HS 64 (Br 192), 2 at HS 128 (Br 128); Bc = 128 keys per K/V tile). A persistent grid over
+// the work tiles (i, b, h), longest first (sm90/scheduler.cuh), 1 + NWG warpgroups per block:
+//   producer (fwd_load; setmaxnreg 24, one thread):
+//     for each work tile: wait Q empty; TMA Q_i (completes on Q full, with the tile's index)
+//       for j = Tc_i - 1 down to 0 (tiles right of the diagonal are never loaded), stage s of
+//       the ring (sm90/pipeline.cuh): wait K empty[s]; TMA K_j; wait V empty[s]; TMA V_j
+//   consumers (Fwd3Consumer; setmaxnreg 160 for 3, 240 for 2; warpgroup c owns rows 64 c ..):
+//     for each work tile: wait Q full; m_i = -inf, l_i = 0, O_i = 0
+//       mainloop: S = Q_c K_{Tc-1}^T (wgmma, both operands in smem); mask; softmax -> P
+//         for each next j (the paper's Algorithm 2): issue S = Q_c K_j^T and O_i += P V_{j+1}
+//           (P from registers); wait S; release K_j; mask (diagonal tiles only); online
+//           softmax (online_softmax.cuh) while P V runs; wait P V; release V_{j+1}; O_i *= alpha
+//         O_i += P V_0
+//       epilogue (fwd_epilogue.cuh): O_i / l_i -> bf16 via smem, 16-byte stores of rows < T;
+//         LSE_i (or the ring's merge)
+//     The consumer warpgroups take turns, round the ring, to issue their GEMMs (named
+//     barriers), so that each softmax runs under the other warpgroups' GEMMs.
+// Only tiles that cross the diagonal are masked (with Br 192 the first two of a row; a
 // warpgroup whose rows all precede a tile's keys computes it masked whole: P = 0).
-// Row tiles end at T (tile i starts at T - (Tr - i) Br): a ragged tile is the first, the
-// shortest row, whose rows < 0 compute on zero-filled Q rows (TMA reads negative rows as 0) and
-// are never stored. (Tiles from row 0 would leave the ragged tile last, the longest: at HS 64,
-// T 4096 = 21 x 192 + 64, two of its three warpgroups would idle through all 32 K/V tiles.)
 //
-// Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any T
-// >= 1 up to 4M. A ring pair: rows 16-byte aligned; static tile order (the ring passes no
+// Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any
+// T >= 1 up to 4M. A ring pair: rows 16-byte aligned; the static tile order (the ring passes no
 // scratch for the counter; at its lengths every block runs hundreds of tiles).
 //
-// Tuning notes. H100 80GB HBM3, causal bf16, 16384 tokens per batch (B = 16384 / T; 12 heads at
-// HS 64, 16 at HS 128), forward TFLOP/s = 2 B NH T^2 HS / time, scripts/bench_attention.py with
-// PyTorch 2.11 SDPA in the same run; logs in bench/results/flash3_nvidia-h100_2026-11-23/.
-// Floors: at HS 128 a 128 x 128 tile pair is 2048 tensor-core clocks per SM against 1024 for its
-// 2 x 64 x 128 exponentials (MUFU, 16/clk): GEMM-bound, so overlap can reach the wgmma rate. At
-// HS 64 both are 1024 clocks: only a perfect overlap of every exponential (and the max, scale
-// and convert instructions around them) with the GEMMs would reach the wgmma rate.
-//   HS / T:                          64/4K  64/16K  128/4K  128/16K  (cuDNN over 4 runs: 323-357
-//                                                                      408-437 513-557 611-630)
-//   v1 overlap only, static grid      369    427     518     595     all GPU tests pass first run
-//   v1 + ping-pong (predicted +5-10%  379    428     531     615     +0-3%: the intra-warpgroup
-//      at HS 128 from hiding the                                      overlap already hides most
-//      softmax under the other WG)                                    of the softmax; kept
-//   v3 + dynamic tile scheduler       403    462     548     680     +6-12%: the static stride
-//      (atomic counter; predicted                                     hands each block a fixed
-//      +3-12% from the static                                         share of the longest-first
-//      stride's imbalance)                                            list, 3-12% imbalance
-//   v4 = v3 defaults, final run       388    460     538     674     cuDNN same run: 351 424 547
-//                                                                      613 (1.11 1.09 0.98 1.10x)
-//   At T = 65536 (v2, static): 372 (HS 64) and 531 (HS 128) against cuDNN 460 and 604.
-// Session 10 (2026-11-25, H100, bench/results/flash3_fwd_nvidia-h100_2026-11-25_session10/):
-//   3 consumer warpgroups at HS 64 (Br 192, FlashAttention-3's tile there; the ring of turns;
-//   64-row TMA boxes; row tiles end-aligned). Run 63, 3 interleaved rounds, medians against
-//   Br 128 in the same binary (FLASHGPT_FLASH3_FWD_WG=2): HS 64 forward T 1K/4K/8K/16K/64K
-//   260/405/449/440/458 -> 281/460/512/526/526 TFLOP/s (+8/+14/+14/+19/+15%), fwd+bwd +2..+4%.
-//   Predicted: the 2-warpgroup ping-pong leaves each softmax one warpgroup's GEMMs (256 + 256
-//   tensor clocks) to hide under while its exponentials alone take 512 MUFU clocks per SM
-//   sub-partition; with 3 it gets two warpgroups' GEMMs. At HS 128 the consumers' 240 registers
-//   (O 64 + S 64 + P 32 per thread) do not fit the 160 that 3 warpgroups leave.
-//   Tried and removed (run 62, HS 64 on Br 128): 1/8 or 1/4 of P's exponentials on the FMA pipe
-//   (a degree-3 polynomial, FlashAttention-4's trick against the MUFU bound): -1..-5% at HS 64,
-//   -3..-12% at HS 128; skipping O's rescale in warps where no row max changed (a vote): 0 at
-//   HS 64, -1..-4% at HS 128. So the 2-warpgroup forward was not bound by MUFU throughput (it ran
-//   at about half of both bounds) but by the latency of each warpgroup's S -> softmax -> P V
-//   chain, which the third warpgroup hides.
-//   Run 65 (3 interleaved rounds): without the turns (FLASHGPT_FLASH3_FWD=overlap) the 3
-//   warpgroups lose 5-11% at HS 64 (4K/16K/64K 465/557/520 -> 441/497/494): turns kept. Tried
-//   and removed: HS 128 on 3 warpgroups with K/V tiles of 64 keys (Br 192, Bc 64: O 64 + S 32 +
-//   P 16 registers fit 160), with turns 0.998/0.989/1.000, without 1.012/0.987/1.010 of the
-//   tree's 558/623/637 TFLOP/s: the halved tiles give back what the third warpgroup hides.
-//   Tried and removed (run 71): the next work tile's first S issued with this tile's last P V
-//   (a second Q buffer), to run under the epilogue; predicted +2-4% at 4K, got 15-33% slower
-//   at every shape (no ptxas serialisation message once O's zeroing became scale_d 0); with
-//   the producer claiming the next tile early (run 72) still 25-35% slower, so not the loads'
-//   order, nor the runtime scale_d (run 73: zeroed O, 21-31% slower), nor two Q buffers alone
-//   (run 74: noise). The same restructured loop without the prefetch (run 75) loses only 1-8%:
-//   the S in flight across the epilogue (and a turn of two GEMMs) is what costs; why, not
-//   found (diffs in the results folder).
-//   Tried and removed (session 11, run 83, bench/results/flash3_bwd_nvidia-h100_2026-11-26_
-//   session11/): at HS 128, Q_c in registers for S (ldmatrix once per tile, RS wgmma): forward
-//   0.99-1.01 of the tree at T 1K-64K, noise; shared-memory bandwidth does not bound it.
-// Stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
-// HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills (ptxas); producer 24
-// registers, consumers 240 (2 warpgroups) or 160 (3).
+// Tuning notes (H100 80GB HBM3, causal bf16, 16384 tokens per batch; the history and the removed
+// variants: docs/notes/flash3.md):
+//   - 3 consumer warpgroups at HS 64: +8..+19% forward over 2 (T 1K-64K); at HS 128 the
+//     consumers' 240 registers (O 64 + S 64 + P 32 per thread) do not fit the 160 that 3 leave.
+//   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups.
+//   - the atomic-counter scheduler: +6..+12% over the static stride; head-major order once the
+//     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
+//   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
+//     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills; producer 24 registers.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
-// Bench: python3 scripts/bench_attention.py --backends flash,flash3
+// Bench: ./build/flashgpt bench-attention --backends flash,flash3
+//        python3 scripts/bench_attention.py --backends flash,flash3
 #include <cfloat>
 
 #include "kernels/attention/flash.cuh"
@@ -262,34 +196,20 @@ __device__ __forceinline__ void fwd_load(const Fwd3Smem<K>& sm, volatile int* ti
       break;
     }
     const FwdWork t = sched.work(w);
-    const int kvh = t.h / (sched.NH / a.NKV);
     sm.q_bars.producer_expect(qs, K::Q_BYTES);
-#pragma unroll
-    for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-      for (int r = 0; r < Br; r += K::BOX)
-        sm90::tma_load_4d(sm.q + p * K::Q_PANEL + r * 128, &tm_q, sm.q_bars.full_bar(0), p * 64,
-                          t.h, t.q0 + r, t.b);
+    sm90::tma_load_rows<Br, PANELS, K::BOX>(sm.q, &tm_q, sm.q_bars.full_bar(0), t.h, t.q0, t.b);
     for (int jj = 0; jj < t.n_kv; ++jj, kv.advance()) {
       const int j = t.n_kv - 1 - jj;
       sm.k_bars.producer_acquire(kv);
       sm.k_bars.producer_expect(kv, K::KV_BYTES);
-#pragma unroll
-      for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-        for (int r = 0; r < Bc; r += K::BOX)
-          sm90::tma_load_4d(sm.k_stage(kv.index()) + p * K::KV_PANEL + r * 128, &tm_k,
-                            sm.k_bars.full_bar(kv.index()), p * 64, a.k_head0 + kvh, j * Bc + r,
-                            t.b);
+      sm90::tma_load_rows<Bc, PANELS, K::BOX>(sm.k_stage(kv.index()), &tm_k,
+                                              sm.k_bars.full_bar(kv.index()), a.k_head0 + t.kvh,
+                                              j * Bc, t.b);
       sm.v_bars.producer_acquire(kv);
       sm.v_bars.producer_expect(kv, K::KV_BYTES);
-#pragma unroll
-      for (int p = 0; p < PANELS; ++p)
-#pragma unroll
-        for (int r = 0; r < Bc; r += K::BOX)
-          sm90::tma_load_4d(sm.v_stage(kv.index()) + p * K::KV_PANEL + r * 128, &tm_v,
-                            sm.v_bars.full_bar(kv.index()), p * 64, a.v_head0 + kvh, j * Bc + r,
-                            t.b);
+      sm90::tma_load_rows<Bc, PANELS, K::BOX>(sm.v_stage(kv.index()), &tm_v,
+                                              sm.v_bars.full_bar(kv.index()), a.v_head0 + t.kvh,
+                                              j * Bc, t.b);
     }
     w = sched.template next<K::DYNAMIC>(w, a.tile_counter);
   }
@@ -314,9 +234,9 @@ struct Fwd3Consumer {
   __device__ __forceinline__ void turn_begin() const { sm90::named_bar_sync(bar_turn_mine, 256); }
   __device__ __forceinline__ void turn_end() const { sm90::named_bar_arrive(bar_turn_next, 256); }
   // Lane 0 of each consumer warp releases a stage (K::CONSUMER_WARPS arrivals).
-  template <int STAGES>
-  __device__ __forceinline__ void release(const sm90::StageBarriers<STAGES>& bars,
-                                          const sm90::PipelineState<STAGES>& s, int lane) const {
+  template <int STAGES, class Use>
+  __device__ __forceinline__ void release(const sm90::StageBarriers<STAGES>& bars, const Use& s,
+                                          int lane) const {
     if (lane == 0) bars.consumer_release(s);
   }
   // S = Q_c K^T from K stage st (k-steps over the head dim; the first overwrites S).
@@ -368,14 +288,12 @@ struct Fwd3Consumer {
 
   // ---- mainloop: O_i, m_i, l_i of one work tile (the paper's Algorithm 2: S_j is issued with
   // P V_{j+1}, the softmax of S_j runs while P V_{j+1} does) ----
-  __device__ __forceinline__ void mainloop(float (&o)[NO], float (&m_i)[2], float (&l_i)[2],
+  __device__ __forceinline__ void mainloop(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
                                            const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
                                            const sm90::PipelineState<1>& qs, bool causal, int Tk,
                                            float scale_log2, int lane) const {
     const int q0 = t.q0, n_kv = t.n_kv;
     const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
-    float s[NS], alpha[2];
-    uint32_t p[KP][4];
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n] = 0.f;
 
@@ -391,7 +309,7 @@ struct Fwd3Consumer {
     mask(s, n_kv - 1, q0, row0, causal, Tk);
     softmax(s, m_i, l_i, alpha, scale_log2);
     pack_p(p, s);
-    sm90::PipelineState<K::STAGES> prev = kv;
+    sm90::StageSlot prev = kv.slot();  // V_{j+1}'s stage, released after the next P V
     kv.advance();
     // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
     for (int jj = 1; jj < n_kv; ++jj, kv.advance()) {
@@ -419,7 +337,7 @@ struct Fwd3Consumer {
         o[4 * n + 3] *= alpha[1];
       }
       pack_p(p, s);
-      prev = kv;
+      prev = kv.slot();
     }
     // ---- last P V ----
     sm.v_bars.consumer_wait(prev);
@@ -440,14 +358,27 @@ struct Fwd3Consumer {
     float* lse_bh = a.lse + ((size_t)b * a.NH + h) * a.lse_T;
     auto frag = [&](int n, int e) { return o[4 * n + e]; };
     if constexpr (RING) {
-      // the ring's running (O, LSE), overwritten or merged
+      // the ring's running (O, LSE), overwritten or merged (fwd_epilogue.cuh's merge). Each
+      // row's LSE is read by the 4 threads of its quad and written by one: a __syncwarp that every
+      // lane reaches splits the reads from the write. fp32 straight from the registers (8-byte
+      // stores; the merge reads the old rows anyway).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        const float l = flash::quad_sum(l_i[r]);
+        const float inv = flash::inv_row_sum(l);
         const int row = q0 + c * 64 + wq * 16 + g + 8 * r;
         const bool ok = row >= 0 && row < Tq;
-        flash::epilogue_ring_row<NO / 4>(
-            frag, r, l_i[r], m_i[r], a.scale, lse_bh + (ok ? row : 0),
-            a.o_run + (size_t)b * a.o_bs + (size_t)row * a.o_ld + (size_t)h * HS, ok, a.merge, t4);
+        const flash::RingMerge w = flash::ring_merge_weights(
+            flash::row_lse(l, m_i[r], a.scale), lse_bh + (ok ? row : 0), a.merge && ok);
+        __syncwarp();
+        if (ok) {
+          if (t4 == 0) lse_bh[row] = w.lse;
+          float* orow = a.o_run + (size_t)b * a.o_bs + (size_t)row * a.o_ld + (size_t)h * HS;
+#pragma unroll
+          for (int n = 0; n < NO / 4; ++n)  // 8-column tile n
+            flash::ring_merge_o2(orow + n * 8 + 2 * t4, o[4 * n + 2 * r], o[4 * n + 2 * r + 1],
+                                 inv, w, a.merge);
+        }
       }
     } else {
       // bf16 O_i staged in this warpgroup's rows of sO (64-column panels), then 16-byte stores
@@ -472,7 +403,7 @@ struct Fwd3Consumer {
       flash::epilogue_store_rows<64, HS / 8, 128>(
           ctid, c * 64, [&](int rl, int ch) { return sm.o + flash::pswz<Br>(rl, ch); },
           [&](int rl) { return gO + (size_t)(q0 + rl) * a.o_ld; },
-          [&](int rl) { return q0 + rl >= 0 && q0 + rl < Tq; });
+          [&](int rl) { return !(q0 + rl < 0 || q0 + rl >= Tq); });
     }
   }
 };
@@ -491,7 +422,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   volatile int* tile_slot = reinterpret_cast<volatile int*>(smem_raw + (s0 + K::OFF_SLOT - smem_u32(smem_raw)));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const bool causal = RING ? a.causal != 0 : true;  // the whole-sequence forward is causal
-  const FwdScheduler<K::Br, K::Bc> sched(a.B, a.NH, a.Tq, a.Tk, a.head_major, causal);
+  const FwdScheduler<K::Br, K::Bc> sched(a.B, a.NH, a.NKV, a.Tq, a.Tk, a.head_major, causal);
 
   if (tid == 0) {
     sm.q_bars.init_stage(0, 1, K::CONSUMER_WARPS);
@@ -518,8 +449,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       const int w = tile_slot[qs.phase()];
       if (w >= sched.n_work) break;
       const FwdWork t = sched.work(w);
-      float o[K::NO], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
-      cons.mainloop(o, m_i, l_i, t, kv, qs, causal, a.Tk, a.scale_log2, lane);
+      float o[K::NO], s[K::NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
+      uint32_t p[K::KP][4];
+      cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane);
       cons.epilogue(o, m_i, l_i, t, a, a.Tq);
     }
     if (cons.c == 0) sm90::named_bar_sync(kBarTurn0, 256);  // the last warpgroup's last turn_end
@@ -633,20 +565,6 @@ namespace {
 class Flash3Attention final : public FlashFamilyBackend {
  public:
   Flash3Attention() : FlashFamilyBackend(attention_spec("flash3")) {}
-
-  void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);  // the FP32 build stops here: flash3 is bf16-only
-#if !defined(ENABLE_FP32)
-    flash3::forward_bf16(a.out, static_cast<float*>(a.saved), a.scratch, a.qkv, a.shape, stream);
-#endif
-  }
-  void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);
-#if !defined(ENABLE_FP32)
-    flash3::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out,
-                          static_cast<const float*>(a.saved), a.shape, a.deterministic, stream);
-#endif
-  }
 #if !defined(ENABLE_FP32)
   void ring_forward(const AttnFwdProblem& p, cudaStream_t st) const override {
     flash3::forward_problem(p, st);
@@ -655,6 +573,15 @@ class Flash3Attention final : public FlashFamilyBackend {
     flash3::backward_problem(p, st);
   }
 #endif
+
+ protected:
+  void forward_bf16(const Bf16ForwardArgs& a, cudaStream_t st) const override {
+    flash3::forward_bf16(a.out, a.lse, a.scratch, a.qkv, a.shape, st);
+  }
+  void backward_bf16(const Bf16BackwardArgs& a, cudaStream_t st) const override {
+    flash3::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out, a.lse, a.shape,
+                          a.deterministic, st);
+  }
 };
 
 }  // namespace

@@ -33,118 +33,24 @@
 // no __syncthreads in the loop (one 256-thread named barrier per step instead of two block-wide
 // ones), and the dQ add (and the deterministic order's wait) leaves the math warps' path.
 //
-// Tuning notes. H100 80GB HBM3, 2026-11-25, causal bf16, 16384 tokens per batch (12 heads at
-// HS 64, 16 at HS 128), backward TFLOP/s (2.5 x 4 B NH T^2 HS / 2 / time), `flashgpt
-// bench-attention`, medians of 20; logs: bench/results/flash3_bwd_nvidia-h100_2026-11-25/.
-//   HS / T:                               64/4K  64/16K  64/64K  128/4K  128/16K  128/64K
-//   flash's kernel (same run as v1)        351    417     418     371     395      441
-//   v1 warp-specialised, dK before the     348    435     429     373     438      475
-//      meeting (predicted +10-20%: the math warps stop loading and lose a barrier per step;
-//      got -1 to +11%, most at long T)
-//   v2 dQ issued before dK, its staging    372    430-461 430-437 371-374 422-447  484-487
-//      under dK (predicted +3-5%; got 0-3% at HS 128, noise at HS 64: 3 runs)
-//   tried, removed: each math warpgroup    290    413     416     271     381      394
-//      adds its own dQ partial over its 64 keys (no meeting, so the warpgroups could run out
-//      of phase; twice the dQ bytes into L2): predicted +10%, got 13-27% slower (commit 6b29e8b)
-//   --deterministic on v2                  342    401     425     320     431      478
-//      (8 / 13 / 1 / 15 / 4 / 1% slower; flash's kernel: 14-24%): over the 3% that would
-//      make it the default at short T, so it stays a flag
-// Tried on v2 and removed (2026-11-25 session 8, runs 45-48: each against v2 in the same call,
-// 2-3 interleaved rounds; the diffs are in the results folder). HS 128 backward, ratio to v2:
-//   HS 128 / T:                                                        4K    16K   64K
-//   dqlag: no meeting; step it issues dQ_{it-1} from 3 dS^T buffers,   1.00  0.98  0.94
-//      so one warpgroup's exponentials may run under the other's
-//      products (predicted +5-10%)
-//   dqlagturns: dqlag + FlashAttention-3's turn-taking on the S^T,     0.88  0.79  0.79
-//      dP^T issue (named barriers; the warpgroups half a step apart)
-//   loader: TMA loads issued before the LSE/D rows' loads              0.94  0.98  0.98
-//   LSE_i, D_i rows read into registers before the waits (the short-   0.98  0.96  1.01
-//      scoreboard stalls of the profile below); HS 64: 0.90 0.91 0.97
-//   3 (Q_i, dO_i) stages, one dQ staging buffer (HS 128 only; 8K 1.02, 0.89  0.99  1.02
-//      32K 1.03): under 3% where it helps, 11% slower at 4K
-// So the math warpgroups gain nothing from running out of phase, and the loader keeps ahead with
-// two stages. A source-level profile (run 46, HS 128 T 16K) spreads the stalls over the step:
-// the largest line is the mbarrier wait (5.7% of samples), then the LSE/D reads (3%, 4 x 1%),
-// the proxy fence and the named barriers (about 1% each).
-// Nsight Compute (v2, HS 128, T 16K, clocks locked at 1.45 GHz): tensor pipe 57% busy, issue
-// slots 45%, L1/shared 62%, L2 54%, DRAM 17%, 0.66 eligible warps per scheduler. What is left,
-// as far as we can tell: at HS 128 (Br 64) S^T, dP^T and dQ are m64n64 products with both
-// operands in shared memory, 4 KB per 32-clock k-step per warpgroup, the SM's whole shared-
-// memory bandwidth for one warpgroup, so the two warpgroups' products run at about half rate;
-// larger products need accumulators the 240 registers do not have (not confirmed by a counter).
-// Block order (session 9, runs 51-53): with one group of all pairs (block j of every pair, then
-// j + 1, ...) the ~132 running blocks belong to ~64 pairs at B 4, T 4K, so each Q_i, dO_i tile
-// is read from DRAM about once per wave and the dQacc rows leave L2 between adds; in pair groups
-// that fit one wave the blocks of a group read them together. HS 128 4K backward 380 -> 433-447
-// TFLOP/s (+14-17%), 8K +3%, 16K/64K +2-4%, HS 64 +1-5% (the table: flash3_tiles.h). ncu
-// (no clock lock, no cache flush, HS 128 B 4 T 4K): main kernel 1.63 -> 1.35 ms; the D + zero
-// and dQ convert kernels around it stay at 94 and 70 us (268 and 201 MB: 2.9 TB/s, at HBM's rate).
-// First partial stores (run 56): with a ticket per dQ tile the D kernel no longer zeroes dQacc
-// (its 134 MB of writes at HS 128 B 4 T 4K): D 93 -> 55 us (ncu), backward HS 128 4K +2.8%
-// (447 -> 460 TFLOP/s, 3 interleaved rounds), the other points within +-2% (noise); predicted
-// +2.5% at 4K from the bytes. The writer waits for the first store only when it is not the
-// first comer, which is rare: block j's first step is the diagonal tile, which blocks < j reach
-// later. FLASHGPT_FLASH3_DQ_ZERO=1 runs the zeroed way.
-// Tried and removed (run 60): the last pair group merged to at least 2 SMs / n_j pairs, so that
-// its work outlasts its longest block (predicted +3-6% from an idle tail at 4K-16K): -1.4 to
-// +1.1%, noise; the tail is not there.
-// Tried and removed (session 10, run 66): the dQ convert fused into each (batch, kv head) pair's
-// last block (its math warpgroups convert the pair's dQacc rows from L2; no convert kernel):
-// predicted -60 us at HS 128 B 4 T 4K, got 4-11% slower at HS 64 and 128, T 4K-32K: one block
-// converting a pair is L2-latency-bound (~60 us for 2 MB) and holds its SM from the next blocks
-// (bench/results/flash3_fwd_nvidia-h100_2026-11-25_session10/, with the diff).
-// Session 11 (runs 87-91): Nsight Compute against cuDNN's backward at HS 128 T 4K: the same time,
-// but 514 M instructions against 371 M, the excess integer work (wgmma descriptor and smem
-// address arithmetic) and st.shared. Kept: descriptors built once per operand and stepped per
-// k-step (Bwd3Tile DESC_AT, flash_bwd_wgmma.cuh OperandDesc: backward +0.3..+3.2%), dS^T stored by
-// stmatrix at HS 128 (DS_STMATRIX: +2.2% at 4K); 414 M instructions now. Removed (run 94): the
-// causal mask's compares branched to the diagonal steps only: 369 M instructions, 1-6% slower.
-// Where the time goes against cuDNN (session 11, run 78: ncu and torch.profiler kernel times,
-// HS 128 T 4K): cuDNN's backward is the same four kernels' shape; D 47 us (cuDNN 92), main
-// kernel 1311 us (1286), dQ convert 64 us (74). So the gap is the main kernel: 2% at 4K, ~3.5%
-// at 16K (4958 us for cuDNN's).
-// Tried and removed (session 11, runs 79-80): the dQ convert fused into the last partial of each
-// Q tile, (a) its writer waiting for each add to complete and counting it, the completing one
-// loading the tile back for the producer warps to convert; (b) tickets taken as the step starts,
-// the last one loading the others' sum for the math warpgroups to finish dQ from registers.
-// Predicted +4.5% at HS 128 4K; got 7-19% (a) and 4-15% (b) slower at HS 128: any global round
-// trip between a step's partial and its staging buffer's next use delays the buffer, which the
-// tree frees a whole step early (bench/results/flash3_bwd_nvidia-h100_2026-11-26_session11/).
-// Also tried there and removed: S^T's A (the warpgroup's K rows) in registers, RS wgmma (run 81:
-// HS 64 +-1.5%, so shared-memory bandwidth does not bound the step; HS 128 spills, -13..-19%);
-// the next step's S^T and dP^T issued under this step's dK (run 82: spills, -31..-49%).
-// Session 12 (runs 95-108, bench/results/flash3_bwd_nvidia-h100_2026-11-26_session12/, timed with
-// bench-attention --warmup-ms 500): ncu at HS 128 T 16K, ours / cuDNN's: 4.71 / 4.56 ms, tensor
-// pipe 60 / 64%, shared-memory wavefronts 725 / 699 M (wgmma operand reads included: both move
-// the same bytes). Tried and removed, backward against the tree: one math warpgroup per step
-// computing the whole dQ_i as one m64n128 product, turns by step parity (48 KB of operand reads
-// per step instead of 64; the layout cuDNN's counters suggest): -13..-17%; LSE_i, D_i read
-// before the waits they follow (run 96's profile had 8.5% of samples on those reads): HS 128
-// -4..+1%, HS 64 -6..-11%; dQ added into dQacc by red.global.add.v2.f32 from registers (no
-// staging, no writer): -15%; dQ staged by stmatrix (half the store instructions): -4..-5%; the
-// causal-mask branch of run 94 and 3 (Q_i, dO_i) stages, both re-timed at sustained clocks:
-// noise (0.99-1.01); dQ staged during the next step, after its S^T issue (run 108): -2..-4%
-// (the staging then shares shared memory with SS operand reads instead of an RS product's). The
-// step's end (dQ staging, its fence and arrive) is where the warps trail the tensor pipe; none of
-// these shortened it.
-// Session 13 (runs 110-115, bench/results/flash3_bwd_nvidia-h100_2026-11-26_session13/): the
-// step's end was the tensor pipe draining: each step waited for its dK before the next S^T could
-// be issued. Now (kSdpNext, HS 128) a step issues its S^T and dP^T first, then waits for the step
-// before's dK, which ran under this step's issue, the other warpgroup's tail and the dQ staging.
-// Backward against kDqFirst, one binary, 3 interleaved rounds, T 4K/16K/64K: S^T alone issued
-// early (kStNext) 1.039/1.021/1.049 (run 111) and 1.006/1.028/1.036 (run 112); S^T and dP^T
-// (kSdpNext) 1.025/1.055/1.036 (run 112); kStNext with dK's A read back from the dS^T in smem
-// (16 registers freed) 1.020/1.020/1.033 (run 111). At HS 64 kStNext is 0.94-1.00 and kSdpNext
-// does not fit (ptxas serializes the wgmmas: 0.90), so HS 64 keeps kDqFirst. ptxas decides it:
-// the first try (run 110: S^T issued at the end of a step for the next one) ran 13-15% slower
-// because every wgmma was serialized (C7518, then C7514 as the code changed): an accumulator
-// in flight across the loop's back edge that ordinary instructions read later (S^T), a register
-// zeroed by copying another accumulator register, or a wgmma issued under a branch its consumer
-// does not share. The rotated loop carries dK across the back edge instead (only wgmma touches
-// dK's accumulators), zeroes by immediates (zero_acc) and computes every step (bwd_step_dkdv_pre).
-// Check the ptxas -v output for C751x lines after any change here. --deterministic runs kSdpNext
-// too: 360/492/500 TFLOP/s at HS 128 T 4K/16K/64K against kDqFirst's 361/486/499 (runs 113,
-// 103), so its cost against the faster default grew to 22/8/9%.
+// Tuning notes (H100 80GB HBM3, causal bf16, 16384 tokens per batch, backward TFLOP/s; the
+// history and the removed variants: docs/notes/flash3.md):
+//   - warp specialisation over flash's kernel (same products and tiles): -1..+11%, most at long
+//     T; dQ issued before dK with its staging under dK: 0..+3% at HS 128.
+//   - HS 128 (kSdpNext): each step issues its S^T and dP^T while the step before's dK runs, so
+//     the tensor pipe does not drain between steps: +2.5..+5.5% at T 4K-64K. At HS 64 those
+//     accumulators do not fit beside dK's and ptxas serializes the wgmmas (0.90x): kDqFirst.
+//     ptxas serializes every wgmma (C7510-series warnings, 13-15% slower) when an accumulator in
+//     flight across the loop's back edge is read by ordinary instructions, a register is zeroed
+//     by copying an accumulator register, or a wgmma is issued under a branch its consumer does
+//     not share: the loop carries dK across the back edge, zeroes by immediates
+//     (sm90::zero_acc) and computes every step (bwd_step_dkdv_pre). Check the ptxas -v output
+//     for C751x lines after any change here.
+//   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
+//     all pairs; the first partial of each dQ tile stores (no zeroing in the D kernel): +2.8% at
+//     HS 128 4K.
+//   - --deterministic (the fixed dQ order) costs 22/8/9% at HS 128 T 4K/16K/64K (360/492/500
+//     TFLOP/s): a flag, not the default.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
@@ -180,13 +86,12 @@ using flash::kLog2e;
 using sm90::reg_fence;
 using flash::smem_u32;
 
-// The order of a step's tail (flash3_tiles.h picks; FLASHGPT_FLASH3_BWD names one): both math
-// warpgroups write dS^T, meet, and each computes its half of dQ_i = dS_ij K_j over all Bc keys
-// (flash's split); kDqFirst issues dQ before dK so that dQ's staging runs under dK, kDkFirst
-// issues dK before the meeting (as flash's kernel); kSdpNext (HS 128 only: at HS 64 the
-// registers are not there and ptxas serializes the wgmmas) is kDqFirst with each step's S^T and
-// dP^T issued while the step before's dK still runs, so that the tensor pipe does not drain
-// between steps. flash3_tiles.h kBwdSdpNext picks, for --deterministic too.
+// The order of a step's tail (flash3_tiles.h kBwdSdpNext picks): both math warpgroups write
+// dS^T, meet, and each computes its half of dQ_i = dS_ij K_j over all Bc keys (flash's split);
+// kDqFirst issues dQ before dK so that dQ's staging runs under dK; kSdpNext (HS 128 only: at
+// HS 64 the registers are not there and ptxas serializes the wgmmas) is kDqFirst with each
+// step's S^T and dP^T issued while the step before's dK still runs, so that the tensor pipe does
+// not drain between steps. The same variant runs with --deterministic.
 enum class BwdVariant { kDqFirst, kSdpNext };
 
 // Compile-time traits: flash's step sizes (flash::BwdTileWG) plus this kernel's shared memory.
@@ -200,7 +105,7 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   static constexpr bool DESC_AT = true;
   // dS^T stored by stmatrix.x4 (bwd_step_dkdv) at HS 128: backward +0.3/+2.2/+0.4/-0.3% at T
   // 1K/4K/16K/64K, 434 -> 414 M instructions at 4K; at HS 64 +0.5/-0.5/-0.6/-1.3%, so not there
-  // (session 11 run 91, H100, 3 interleaved rounds against the tree)
+  // (H100, 3 interleaved rounds against the tree)
   static constexpr bool DS_STMATRIX = HS == 128;
   static constexpr int NTHREADS = 384;         // producer warpgroup + 2 math warpgroups
   static constexpr int MATH_THREADS = 256;
@@ -394,11 +299,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     // Stage s read (Q_i, dO_i by wgmma, LSE_i, D_i by this warp's loads): lane 0 of each math
     // warp arrives on empty[s]; the other lanes' loads are ordered before it by the bar.sync and
     // the .sync.aligned wgmma waits in between. compute-sanitizer racecheck models an mbarrier
-    // hand-off only for the threads that arrive (even after a __syncwarp: the probe in
-    // bench/results/flash3_bwd_nvidia-h100_2026-11-26_session13/), so it reports the loader's next
-    // LSE/D stores as WAR hazards; a build with kEveryThreadReleases makes every math thread
-    // arrive (racecheck: 0 hazards, runs 120 and 124), which costs --deterministic 5-27% at HS 128
-    // T 64K (run 123).
+    // hand-off only for the threads that arrive (even after a __syncwarp: a probe showed it), so
+    // it reports the loader's next LSE/D stores as WAR hazards; a build with
+    // kEveryThreadReleases makes every math thread arrive (racecheck: 0 hazards), which costs
+    // --deterministic 5-27% at HS 128 T 64K.
     auto release_stage = [&](const sm90::PipelineState<2>& ps) {
       if (kEveryThreadReleases || lane == 0) stages.consumer_release(ps);
     };
@@ -503,8 +407,8 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
   CHECK((long long)pairs * n_j < (1ll << 31), "flash3 backward: B x kv heads x T / %d too large",
         K::Bc);
   // The fixed dQ order chains block j to block j - 1 of its pair: one pair's blocks of a wave
-  // would wait one step more each (run 54, groups that fit one wave: HS 64 T 16K 453 -> 306
-  // TFLOP/s), so it keeps every pair in one group, where a wave holds a few blocks of each.
+  // would wait one step more each (groups that fit one wave: HS 64 T 16K 453 -> 306 TFLOP/s on
+  // an H100), so it keeps every pair in one group, where a wave holds a few blocks of each.
   const int group =
       ORDER == DqOrder::kFixed ? pairs : bwd_pair_group(pairs, n_j, cuda_num_sms());
   kernel<<<(unsigned)(pairs * n_j), K::NTHREADS, K::SMEM, stream>>>(

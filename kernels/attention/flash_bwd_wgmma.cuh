@@ -22,20 +22,10 @@
 //             trails by about one step. Diagonal-first order would make block j start at tile
 //             j Bc / Br, which block j - 1 reaches Bc / Br steps later: every block of a wave
 //             would wait for the one below it.
-// Measured cost of kFixed (H100 80GB HBM3, causal bf16, 16384 tokens, backward TFLOP/s for
-// HS / T = 64/4K 64/16K 128/4K 128/16K; bench/results/flash3_nvidia-h100_2026-11-23/):
-//   kArrival, diagonal first (flash's HS 128 kernel)                   -      -    370-382 426-441
-//   kFixed's step order with arrival-order adds                        347    413    337    417
-//   v1 kFixed, diagonal-first steps, release at the next step's first  263    302    288    317
-//      barrier (predicted ~3-6% from a static model of the wave start-up; got 23-26%)
-//   v2 kFixed as now: last tile first, release just before the next    262-281 308-319 301-304 362-364
-//      add (predicted 0-3%; got 13-25%)
-//   tried, slower: release two steps after the add: 266 303 298 342; reversed order (block j
-//      after block j + 1, diagonal-first steps): 224 266 230 251 (the longest blocks start last).
-// So determinism costs 13-25%, far over the 3% that would make it the default: the blocks of a
-// wave run in lock-step one step apart, and every stall of one block passes down the chain. The
-// order alone costs nothing. Cheaper ways, not yet tried: the dQ partials of a block's first
-// steps to a small slab instead of waiting, or FA3's warp-specialised backward.
+// Cost of kFixed: 13-25% of the backward on an H100 (flash's kernel, HS 64/128, T 4K/16K; the
+// step order alone costs nothing): the blocks of a wave run in lock-step one step apart, and
+// every stall of one block passes down the chain. So it is a flag, not the default (the
+// measurements and the orders tried: docs/notes/flash.md).
 #pragma once
 #include "kernels/attention/flash_bwd_shared.cuh"
 #include "kernels/attention/flash_common.cuh"
@@ -64,22 +54,9 @@ namespace flash {
 // a step whose queries all precede the warpgroup's 64 keys skips its four products (dS^T = 0).
 // dS^T = P^T o (dP^T - D) uses the bf16 P^T that dV's product reads (as a bf16 framework would;
 // the GPU tests' error ratios stay at 0.3-0.5 of their tolerance).
-// Measured on an H200 (causal, 16384 tokens, 16 heads, T 1024 / 2048 / 4096 / 8192 / 16384;
-// backward TFLOP/s as above, medians of 10, all in one run):
-//   HS 128, Br 64 (S^T, dP^T m64n64; dQ_i split by columns): 248 / 307 / 402 / 443 / 429, against
-//           199 / 237 / 262 / 276 / 283 for the mma.sync kernel this replaced, at its best tiles. 255
-//           registers, 16 B spilled (4 values reloaded once per step). Br 128 would need 64 more
-//           accumulator registers per thread. Nsight Compute (B 4, T 4096): 1.59 ms against
-//           2.51 ms, L1/shared pipe 54% (the mma.sync kernel: 79%), tensor pipe 46%; it is now
-//           latency-bound: the phases of a step (S/dP, exp, dV/dK, barrier, dQ, barrier) run
-//           mostly one after another; overlapping steps (warp specialization, as FlashAttention-3)
-//           is the next step.
-//   HS 64, Br 128 (12 heads; S^T, dP^T m64n128; dQ_i split by rows): 216 / 285 / 343 / 374 / 397
-//           against 185 / 232 / 265 / 283 / 294 for the mma.sync kernel (8 warps of 16 keys,
-//           query chunks of 32) that ran HS 64 until 2026-11-23; on an H100 (2026-11-23)
-//           347 / 413 TFLOP/s at T 4K / 16K against about 263 / 300. So both head sizes run
-//           here and the mma.sync mainloop is gone (its dQ order race was the same as this
-//           kernel's kArrival one).
+// Measured on an H200 (causal, 16384 tokens, T 1K-16K): HS 128 (Br 64) 248-443 TFLOP/s backward,
+// HS 64 (Br 128) 216-397, against 199-283 and 185-294 for the mma.sync kernels these replaced;
+// HS 128 at Br 128 would need 64 more accumulator registers per thread (docs/notes/flash.md).
 template <int HS_, int Br_>
 struct BwdTileWG {
   static constexpr bool WGMMA = true;
@@ -171,13 +148,9 @@ __device__ __forceinline__ void fixed_order_release_last(int* sem_pending, int j
 
 // The shared-memory descriptor of one wgmma operand across a k-loop: at(bytes) describes the
 // operand's start + bytes. K::DESC_AT (flash3's tiles): built once, advanced by a constant per
-// k-step (gmma_desc_at); else each k-step builds its own (flash's kernel). Measured on H100s,
-// session 11, against the tree in the same run, medians of 3 interleaved rounds, T 1K/4K/16K/64K:
-// flash3's backward HS 128 +0.3/+1.6/+1.3/+0.6% (run 90; run 89 +1.2/+0.5/+1.2/+1.5%), HS 64
-// +1.1/+2.1/+1.1/+3.2% (run 89 +0.9/+2.9/+0.6/+2.7%); ncu: 514 -> 434 M instructions at HS 128
-// T 4K (cuDNN's: 371 M). flash's kernel with the same change: -7% at HS 128 T 4K, +3% at 16K
-// (run 89), so it keeps the per-step form (its PTX is unchanged). In flash3's forward (run 89):
-// HS 64 -2.5..-3.2%, HS 128 noise; not applied there.
+// k-step (sm90::gmma_desc_at): flash3's backward +0.3..+3.2% on an H100, 514 -> 434 M
+// instructions at HS 128 T 4K. Else each k-step builds its own (flash's kernel, where the stepped
+// form measured -7% at HS 128 T 4K and +3% at 16K).
 template <class K>
 struct OperandDesc {
   uint64_t base;

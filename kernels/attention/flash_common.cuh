@@ -130,11 +130,12 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * (W * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-// Load `rows` (<= ROWS) rows of W bf16 from global (row stride `ld` elements) into a swizzled
-// tile; rows >= `valid` are zero-filled so ragged tiles compute on zeros, never garbage.
-template <int ROWS, int W, int NTHREADS>
-__device__ __forceinline__ void load_tile_async(uint32_t s_tile, const __nv_bfloat16* g, size_t ld,
-                                                int valid, int tid) {
+// Load ROWS rows of W bf16 from global (row stride `ld` elements) into a shared-memory tile
+// whose 16-byte chunk c of row r sits at s_tile + at(r, c) (swz or pswz below); rows >= `valid`
+// are zero-filled so ragged tiles compute on zeros, never garbage.
+template <int ROWS, int W, int NTHREADS, class ChunkAt>
+__device__ __forceinline__ void load_rows_async(uint32_t s_tile, const __nv_bfloat16* g, size_t ld,
+                                                int valid, int tid, ChunkAt&& at) {
   constexpr int CHUNKS = W / 8;
   constexpr int TOTAL = ROWS * CHUNKS;
   static_assert(TOTAL % NTHREADS == 0, "tile chunks must split evenly over the threads");
@@ -144,8 +145,15 @@ __device__ __forceinline__ void load_tile_async(uint32_t s_tile, const __nv_bflo
     const int row = idx / CHUNKS, c = idx % CHUNKS;
     const bool ok = row < valid;
     const __nv_bfloat16* src = g + (ok ? (size_t)row * ld + c * 8 : 0);
-    cp_async_16(s_tile + swz<W>(row, c), src, ok);
+    cp_async_16(s_tile + at(row, c), src, ok);
   }
+}
+// ... into a swizzled tile (swz).
+template <int ROWS, int W, int NTHREADS>
+__device__ __forceinline__ void load_tile_async(uint32_t s_tile, const __nv_bfloat16* g, size_t ld,
+                                                int valid, int tid) {
+  load_rows_async<ROWS, W, NTHREADS>(s_tile, g, ld, valid, tid,
+                                     [](int row, int c) { return swz<W>(row, c); });
 }
 
 // ---- panel tile: ROWS x W bf16 as W/64 panels of ROWS x 64 (128-byte rows), 128-byte swizzle ----
@@ -157,21 +165,13 @@ __device__ __forceinline__ uint32_t pswz(int row, int chunk) {
   return static_cast<uint32_t>((chunk >> 3) * (ROWS * 128) + row * 128 +
                                (((chunk & 7) ^ (row & 7)) << 4));
 }
+// ... into a panel tile (pswz).
 template <int ROWS, int W, int NTHREADS>
 __device__ __forceinline__ void load_panels_async(uint32_t s_tile, const __nv_bfloat16* g,
                                                   size_t ld, int valid, int tid) {
-  constexpr int CHUNKS = W / 8;
-  constexpr int TOTAL = ROWS * CHUNKS;
   static_assert(W % 64 == 0, "whole 64-column panels");
-  static_assert(TOTAL % NTHREADS == 0, "tile chunks must split evenly over the threads");
-#pragma unroll
-  for (int k = 0; k < TOTAL / NTHREADS; ++k) {
-    const int idx = tid + k * NTHREADS;
-    const int row = idx / CHUNKS, c = idx % CHUNKS;
-    const bool ok = row < valid;
-    const __nv_bfloat16* src = g + (ok ? (size_t)row * ld + c * 8 : 0);
-    cp_async_16(s_tile + pswz<ROWS>(row, c), src, ok);
-  }
+  load_rows_async<ROWS, W, NTHREADS>(s_tile, g, ld, valid, tid,
+                                     [](int row, int c) { return pswz<ROWS>(row, c); });
 }
 
 // ---- causal tile arithmetic (query t sees keys 0..t) ----

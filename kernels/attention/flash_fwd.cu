@@ -272,31 +272,47 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
   // ---- epilogue (fwd_epilogue.cuh): O_i / l_i, LSE_i ----
   float* lse_bh = p.lse + ((size_t)b * NH + h) * p.lse_T;
   if constexpr (F32_RUN) {
-    // the ring's running (O, LSE), overwritten or merged
+    // the ring's running (O, LSE), overwritten or merged (fwd_epilogue.cuh's merge). Each row's
+    // LSE is read by the 4 threads of its quad and written by one: a __syncwarp that every lane
+    // reaches splits the reads from the write.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(l_i[mt][r]);
+        const float inv = inv_row_sum(l);
         const int row = q0 + warp * WM + mt * 16 + g + r * 8;
-        epilogue_ring_row<NO>([&](int n, int e) { return o[mt][n][e]; }, r, l_i[mt][r],
-                              m_i[mt][r], scale, lse_bh + row,
-                              p.o_run + (size_t)b * p.o_bs + (size_t)row * p.o_ld + (size_t)h * HS,
-                              row < Tq, p.merge, t4);
+        const bool ok = row < Tq;
+        const RingMerge w =
+            ring_merge_weights(row_lse(l, m_i[mt][r], scale), lse_bh + row, p.merge && ok);
+        __syncwarp();
+        if (ok) {
+          if (t4 == 0) lse_bh[row] = w.lse;
+          float* orow = p.o_run + (size_t)b * p.o_bs + (size_t)row * p.o_ld + (size_t)h * HS;
+#pragma unroll
+          for (int nt = 0; nt < NO; ++nt)
+            ring_merge_o2(orow + nt * 8 + 2 * t4, o[mt][nt][2 * r], o[mt][nt][2 * r + 1], inv, w,
+                          p.merge);
+        }
       }
   } else {
-    // bf16 O_i staged in this warp's own rows of the Q tile (swizzled rows of HS bf16)
+    // bf16 O_i staged in this warp's own rows of the Q tile (swizzled rows of HS bf16):
+    // epilogue_stage_row's steps, written out (through the helper the LSE store's address
+    // arithmetic is ordered differently and the SASS is no longer the measured kernel's)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(l_i[mt][r]);
+        const float inv = inv_row_sum(l);
         const int row_local = warp * WM + mt * 16 + g + r * 8;
         const int row = q0 + row_local;
-        epilogue_stage_row<NO>(
-            [&](int n, int e) { return o[mt][n][e]; }, r, l_i[mt][r], m_i[mt][r], scale,
-            [&](auto lse) {
-              if (t4 == 0 && row < Tq) lse_bh[row] = lse();
-            },
-            [&](int n) { return sQ + row_local * ROWB + ((n ^ (row_local & 7)) << 4); }, t4);
+        if (t4 == 0 && row < Tq) lse_bh[row] = row_lse(l, m_i[mt][r], scale);
+#pragma unroll
+        for (int nt = 0; nt < NO; ++nt) {
+          const uint32_t v = pack_bf16(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
+          st_shared_u32(sQ + row_local * ROWB + ((nt ^ (row_local & 7)) << 4) + t4 * 4, v);
+        }
       }
     __syncwarp();
     __nv_bfloat16* gO = p.out + (size_t)b * p.o_bs + (size_t)q0 * p.o_ld + (size_t)h * HS;
@@ -347,21 +363,9 @@ void forward_problem(const FwdProblem& p, cudaStream_t stream) {
 
 FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
                                           const __nv_bfloat16* qkv, const AttnShape& s) {
-  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
   FwdProblem p{};
-  p.q = qkv;
-  p.k = qkv + (size_t)s.NH * s.HS;
-  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
-  p.q_ld = p.kv_ld = ld;
-  p.q_bs = p.kv_bs = (size_t)s.T * ld;
-  p.B = s.B;
-  p.Tq = p.Tk = s.T;
-  p.NH = s.NH;
-  p.NKV = s.NKV;
-  p.HS = s.HS;
-  p.causal = true;
+  set_whole_sequence_qkv(p, qkv, s);
   p.lse = lse;
-  p.lse_T = s.T;
   p.out = out;
   p.o_ld = (size_t)s.NH * s.HS;
   p.o_bs = (size_t)s.T * p.o_ld;

@@ -5,8 +5,11 @@
 //          stores of the valid rows; LSE_i written by one lane of the quad, or
 //   ring:  (O_blk, LSE_blk) written over, or merged exactly into, the ring's fp32 running
 //          (O, LSE) of context parallelism (attention.cuh AttnFwdProblem::o_run, merge).
-// The kernels differ only in their staging layout (flash: rows of HS bf16, swizzled; flash3:
-// 64-column panels) and in which rows are valid: they pass those as callables.
+// The kernels differ in their staging layout (flash: rows of HS bf16, swizzled; flash3: 64-column
+// panels) and in which rows are valid: they pass those as callables. Each kernel writes its
+// per-row loop of the ring epilogue itself (a row's l, 1 / l, LSE, merge weights, then the merged
+// O), with the helpers below: through one shared loop body ptxas allocated differently (flash's
+// HS 128 forward spilled), and these kernels' code is kept instruction for instruction.
 #pragma once
 #include "kernels/attention/flash_common.cuh"
 
@@ -50,7 +53,10 @@ __device__ __forceinline__ void epilogue_store_rows(int tid, int row0, SmemAt&& 
   for (int k = 0; k < ROWS * CHUNKS / NTHREADS; ++k) {
     const int idx = tid + k * NTHREADS;
     const int row = row0 + idx / CHUNKS, ch = idx % CHUNKS;
-    if (valid(row)) *reinterpret_cast<uint4*>(dst(row) + ch * 8) = ld_shared_v4(smem_at(row, ch));
+    if (valid(row)) {
+      const uint4 v = ld_shared_v4(smem_at(row, ch));
+      *reinterpret_cast<uint4*>(dst(row) + ch * 8) = v;
+    }
   }
 }
 
@@ -90,27 +96,6 @@ __device__ __forceinline__ void ring_merge_o2(float* dst, float x, float y, floa
     v.y = fmaf(old.y, m.w_old, v.y);
   }
   *d2 = v;
-}
-
-// Ring epilogue of this thread's row r (l_part, m as above): lse_row = the row's running LSE
-// (read when merging, written by one lane of the quad), o_row = its running O (fp32, HS
-// columns). Each row's LSE is read by the 4 threads of its quad and written by one: the
-// __syncwarp, which every lane reaches, splits the reads from the write. fp32 straight from the
-// registers (8-byte stores; the merge reads the old rows anyway).
-template <int N, class Frag>
-__device__ __forceinline__ void epilogue_ring_row(Frag&& o, int r, float l_part, float m,
-                                                  float scale, float* lse_row, float* o_row,
-                                                  bool valid, bool merge, int t4) {
-  const float l = quad_sum(l_part);
-  const float inv = inv_row_sum(l);
-  const RingMerge w = ring_merge_weights(row_lse(l, m, scale), lse_row, merge && valid);
-  __syncwarp();
-  if (valid) {
-    if (t4 == 0) *lse_row = w.lse;
-#pragma unroll
-    for (int n = 0; n < N; ++n)
-      ring_merge_o2(o_row + n * 8 + 2 * t4, o(n, 2 * r), o(n, 2 * r + 1), inv, w, merge);
-  }
 }
 
 }  // namespace flash

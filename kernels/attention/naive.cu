@@ -59,14 +59,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace {
-
-#if defined(ENABLE_FP32)
-constexpr cudaDataType kXType = CUDA_R_32F;
-#else
-constexpr cudaDataType kXType = CUDA_R_16BF;
-#endif
 
 constexpr int kMaxDescs = NaivePlan::kMaxDescs;
 constexpr int kRegRowCap = NaivePlan::kRegRowCap;
@@ -368,31 +363,43 @@ int pick_softmax_config(const Plan& p, int forced) {
 // Softmax over every row of every head.
 Rows all_rows(const Plan& p) { return {p.T, p.ldP, p.Tc, 0, p.T, size_t(p.BNH) * p.T}; }
 
+// Calls launch(NT, VPT) with the softmax kernels' launch configuration cfg (0-4: launch_softmax_*'s
+// template arguments as std::integral_constant values), or loop() for the others (the loop
+// kernels).
+template <class Launch, class Loop>
+void with_softmax_config(int cfg, Launch&& launch, Loop&& loop) {
+  using std::integral_constant;
+  switch (cfg) {
+    case 0: launch(integral_constant<int, 32>{}, integral_constant<int, 1>{}); break;
+    case 1: launch(integral_constant<int, 32>{}, integral_constant<int, 4>{}); break;
+    case 2: launch(integral_constant<int, 128>{}, integral_constant<int, 4>{}); break;
+    case 3: launch(integral_constant<int, 512>{}, integral_constant<int, 4>{}); break;
+    case 4: launch(integral_constant<int, 1024>{}, integral_constant<int, 4>{}); break;
+    default: loop();
+  }
+}
+
 void softmax_forward(floatX* P, const Plan& p, int cfg, float sl2e, cudaStream_t st) {
   const Rows R = all_rows(p);
-  switch (cfg) {
-    case 0: launch_softmax_fwd<32, 1>(P, R, sl2e, st); break;
-    case 1: launch_softmax_fwd<32, 4>(P, R, sl2e, st); break;
-    case 2: launch_softmax_fwd<128, 4>(P, R, sl2e, st); break;
-    case 3: launch_softmax_fwd<512, 4>(P, R, sl2e, st); break;
-    case 4: launch_softmax_fwd<1024, 4>(P, R, sl2e, st); break;
-    default:
-      softmax_fwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(P, R, sl2e);
-      CUDA_CHECK_LAUNCH();
-  }
+  with_softmax_config(
+      cfg, [&](auto nt, auto vpt) {
+        launch_softmax_fwd<decltype(nt)::value, decltype(vpt)::value>(P, R, sl2e, st);
+      },
+      [&] {
+        softmax_fwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(P, R, sl2e);
+        CUDA_CHECK_LAUNCH();
+      });
 }
 void softmax_backward(floatX* dP, const floatX* P, const Plan& p, int cfg, cudaStream_t st) {
   const Rows R = all_rows(p);
-  switch (cfg) {
-    case 0: launch_softmax_bwd<32, 1>(dP, P, R, st); break;
-    case 1: launch_softmax_bwd<32, 4>(dP, P, R, st); break;
-    case 2: launch_softmax_bwd<128, 4>(dP, P, R, st); break;
-    case 3: launch_softmax_bwd<512, 4>(dP, P, R, st); break;
-    case 4: launch_softmax_bwd<1024, 4>(dP, P, R, st); break;
-    default:
-      softmax_bwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(dP, P, R);
-      CUDA_CHECK_LAUNCH();
-  }
+  with_softmax_config(
+      cfg, [&](auto nt, auto vpt) {
+        launch_softmax_bwd<decltype(nt)::value, decltype(vpt)::value>(dP, P, R, st);
+      },
+      [&] {
+        softmax_bwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(dP, P, R);
+        CUDA_CHECK_LAUNCH();
+      });
 }
 
 // GQA: dK[b, t, g] = sum_j dKp[b, g*G + j, t] (fixed order), likewise dV; 4 elements a thread.
@@ -458,13 +465,13 @@ class NaiveAttention final : public AttentionBackend {
     for (int c = 0; c < p.nc; c++) {  // S[r0:r1, 0:r1] = Q[r0:r1] K[0:r1]^T
       const int r1 = p.r1(c), n = r1 - p.r0(c);
       gemm(CUBLAS_OP_T, CUBLAS_OP_N, r1, n, p.HS, 1.f, arr(K, 0), p.ld, arr(Q, c), p.ld,
-           arr(PP, c), kXType, p.ldP, p.BNH);
+           arr(PP, c), kCudaFloatX, p.ldP, p.BNH);
     }
     softmax_forward(static_cast<floatX*>(a.saved), p, cfg, sl2e, st);
     for (int c = 0; c < p.nc; c++) {  // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
       const int r1 = p.r1(c), n = r1 - p.r0(c);
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, p.HS, n, r1, 1.f, arr(V, 0), p.ld, arr(PP, c), p.ldP,
-           arr(O, c), kXType, p.ldo, p.BNH);
+           arr(O, c), kCudaFloatX, p.ldo, p.BNH);
     }
   }
 
@@ -509,7 +516,7 @@ class NaiveAttention final : public AttentionBackend {
     }
     void** ptrs = fill_ptrs(a.scratch, d, N, p, st);
     auto arr = [&](int desc, int c) { return ptrs + (size_t(desc) * p.nc + c) * p.BNH; };
-    const cudaDataType kvType = direct ? kXType : CUDA_R_32F;
+    const cudaDataType kvType = direct ? kCudaFloatX : CUDA_R_32F;
     const int ldkv = direct ? p.ld : p.HS;
     const float scale = float(1.0 / std::sqrt(double(p.HS)));
 
@@ -521,14 +528,14 @@ class NaiveAttention final : public AttentionBackend {
            arr(DV, c), kvType, ldkv, p.BNH);
       // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T   (query chunk c: row block)
       gemm(CUBLAS_OP_T, CUBLAS_OP_N, r1, n, p.HS, 1.f, arr(V, 0), p.ld, arr(DO, c), p.ldo,
-           arr(DS, c), kXType, p.ldP, p.BNH);
+           arr(DS, c), kCudaFloatX, p.ldP, p.BNH);
     }
     softmax_backward(dP, static_cast<const floatX*>(a.saved), p, cfg, st);
     for (int c = 0; c < p.nc; c++) {
       const int r0 = p.r0(c), r1 = p.r1(c), n = r1 - r0;
       // dQ[r0:r1] = scale dS[r0:r1, 0:r1] K[0:r1]
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, p.HS, n, r1, scale, arr(K, 0), p.ld, arr(DS, c), p.ldP,
-           arr(DQ, c), kXType, p.ld, p.BNH);
+           arr(DQ, c), kCudaFloatX, p.ld, p.BNH);
       // dK[r0:r1] = scale dS[r0:T, r0:r1]^T Q[r0:T]
       gemm(CUBLAS_OP_N, CUBLAS_OP_T, p.HS, n, p.T - r0, scale, arr(Q, c), p.ld, arr(DSD, c),
            p.ldP, arr(DK, c), kvType, ldkv, p.BNH);
@@ -566,8 +573,8 @@ class NaiveAttention final : public AttentionBackend {
             void** A, int lda, void** B, int ldb, void** C, cudaDataType ctype, int ldc,
             int batch) const {
     const float beta = 0.f;
-    CUBLAS_CHECK(cublasGemmBatchedEx(handle_, ta, tb, m, n, k, &alpha, A, kXType, lda, B,
-                                     kXType, ldb, &beta, C, ctype, ldc, batch,
+    CUBLAS_CHECK(cublasGemmBatchedEx(handle_, ta, tb, m, n, k, &alpha, A, kCudaFloatX, lda, B,
+                                     kCudaFloatX, ldb, &beta, C, ctype, ldc, batch,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 };

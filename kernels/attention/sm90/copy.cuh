@@ -78,6 +78,18 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// ROWS rows from row0 of one head of a rows map (make_rows_map with boxes of BOX rows) -> dst
+// as PANELS 64-column panels of ROWS x 128 bytes, completing on bar.
+template <int ROWS, int PANELS, int BOX>
+__device__ __forceinline__ void tma_load_rows(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                              int head, int row0, int b) {
+#pragma unroll
+  for (int p = 0; p < PANELS; ++p)
+#pragma unroll
+    for (int r = 0; r < ROWS; r += BOX)
+      tma_load_4d(dst + p * (ROWS * 128) + r * 128, map, bar, p * 64, head, row0 + r, b);
+}
+
 // ---- bulk copies and reductions shared -> global ----
 // gdst[0 .. bytes/4) += ssrc[...] (fp32 adds done in L2); bytes a multiple of 16, both 16-B
 // aligned. The smem source must have passed fence_proxy_async_smem() (sm90/sync.cuh).

@@ -19,27 +19,30 @@
 
 namespace sm90 {
 
-// Where the n-th use of a ring of STAGES stages falls: the stage index and the phase parity,
-// kept beside the use count (a copy, e.g. the stage a consumer still has to release, carries
-// them along instead of recomputing them).
+// One use of a ring, fixed: its stage index and phase parity (what a consumer still has to
+// release after its PipelineState moved on).
+struct StageSlot {
+  uint32_t stage, parity;
+  __device__ __forceinline__ uint32_t index() const { return stage; }
+  __device__ __forceinline__ uint32_t phase() const { return parity; }
+};
+
+// Where the n-th use of a ring of STAGES stages falls: the stage index and the phase parity of
+// the use count (STAGES is a power of two in every kernel here, so they are a mask and a shift).
 template <int STAGES>
 struct PipelineState {
   static_assert(STAGES >= 1, "a ring has at least one stage");
   uint32_t count;  // uses so far
-  uint32_t stage, parity;
-  __device__ __forceinline__ explicit PipelineState(uint32_t n = 0)
-      : count(n), stage(n % STAGES), parity((n / STAGES) & 1) {}
-  __device__ __forceinline__ uint32_t index() const { return stage; }
-  __device__ __forceinline__ uint32_t phase() const { return parity; }
-  __device__ __forceinline__ void advance() {
-    ++count;
-    stage = count % STAGES;
-    parity = (count / STAGES) & 1;
-  }
+  __device__ __forceinline__ explicit PipelineState(uint32_t n = 0) : count(n) {}
+  __device__ __forceinline__ uint32_t index() const { return count % STAGES; }
+  __device__ __forceinline__ uint32_t phase() const { return (count / STAGES) & 1; }
+  __device__ __forceinline__ StageSlot slot() const { return {index(), phase()}; }
+  __device__ __forceinline__ void advance() { ++count; }
 };
 
 // The full and empty mbarriers of a ring of STAGES stages: full[s] at `full` + 8 s, empty[s] at
-// `empty` + 8 s (shared-memory addresses).
+// `empty` + 8 s (shared-memory addresses). The protocol's steps take a PipelineState or a
+// StageSlot (anything with index() and phase()).
 template <int STAGES>
 struct StageBarriers {
   uint32_t full, empty;
@@ -53,25 +56,31 @@ struct StageBarriers {
     mbar_init(empty_bar(stage), empty_arrivals);
   }
   // Producer: wait until the consumers have released this stage's previous round.
-  __device__ __forceinline__ void producer_acquire(const PipelineState<STAGES>& s) const {
-    mbar_wait(empty_bar(s.index()), s.phase() ^ 1);
+  template <class Use>
+  __device__ __forceinline__ void producer_acquire(const Use& s) const {
+    const uint32_t parity = s.phase() ^ 1;
+    mbar_wait(empty_bar(s.index()), parity);
   }
   // Producer: arrive on full[s] expecting `bytes` from the copy engine (the TMA loads that
   // complete on full_bar(s.index()) bring them).
-  __device__ __forceinline__ void producer_expect(const PipelineState<STAGES>& s,
-                                                  uint32_t bytes) const {
+  template <class Use>
+  __device__ __forceinline__ void producer_expect(const Use& s, uint32_t bytes) const {
     mbar_arrive_expect_tx(full_bar(s.index()), bytes);
   }
   // Producer: arrive on full[s] without bytes (a stage written by threads).
-  __device__ __forceinline__ void producer_commit(const PipelineState<STAGES>& s) const {
+  template <class Use>
+  __device__ __forceinline__ void producer_commit(const Use& s) const {
     mbar_arrive(full_bar(s.index()));
   }
   // Consumer: wait until stage s is full.
-  __device__ __forceinline__ void consumer_wait(const PipelineState<STAGES>& s) const {
-    mbar_wait(full_bar(s.index()), s.phase());
+  template <class Use>
+  __device__ __forceinline__ void consumer_wait(const Use& s) const {
+    const uint32_t parity = s.phase();
+    mbar_wait(full_bar(s.index()), parity);
   }
   // Consumer: this thread's arrival on empty[s] (the stage is free once all have arrived).
-  __device__ __forceinline__ void consumer_release(const PipelineState<STAGES>& s) const {
+  template <class Use>
+  __device__ __forceinline__ void consumer_release(const Use& s) const {
     mbar_arrive(empty_bar(s.index()));
   }
 };

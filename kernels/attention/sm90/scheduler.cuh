@@ -26,20 +26,20 @@
 
 namespace flash3 {
 
-// One forward work tile: batch b, query head h, first query row q0 (< 0 for the ragged first
-// tile), n_kv K/V tiles to visit (from the diagonal, right to left).
+// One forward work tile: batch b, query head h (on kv head kvh), first query row q0 (< 0 for
+// the ragged first tile), n_kv K/V tiles to visit (from the diagonal, right to left).
 struct FwdWork {
-  int b, h, q0, n_kv;
+  int b, h, kvh, q0, n_kv;
 };
 
 template <int Br, int Bc>
 struct FwdScheduler {
-  int Tq, Tk, NH, Tr, BH, n_work, head_major;
+  int Tq, Tk, NH, NKV, Tr, BH, n_work, head_major;
   bool causal;  // key s visible to query t iff s <= t (Tq == Tk); else all Tk keys (a ring pair)
-  __device__ __forceinline__ FwdScheduler(int B, int NH_, int Tq_, int Tk_, int head_major_,
-                                          bool causal_)
-      : Tq(Tq_), Tk(Tk_), NH(NH_), Tr((Tq_ + Br - 1) / Br), BH(B * NH_), n_work(Tr * BH),
-        head_major(head_major_), causal(causal_) {}
+  __device__ __forceinline__ FwdScheduler(int B, int NH_, int NKV_, int Tq_, int Tk_,
+                                          int head_major_, bool causal_)
+      : Tq(Tq_), Tk(Tk_), NH(NH_), NKV(NKV_), Tr((Tq_ + Br - 1) / Br), BH(B * NH_),
+        n_work(Tr * BH), head_major(head_major_), causal(causal_) {}
   // Work tile w (0 .. n_work - 1, handed out in order) -> (Q tile i, sequence-head bh).
   __device__ __forceinline__ void tile_index(int w, int& i, int& bh) const {
     if (head_major) {
@@ -63,6 +63,7 @@ struct FwdScheduler {
     FwdWork t;
     t.b = bh / NH;
     t.h = bh % NH;
+    t.kvh = t.h / (NH / NKV);
     t.q0 = first_row(i);
     t.n_kv = kv_tiles(t.q0);
     return t;
