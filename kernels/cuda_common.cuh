@@ -146,6 +146,29 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// out[e] = f(a[e], b[e]) for e < n (f: two floatX -> float): thread i handles elements [i W, i W + W) of the
+// 128-bit part (vec: out, a and b 16-byte aligned), then the first W threads the tail one by
+// one; else (!vec) element i. Launch max(n / W, W) threads when vec, else n.
+template <class F>
+__device__ __forceinline__ void map2_elementwise(floatX* out, const floatX* a, const floatX* b,
+                                                 size_t n, bool vec, F&& f) {
+  constexpr int W = x128::size;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (vec) {
+    const size_t nv = n / W;
+    if (i < nv) {
+      x128 x = load128cs(a + i * W), y = load128cs(b + i * W), r;
+#pragma unroll
+      for (int k = 0; k < W; k++) r[k] = from_f32<floatX>(f(x[k], y[k]));
+      store128(out + i * W, r);
+    }
+    const size_t t = nv * W + i;
+    if (i < W && t < n) out[t] = from_f32<floatX>(f(a[t], b[t]));
+  } else if (i < n) {
+    out[i] = from_f32<floatX>(f(a[i], b[i]));
+  }
+}
+
 // W consecutive elements of a row as floats: one 128-bit access when W == x128::size (8 bf16 or
 // 4 fp32: the vector path), else W scalar ones. STREAM: a load of data read once (load128cs).
 template <int W, bool STREAM = false>

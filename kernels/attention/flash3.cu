@@ -470,7 +470,6 @@ bool use_head_major(const AttnFwdProblem& p) {
 template <class K, bool RING>
 void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
   allow_dynamic_smem(reinterpret_cast<const void*>(flash3_fwd_kernel<K, RING>), K::SMEM);
-  Fwd3Args a{};
   // Q, K and V as the heads of one qkv (the whole sequence; the ring's own chunks): one map over
   // all NH + 2 NKV heads, K and V at head offsets. Encoding a map is host time on every launch
   // (~10 us, measured: three maps cost the 4K forward 2-4% in bench-attention), so the common
@@ -479,9 +478,8 @@ void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream)
                        p.v == p.k + (size_t)p.NKV * p.HS && p.kv_ld == p.q_ld && p.kv_bs == p.q_bs;
   CUtensorMap tm_q, tm_k, tm_v;
   if (one_qkv) {
-    tm_q = tm_k = tm_v = sm90::make_rows_map(p.q, p.B, p.Tq, p.NH + 2 * p.NKV, p.HS, p.q_ld, p.q_bs, K::BOX);
-    a.k_head0 = p.NH;
-    a.v_head0 = p.NH + p.NKV;
+    tm_q = tm_k = tm_v =
+        sm90::make_rows_map(p.q, p.B, p.Tq, p.NH + 2 * p.NKV, p.HS, p.q_ld, p.q_bs, K::BOX);
   } else {
     tm_q = sm90::make_rows_map(p.q, p.B, p.Tq, p.NH, p.HS, p.q_ld, p.q_bs, K::BOX);
     tm_k = sm90::make_rows_map(p.k, p.B, p.Tk, p.NKV, p.HS, p.kv_ld, p.kv_bs, K::BOX);
@@ -490,23 +488,10 @@ void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream)
   const int n_work = ceil_div(p.Tq, K::Br) * p.B * p.NH;
   const int grid = std::min(n_work, cuda_num_sms());
   const float scale = 1.f / sqrtf((float)p.HS);
-  a.out = p.out;
-  a.o_run = p.o_run;
-  a.o_ld = p.o_ld;
-  a.o_bs = p.o_bs;
-  a.lse = p.lse;
-  a.lse_T = p.lse_T;
-  a.tile_counter = tile_counter;
-  a.B = p.B;
-  a.Tq = p.Tq;
-  a.Tk = p.Tk;
-  a.NH = p.NH;
-  a.NKV = p.NKV;
-  a.scale_log2 = scale * kLog2e;
-  a.scale = scale;
-  a.head_major = use_head_major(p) ? 1 : 0;
-  a.causal = p.causal ? 1 : 0;
-  a.merge = p.merge ? 1 : 0;
+  const Fwd3Args a{p.out, p.o_run, p.o_ld, p.o_bs, p.lse, p.lse_T, tile_counter,
+                   /*k_head0=*/one_qkv ? p.NH : 0, /*v_head0=*/one_qkv ? p.NH + p.NKV : 0,
+                   p.B, p.Tq, p.Tk, p.NH, p.NKV, scale * kLog2e, scale,
+                   /*head_major=*/use_head_major(p) ? 1 : 0, p.causal ? 1 : 0, p.merge ? 1 : 0};
   if (K::DYNAMIC) CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
   flash3_fwd_kernel<K, RING><<<grid, K::NTHREADS, K::SMEM, stream>>>(tm_q, tm_k, tm_v, a);
   CUDA_CHECK_LAUNCH();

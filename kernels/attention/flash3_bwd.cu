@@ -149,138 +149,128 @@ constexpr int kDqBarThreads = 256 + 32;  // the math warpgroups and the writer w
 // says its first partial is stored (released after the bulk store completes).
 constexpr int kDqStored = 1 << 30;
 
+// One backward block: its K/V tile and steps (flash_bwd_wgmma.cuh BwdBlock, from the pair-group
+// order of sm90/scheduler.cuh), its shared memory (Bwd3Tile's offsets) and the three roles of
+// its warps.
 template <class K, DqOrder ORDER>
-__global__ void __launch_bounds__(K::NTHREADS, 1)
-    flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
-                      const __grid_constant__ CUtensorMap tm_k,
-                      const __grid_constant__ CUtensorMap tm_v,
-                      const __grid_constant__ CUtensorMap tm_do, const BwdProblem p,
-                      int* __restrict__ dq_sem, int pair_group, float scale_log2,
-                      float scale) {
-  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
-                DQS = K::DQ_BUFS;
-  constexpr bool DET = ORDER == DqOrder::kFixed;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  const int NH = p.NH, Tq = p.Tq;
-  const bool causal = p.causal;
-  int pair, j_tile;
-  bwd_pair_group_block(blockIdx.x, p.B * p.NKV, (p.Tk + Bc - 1) / Bc, pair_group, pair, j_tile);
-  const flash::BwdBlock<Bc, Br, ORDER> blk(p, pair, j_tile);  // its steps: flash_bwd_wgmma.cuh
-  const int b = blk.b, kvh = blk.kvh, j = blk.j, k0 = blk.k0;
-  const int total = blk.total, n_qtiles = blk.n_qtiles;
-  auto step_tile = [&](int it, int& hq, int& q0) { blk.tile(it, hq, q0); };
-  const int dq_sw = p.dq_row0 & 7;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
-
-  const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
-  const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
-                 sdS = s0 + K::OFF_DS, sdQ = s0 + K::OFF_DQ, sL = s0 + K::OFF_L,
-                 sD = s0 + K::OFF_D;
+struct Bwd3Block {
+  static constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
+                       DQS = K::DQ_BUFS;
+  static constexpr bool DET = ORDER == DqOrder::kFixed;
+  const BwdProblem& p;
+  const int NH, Tq;
+  const bool causal;
+  const flash::BwdBlock<Bc, Br, ORDER> blk;
+  const int b, kvh, j, k0, total, n_qtiles;
+  const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
+  // shared memory: K_j | V_j | Q x2 | dO x2 | dS^T x2 | dQ staging | LSE x2 | D x2 | mbarriers
+  const uint32_t sK, sV, sQ, sdO, sdS, sdQ, sL, sD;
   // (Q_i, dO_i, LSE_i, D_i) stages: full = the loader's lanes and the TMA bytes, empty = the
   // math warps' release; kv_full: K_j, V_j, once.
-  const sm90::StageBarriers<2> stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY};
-  const uint32_t bar_kv = s0 + K::OFF_KV_FULL;
+  const sm90::StageBarriers<2> stages;
+  const uint32_t bar_kv;
 
-  if (tid == 0) {
-    // full: the loader warp's lanes (+ the TMA bytes); empty: lane 0 of each math warp, or
-    // every math thread (release_stage)
-    for (int s = 0; s < 2; ++s)
-      stages.init_stage(s, 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
-    sm90::mbar_init(bar_kv, 1);
-    sm90::mbar_init_fence();
+  __device__ __forceinline__ Bwd3Block(const BwdProblem& p_, int pair, int j_tile, uint32_t s0)
+      : p(p_), NH(p_.NH), Tq(p_.Tq), causal(p_.causal), blk(p_, pair, j_tile), b(blk.b),
+        kvh(blk.kvh), j(blk.j), k0(blk.k0), total(blk.total), n_qtiles(blk.n_qtiles),
+        dq_sw(p_.dq_row0 & 7), sK(s0), sV(s0 + K::OFF_V), sQ(s0 + K::OFF_Q), sdO(s0 + K::OFF_DO),
+        sdS(s0 + K::OFF_DS), sdQ(s0 + K::OFF_DQ), sL(s0 + K::OFF_L), sD(s0 + K::OFF_D),
+        stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY}, bar_kv(s0 + K::OFF_KV_FULL) {}
+  __device__ __forceinline__ void step_tile(int it, int& hq, int& q0) const {
+    blk.tile(it, hq, q0);
   }
-  __syncthreads();
 
-  if (wg == 0) {
-    // ================================ producer ================================
-    sm90::setmaxnreg_dec<24>();
-    if (warp == 0) {
-      // ---- loader ----
-      if (lane == 0) {
-        sm90::tma_prefetch_map(&tm_q);
-        sm90::tma_prefetch_map(&tm_do);
-        sm90::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
+  // ---- loader warp: K_j, V_j once; per step its Q_i, dO_i (TMA) and LSE_i, D_i rows ----
+  __device__ __forceinline__ void load(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                                       const CUtensorMap& tm_v, const CUtensorMap& tm_do,
+                                       int lane) const {
+    if (lane == 0) {
+      sm90::tma_prefetch_map(&tm_q);
+      sm90::tma_prefetch_map(&tm_do);
+      sm90::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
 #pragma unroll
-        for (int pn = 0; pn < PANELS; ++pn) {
-          sm90::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
-          sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
-        }
+      for (int pn = 0; pn < PANELS; ++pn) {
+        sm90::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
+        sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
       }
-      for (int it = 0; it < total; ++it) {
-        const sm90::PipelineState<2> ps(it);
-        const int s = ps.index();
-        stages.producer_acquire(ps);
+  }
+  for (int it = 0; it < total; ++it) {
+    const sm90::PipelineState<2> ps(it);
+    const int s = ps.index();
+    stages.producer_acquire(ps);
+    int hq, q0;
+    step_tile(it, hq, q0);
+    const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
+#pragma unroll
+    for (int r = lane; r < Br; r += 32) {
+      const bool ok = q0 + r < Tq;
+      const float l = ok ? p.lse[row + r] : 0.f, d = ok ? p.D[row + r] : 0.f;
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
+    }
+    const uint32_t full = stages.full_bar(s);
+    if (lane == 0) {
+      stages.producer_expect(ps, 2 * K::QT_BYTES);
+#pragma unroll
+      for (int pn = 0; pn < PANELS; ++pn) {
+        sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
+                            hq, q0, b);
+        sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
+                            hq, q0, b);
+      }
+    } else {
+      stages.producer_commit(ps);
+    }
+  }
+  }
+
+  // ---- dQ writer warp: each step's staged dQ_i partial into dQacc (bulk store or reduce-add) ----
+  __device__ __forceinline__ void dq_writer(int* dq_sem, int lane) const {
+    int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
+    for (int it = 0; it < total; ++it) {
+      const int d = it % DQS;
+      sm90::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
+      if (lane == 0) {
         int hq, q0;
         step_tile(it, hq, q0);
-        const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
-#pragma unroll
-        for (int r = lane; r < Br; r += 32) {
-          const bool ok = q0 + r < Tq;
-          const float l = ok ? p.lse[row + r] : 0.f, d = ok ? p.D[row + r] : 0.f;
-          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
-          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
-        }
-        const uint32_t full = stages.full_bar(s);
-        if (lane == 0) {
-          stages.producer_expect(ps, 2 * K::QT_BYTES);
-#pragma unroll
-          for (int pn = 0; pn < PANELS; ++pn) {
-            sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
-                                hq, q0, b);
-            sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
-                                hq, q0, b);
-          }
-        } else {
-          stages.producer_commit(ps);
-        }
-      }
-    } else if (warp == 1) {
-      // ---- dQ writer ----
-      int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
-      for (int it = 0; it < total; ++it) {
-        const int d = it % DQS;
-        sm90::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
-        if (lane == 0) {
-          int hq, q0;
-          step_tile(it, hq, q0);
-          const size_t tile = ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
-          float* dst = p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS;
-          const uint32_t src = sdQ + d * K::DQ_BYTES, bytes = min(Br, Tq - q0) * HS * 4;
-          // dq_sem given: dQacc was not zeroed, the tile's first partial stores (below)
-          bool store = false;
-          if constexpr (DET) {
-            flash::fixed_order_before_add(sem_pending, dq_sem, tile, j);
-            store = j == 0;  // block 0 adds to every Q tile, first in the fixed order
-          } else if (dq_sem != nullptr) {
-            store = atomicAdd(dq_sem + tile, 1) == 0;  // the ticket: first comer stores
-            if (!store) {  // the others add once the store is complete
-              sm90::wait_flag_bits(dq_sem + tile, kDqStored);
-              sm90::fence_proxy_async_global();
-            }
-          }
-          if (store) sm90::bulk_store_f32(dst, src, bytes);
-          else sm90::bulk_reduce_add_f32(dst, src, bytes);
-          sm90::bulk_commit();
-          if (!DET && store) {
-            sm90::bulk_wait_all();
+        const size_t tile = ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
+        float* dst = p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS;
+        const uint32_t src = sdQ + d * K::DQ_BYTES, bytes = min(Br, Tq - q0) * HS * 4;
+        // dq_sem given: dQacc was not zeroed, the tile's first partial stores (below)
+        bool store = false;
+        if constexpr (DET) {
+          flash::fixed_order_before_add(sem_pending, dq_sem, tile, j);
+          store = j == 0;  // block 0 adds to every Q tile, first in the fixed order
+        } else if (dq_sem != nullptr) {
+          store = atomicAdd(dq_sem + tile, 1) == 0;  // the ticket: first comer stores
+          if (!store) {  // the others add once the store is complete
+            sm90::wait_flag_bits(dq_sem + tile, kDqStored);
             sm90::fence_proxy_async_global();
-            sm90::red_or_release_gpu(dq_sem + tile, kDqStored);
-          } else {
-            sm90::bulk_wait_read_all();  // the staging buffer may be overwritten
           }
         }
-        __syncwarp();
-        if (it + DQS < total) sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+        if (store) sm90::bulk_store_f32(dst, src, bytes);
+        else sm90::bulk_reduce_add_f32(dst, src, bytes);
+        sm90::bulk_commit();
+        if (!DET && store) {
+          sm90::bulk_wait_all();
+          sm90::fence_proxy_async_global();
+          sm90::red_or_release_gpu(dq_sem + tile, kDqStored);
+        } else {
+          sm90::bulk_wait_read_all();  // the staging buffer may be overwritten
+        }
       }
-      if (lane == 0) {
-        sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
-        if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
-      }
-    }
-  } else {
-    // ================================ math ================================
-    sm90::setmaxnreg_inc<240>();
+      __syncwarp();
+      if (it + DQS < total) sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+  }
+  if (lane == 0) {
+    sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
+    if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
+  }
+  }
+
+  // ---- math warpgroups: the step's products (flash_bwd_wgmma.cuh), dQ staging, dK_j, dV_j ----
+  __device__ __forceinline__ void math(int tid, int warp, int lane, int wg, float scale_log2,
+                                       float scale) const {
     const int c = wg - 1;                 // math warpgroup: keys k0 + 64 c .. +63
     const int mtid = tid - 128;           // thread among the 256 math threads
     const int kw = warp - 4, wq = warp & 3, g = lane >> 2;
@@ -380,6 +370,45 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                                [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p,
                                b, k0, kvh, mtid,
                                [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+  }
+};
+
+// The kernel: a producer warpgroup (loader warp, dQ writer warp) and two math warpgroups.
+template <class K, DqOrder ORDER>
+__global__ void __launch_bounds__(K::NTHREADS, 1)
+    flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
+                      const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v,
+                      const __grid_constant__ CUtensorMap tm_do, const BwdProblem p,
+                      int* __restrict__ dq_sem, int pair_group, float scale_log2,
+                      float scale) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  int pair, j_tile;
+  bwd_pair_group_block(blockIdx.x, p.B * p.NKV, (p.Tk + K::Bc - 1) / K::Bc, pair_group, pair,
+                       j_tile);
+  const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
+  const Bwd3Block<K, ORDER> blk(p, pair, j_tile, s0);
+
+  if (tid == 0) {
+    // full: the loader warp's lanes (+ the TMA bytes); empty: lane 0 of each math warp, or
+    // every math thread (release_stage)
+    for (int s = 0; s < 2; ++s)
+      blk.stages.init_stage(s, 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
+    sm90::mbar_init(blk.bar_kv, 1);
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    sm90::setmaxnreg_dec<24>();
+    if (warp == 0)
+      blk.load(tm_q, tm_k, tm_v, tm_do, lane);
+    else if (warp == 1)
+      blk.dq_writer(dq_sem, lane);
+  } else {
+    sm90::setmaxnreg_inc<240>();
+    blk.math(tid, warp, lane, wg, scale_log2, scale);
   }
 }
 

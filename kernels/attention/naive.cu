@@ -379,27 +379,24 @@ void with_softmax_config(int cfg, Launch&& launch, Loop&& loop) {
   }
 }
 
+// The loop kernels: one block of kLoopNT threads per row.
+template <class Kernel, class... Args>
+void launch_softmax_loop(Kernel kernel, const Rows& R, cudaStream_t st, Args... args) {
+  kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(args...);
+  CUDA_CHECK_LAUNCH();
+}
+
 void softmax_forward(floatX* P, const Plan& p, int cfg, float sl2e, cudaStream_t st) {
   const Rows R = all_rows(p);
   with_softmax_config(
-      cfg, [&](auto nt, auto vpt) {
-        launch_softmax_fwd<decltype(nt)::value, decltype(vpt)::value>(P, R, sl2e, st);
-      },
-      [&] {
-        softmax_fwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(P, R, sl2e);
-        CUDA_CHECK_LAUNCH();
-      });
+      cfg, [&](auto nt, auto vpt) { launch_softmax_fwd<nt(), vpt()>(P, R, sl2e, st); },
+      [&] { launch_softmax_loop(softmax_fwd_loop_kernel, R, st, P, R, sl2e); });
 }
 void softmax_backward(floatX* dP, const floatX* P, const Plan& p, int cfg, cudaStream_t st) {
   const Rows R = all_rows(p);
   with_softmax_config(
-      cfg, [&](auto nt, auto vpt) {
-        launch_softmax_bwd<decltype(nt)::value, decltype(vpt)::value>(dP, P, R, st);
-      },
-      [&] {
-        softmax_bwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(dP, P, R);
-        CUDA_CHECK_LAUNCH();
-      });
+      cfg, [&](auto nt, auto vpt) { launch_softmax_bwd<nt(), vpt()>(dP, P, R, st); },
+      [&] { launch_softmax_loop(softmax_bwd_loop_kernel, R, st, dP, P, R); });
 }
 
 // GQA: dK[b, t, g] = sum_j dKp[b, g*G + j, t] (fixed order), likewise dV; 4 elements a thread.
@@ -431,6 +428,17 @@ __global__ void gqa_reduce_kernel(floatX* dqkv, const float* dKp, const float* d
 
 bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Byte strides of the buffers the batched GEMMs walk (Plan's element strides times es): qkv and
+// dqkv by sequence (sbq), out and dout by sequence (sbo), P by sequence (sbP) and head (shP),
+// one head's columns (hs).
+struct ByteStrides {
+  long long es, sbq, sbo, sbP, shP, hs;
+  explicit ByteStrides(const Plan& p)
+      : es((long long)p.es), sbq((long long)p.T * p.ld * es), sbo((long long)p.T * p.ldo * es),
+        sbP((long long)p.NH * p.T * p.ldP * es), shP((long long)p.T * p.ldP * es),
+        hs((long long)(p.HS * es)) {}
+};
+
 class NaiveAttention final : public AttentionBackend {
  public:
   explicit NaiveAttention(int softmax_config)
@@ -445,18 +453,16 @@ class NaiveAttention final : public AttentionBackend {
           "naive attention: out, qkv, saved and scratch must be 16-byte aligned");
     const Plan p(a.shape, sizeof(floatX));
     prepare(st);
-    const long long es = (long long)p.es;
-    const long long sbq = (long long)p.T * p.ld * es, sbo = (long long)p.T * p.ldo * es;
-    const long long sbP = (long long)p.NH * p.T * p.ldP * es, shP = (long long)p.T * p.ldP * es;
+    const ByteStrides bs(p);
     const char* qkv = reinterpret_cast<const char*>(a.qkv);
     enum { K, V, Q, PP, O, N };
     PtrDescs d{};
-    d.d[K] = {qkv + size_t(p.NH) * p.HS * es, sbq, (long long)(p.HS * es), 0, p.G};
-    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * es, sbq, (long long)(p.HS * es), 0, p.G};
-    d.d[Q] = {qkv, sbq, (long long)(p.HS * es), (long long)p.Tc * p.ld * es, 1};
-    d.d[PP] = {static_cast<const char*>(a.saved), sbP, shP, (long long)p.Tc * p.ldP * es, 1};
-    d.d[O] = {reinterpret_cast<const char*>(a.out), sbo, (long long)(p.HS * es),
-              (long long)p.Tc * p.ldo * es, 1};
+    d.d[K] = {qkv + size_t(p.NH) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[Q] = {qkv, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
+    d.d[PP] = {static_cast<const char*>(a.saved), bs.sbP, bs.shP, (long long)p.Tc * p.ldP * bs.es, 1};
+    d.d[O] = {reinterpret_cast<const char*>(a.out), bs.sbo, bs.hs,
+              (long long)p.Tc * p.ldo * bs.es, 1};
     void** ptrs = fill_ptrs(a.scratch, d, N, p, st);
     auto arr = [&](int desc, int c) { return ptrs + (size_t(desc) * p.nc + c) * p.BNH; };
 
@@ -482,10 +488,7 @@ class NaiveAttention final : public AttentionBackend {
           "naive attention: dqkv, dout, qkv, saved and scratch must be 16-byte aligned");
     const Plan p(a.shape, sizeof(floatX));
     prepare(st);
-    const long long es = (long long)p.es;
-    const long long sbq = (long long)p.T * p.ld * es, sbo = (long long)p.T * p.ldo * es;
-    const long long sbP = (long long)p.NH * p.T * p.ldP * es, shP = (long long)p.T * p.ldP * es;
-    const long long hs = (long long)(p.HS * es);
+    const ByteStrides bs(p);
     const char* qkv = reinterpret_cast<const char*>(a.qkv);
     char* dqkv = reinterpret_cast<char*>(a.dqkv);
     char* scratch = static_cast<char*>(a.scratch);
@@ -497,17 +500,17 @@ class NaiveAttention final : public AttentionBackend {
     enum { K, V, Q, DO, PD, DS, DSD, DQ, DK, DV, N };
     static_assert(N <= kMaxDescs, "more pointer arrays than the scratch plan holds");
     PtrDescs d{};
-    d.d[K] = {qkv + size_t(p.NH) * p.HS * es, sbq, hs, 0, p.G};
-    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * es, sbq, hs, 0, p.G};
-    d.d[Q] = {qkv, sbq, hs, (long long)p.Tc * p.ld * es, 1};
-    d.d[DO] = {reinterpret_cast<const char*>(a.dout), sbo, hs, (long long)p.Tc * p.ldo * es, 1};
-    d.d[PD] = {static_cast<const char*>(a.saved), sbP, shP, (long long)p.Tc * (p.ldP + 1) * es, 1};
-    d.d[DS] = {reinterpret_cast<const char*>(dP), sbP, shP, (long long)p.Tc * p.ldP * es, 1};
-    d.d[DSD] = {reinterpret_cast<const char*>(dP), sbP, shP, (long long)p.Tc * (p.ldP + 1) * es, 1};
-    d.d[DQ] = {dqkv, sbq, hs, (long long)p.Tc * p.ld * es, 1};
+    d.d[K] = {qkv + size_t(p.NH) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[Q] = {qkv, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
+    d.d[DO] = {reinterpret_cast<const char*>(a.dout), bs.sbo, bs.hs, (long long)p.Tc * p.ldo * bs.es, 1};
+    d.d[PD] = {static_cast<const char*>(a.saved), bs.sbP, bs.shP, (long long)p.Tc * (p.ldP + 1) * bs.es, 1};
+    d.d[DS] = {reinterpret_cast<const char*>(dP), bs.sbP, bs.shP, (long long)p.Tc * p.ldP * bs.es, 1};
+    d.d[DSD] = {reinterpret_cast<const char*>(dP), bs.sbP, bs.shP, (long long)p.Tc * (p.ldP + 1) * bs.es, 1};
+    d.d[DQ] = {dqkv, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
     if (direct) {
-      d.d[DK] = {dqkv + size_t(p.NH) * p.HS * es, sbq, hs, (long long)p.Tc * p.ld * es, 1};
-      d.d[DV] = {dqkv + size_t(p.NH + p.NKV) * p.HS * es, sbq, hs, (long long)p.Tc * p.ld * es, 1};
+      d.d[DK] = {dqkv + size_t(p.NH) * p.HS * bs.es, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
+      d.d[DV] = {dqkv + size_t(p.NH + p.NKV) * p.HS * bs.es, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
     } else {
       const long long f = sizeof(float);
       const long long sbp = (long long)p.NH * p.T * p.HS * f, shp = (long long)p.T * p.HS * f;

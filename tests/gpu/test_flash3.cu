@@ -11,33 +11,11 @@
 #include <vector>
 
 #include "kernels/attention/attention.cuh"
-#include "tests/gpu/gpu_test.h"
+#include "tests/gpu/sm90_test.h"
 
 namespace {
 
-int sm_major() {
-  int dev = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major;
-}
-
-class Hopper : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (!IsSkipped() && sm_major() != 9) GTEST_SKIP() << "needs an sm_90 GPU";
-  }
-};
-
-// ---- flash3 --deterministic: forward and backward bitwise reproducible over 3 runs ----
-class Flash3 : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (!IsSkipped() && sm_major() != 9) GTEST_SKIP() << "needs an sm_90 GPU";
-  }
-};
+class Flash3 : public Sm90Test {};
 
 TEST_F(Flash3, RepeatDeterminism) {
 #if defined(ENABLE_FP32)

@@ -28,26 +28,13 @@
 #include "kernels/attention/sm90/pipeline.cuh"
 #include "kernels/attention/sm90/sync.cuh"
 #include "kernels/attention/sm90/wgmma.cuh"
-#include "tests/gpu/gpu_test.h"
+#include "tests/gpu/sm90_test.h"
 
 namespace {
 
 using flash::smem_u32;
 
-int sm_major() {
-  int dev = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major;
-}
-
-class Hopper : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (!IsSkipped() && sm_major() != 9) GTEST_SKIP() << "needs an sm_90 GPU";
-  }
-};
+class Hopper : public Sm90Test {};
 
 // ---- TMA ----
 constexpr int kTmaRows = 128, kTmaHS = 128;

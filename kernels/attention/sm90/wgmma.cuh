@@ -78,49 +78,48 @@ __device__ __forceinline__ uint64_t gmma_desc_at(uint64_t desc, uint32_t bytes) 
               "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, " \
               "%63"
 
-// D += A B, A and B from shared memory; m64n64k16 or m64n128k16 by the accumulator's size.
-// scale_d = 0 gives D = A B (the accumulator's old contents are ignored: no zeroing needed).
-template <int TA, int TB>
-__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db, int scale_d = 1) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" SM90_REGS32
-               "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-               : SM90_ACC32(d)
-               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
-}
-template <int TA, int TB>
-__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d = 1) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" SM90_REGS64
-               "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
-               : SM90_ACC64(d)
-               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+// One wgmma instruction: shape, the accumulator list, the A and B operands, the scale-d
+// predicate's operand and the transpose immediates.
+#define SM90_WGMMA(SHAPE, REGS, AB, SCALE_D, TRANS)                                      \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\nwgmma.mma_async.sync.aligned." SHAPE \
+  ".f32.bf16.bf16 {" REGS "}, " AB ", p, 1, 1, " TRANS ";\n}\n"
+
+// D += A B, A and B from shared memory; m64n64k16 (N = 32 fp32 per thread) or m64n128k16
+// (N = 64). scale_d = 0 gives D = A B (the accumulator's old contents are ignored: no zeroing
+// needed).
+template <int TA, int TB, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N], uint64_t da, uint64_t db, int scale_d = 1) {
+  static_assert(N == 32 || N == 64, "m64n64 or m64n128");
+  if constexpr (N == 32)
+    asm volatile(SM90_WGMMA("m64n64k16", SM90_REGS32, "%32, %33", "%34", "%35, %36")
+                 : SM90_ACC32(d)
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+  else
+    asm volatile(SM90_WGMMA("m64n128k16", SM90_REGS64, "%64, %65", "%66", "%67, %68")
+                 : SM90_ACC64(d)
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
 // D += A B, A from registers (the warp's 16 x 16 mma.sync A fragment), B from shared memory.
-template <int TB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+template <int TB, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N], const uint32_t (&a)[4], uint64_t db,
                                          int scale_d = 1) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" SM90_REGS32
-               "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-               : SM90_ACC32(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
-}
-template <int TB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
-                                         int scale_d = 1) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" SM90_REGS64
-               "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-               : SM90_ACC64(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
+  static_assert(N == 32 || N == 64, "m64n64 or m64n128");
+  if constexpr (N == 32)
+    asm volatile(SM90_WGMMA("m64n64k16", SM90_REGS32, "{%32, %33, %34, %35}, %36", "%37", "%38")
+                 : SM90_ACC32(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
+  else
+    asm volatile(SM90_WGMMA("m64n128k16", SM90_REGS64, "{%64, %65, %66, %67}, %68", "%69", "%70")
+                 : SM90_ACC64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
 }
 #undef SM90_ACC8
 #undef SM90_ACC32
 #undef SM90_ACC64
 #undef SM90_REGS32
 #undef SM90_REGS64
+#undef SM90_WGMMA
 
 // acc = 0 by immediates, for an accumulator zeroed while another wgmma is in flight: the
 // compiler's way (one register zeroed, copied to the others) reads a register that a wgmma of
