@@ -1,43 +1,27 @@
-// hopper.cuh — small named helpers, one per Hopper (sm_90 / sm_90a) PTX idiom, used by the
-// flash kernels (flash3.cu, flash_bwd_wgmma.cuh). Each has a unit test in tests/gpu/test_flash3.cu.
-// The warpgroup MMA wrappers (wgmma_ss / wgmma_rs, gmma_desc, wgmma_fence / commit / wait) live
-// in flash_common.cuh, beside the other attention PTX wrappers; this file adds what a warp-
-// specialised kernel needs around them:
+// sm90/sync.cuh — how the threads, warps and the copy engine of an sm_90 block wait for each other,
+// one small helper per PTX idiom. Test: ./build/test_gpu --gtest_filter='Hopper*'
+// (tests/gpu/test_sm90.cu: one test per idiom).
 //
 //   mbarrier   a 64-bit shared-memory barrier with a phase bit. init(count); arrive (count
 //              down); arrive_expect_tx(bytes) (arrive and expect that many bytes from the copy
 //              engine: the phase completes when both the arrivals and the bytes are in);
-//              wait(parity) spins until the phase of that parity has completed. Ring protocol
-//              (producer P, consumers C, stage s of a ring of S stages, n = use count):
-//                P: wait(empty[s], ((n / S) & 1) ^ 1)   (a fresh barrier: passes at once)
-//                   arrive_expect_tx(full[s], bytes); TMA -> stage s completing on full[s]
-//                C: wait(full[s], (n / S) & 1); read stage s; arrive(empty[s])
-//   TMA        tensor maps (cuTensorMapEncodeTiled, fetched from the driver through the runtime's
-//              cudaGetDriverEntryPointByVersion so nothing links -lcuda) and
-//              cp.async.bulk.tensor loads of a box into shared memory, completing on an
-//              mbarrier. Rows outside the tensor are zero-filled (and still counted in the
-//              transaction bytes: the whole box always lands).
-//   setmaxnreg move registers between warpgroups (dec in the producer, inc in the consumers);
-//              needs a register cap at kernel entry (__launch_bounds__(threads, 1)) and each role
-//              in one branch of an if/else.
+//              wait(parity) spins until the phase of that parity has completed. The stage/phase
+//              protocol of a ring of such barriers: sm90/pipeline.cuh.
 //   named barriers  bar.sync / bar.arrive with an id (1..15; 0 is __syncthreads) and a thread
 //              count (a multiple of 32): a subset of warps meets without stopping the others.
 //   proxy fences  fence.proxy.async: generic-proxy shared-memory writes (st.shared) before the
-//              async proxy (wgmma, TMA) reads them, and async-proxy global writes (bulk
-//              reductions) before a generic release that another block acquires.
+//              async proxy (wgmma, TMA, bulk copies) reads them, and async-proxy global writes
+//              (bulk reductions) before a generic release that another block acquires.
 //   release/acquire flags  st.release.gpu / red.release.gpu.or / ld.acquire.gpu on a global int:
 //              the semaphores of the deterministic dQ order (flash_bwd_wgmma.cuh) and flash3's
 //              dQ tickets (flash3_bwd.cu).
+//   setmaxnreg move registers between warpgroups (dec in the producer, inc in the consumers);
+//              needs a register cap at kernel entry (__launch_bounds__(threads, 1)) and each role
+//              in one branch of an if/else.
 #pragma once
-#include <cuda.h>  // CUtensorMap and the cuTensorMapEncodeTiled types only (no -lcuda)
-#include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "kernels/attention/flash_common.cuh"
-
-namespace hopper {
-
-using flash::smem_u32;
+namespace sm90 {
 
 // ---- mbarrier ----
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -71,37 +55,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-// ---- TMA (cp.async.bulk.tensor), sm_90 ----
-// Host: a tensor map over a bf16 tensor of rank 4, dims[0] innermost (elements), strides of
-// dims 1..3 in bytes (multiples of 16), a box of box[0..3] elements, 128-byte swizzle (box[0]
-// * 2 must be <= 128 bytes), zero fill outside the tensor. Throws flashgpt::Error on failure.
-CUtensorMap make_tensor_map_bf16_4d(const void* base, const uint64_t dims[4],
-                                    const uint64_t strides_bytes[3], const uint32_t box[4]);
-
-__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-// Box at coordinates (c0, c1, c2, c3) -> shared memory at dst (1024-byte aligned for the
-// 128-byte swizzle), completing on mbarrier bar (which must expect the box's bytes).
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                            int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
-      "%4, %5, %6}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-
-// ---- register reallocation between warpgroups (sm_90a) ----
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
 // ---- named barriers ----
 // All `count` threads (whole warps) that use barrier `id` meet here.
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
@@ -113,8 +66,11 @@ __device__ __forceinline__ void named_bar_arrive(int id, int count) {
 }
 
 // ---- proxy fences ----
-// This thread's st.shared writes before the async proxy (wgmma / TMA) reads or overwrites them.
-__device__ __forceinline__ void fence_proxy_async_smem() { flash::fence_proxy_async_smem(); }
+// This thread's st.shared (and cp.async) writes before the async proxy (wgmma, TMA, bulk
+// copies) reads or overwrites them.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 // Async-proxy global writes (completed bulk reductions) ordered with generic accesses.
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
@@ -144,4 +100,14 @@ __device__ __forceinline__ void wait_flag_equals(const int* p, int v) {
   }
 }
 
-}  // namespace hopper
+// ---- register reallocation between warpgroups (sm_90a) ----
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+}  // namespace sm90
