@@ -6,6 +6,7 @@
 // (so val text never shapes the vocabulary and val loss stays honest), encode the documents in
 // parallel (OpenMP), then write [EOT, doc tokens...] for each document in input order, cutting
 // a new shard every shard_tokens tokens (a document may straddle two shards, as in llm.c).
+// Last, it prints the document lengths of the train and val shards (data/documents.h).
 // Limits: everything (text and tokens) is held in memory, which suits corpora up to a few GB.
 // Documents that are empty or only whitespace are dropped.
 // Every output is first written under a staged name (NAME.new) and all are renamed only when
@@ -28,6 +29,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "data/documents.h"
 #include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
@@ -117,7 +119,8 @@ std::vector<std::string> shard_paths(const std::string& dir, const std::string& 
   return paths;
 }
 
-// Writes tokens into DIR/PREFIX_NNNNNN.bin (staged), a new shard every `per_shard` tokens.
+// Writes tokens into DIR/PREFIX_NNNNNN.bin (staged), a new shard every `per_shard` tokens, and
+// measures the documents it writes (data/documents.h).
 struct ShardWriter {
   std::string dir, prefix;
   size_t per_shard;
@@ -125,6 +128,7 @@ struct ShardWriter {
   std::vector<uint16_t> buf;
   int shards = 0;
   size_t total = 0;
+  DocumentLengths docs;
   void add(int tok) {
     buf.push_back((uint16_t)tok);
     total++;
@@ -132,6 +136,7 @@ struct ShardWriter {
   }
   void flush() {
     if (buf.empty()) return;
+    docs.add(buf.data(), buf.size());
     write_shard(staged->stage(name(shards++)), buf);
     buf.clear();
   }
@@ -289,8 +294,10 @@ PrepareResult prepare_validated(const PrepareOptions& opt, bool log, double t0,
   for (size_t d = 0; d < docs.size(); d++) doc_bytes += docs[d].size(), doc_tokens += enc[d].size();
 
   // ---- 6. shards, in input order: [EOT, tokens...] per document
-  ShardWriter train{opt.out_dir, "train", opt.shard_tokens, &staged, {}, 0, 0};
-  ShardWriter val{opt.out_dir, "val", opt.shard_tokens, &staged, {}, 0, 0};
+  ShardWriter train{opt.out_dir, "train", opt.shard_tokens, &staged, {}, 0, 0,
+                    DocumentLengths(tok.eot_token())};
+  ShardWriter val{opt.out_dir, "val", opt.shard_tokens, &staged, {}, 0, 0,
+                  DocumentLengths(tok.eot_token())};
   for (size_t d = 0; d < docs.size(); d++) {
     ShardWriter& w = is_val[d] ? val : train;
     w.add(tok.eot_token());
@@ -307,12 +314,17 @@ PrepareResult prepare_validated(const PrepareOptions& opt, bool log, double t0,
   r.val_tokens = val.total;
   r.train_shards = train.shards;
   r.val_shards = val.shards;
-  if (log)
+  r.train_docs = train.docs.stats();
+  r.val_docs = val.docs.stats();
+  if (log) {
     fprintf(stderr,
             "prepare: wrote %s (vocab %d), %zu train tokens in %d shards, %zu val tokens in %d "
             "shards; %.2f bytes/token; %.1f s\n",
             tok_path.c_str(), tok.vocab_size(), r.train_tokens, r.train_shards, r.val_tokens,
             r.val_shards, (double)doc_bytes / (double)std::max<size_t>(doc_tokens, 1), now_s() - t0);
+    fprintf(stderr, "prepare: train: %s\n", format_document_stats(r.train_docs).c_str());
+    fprintf(stderr, "prepare: val: %s\n", format_document_stats(r.val_docs).c_str());
+  }
   return r;
 }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "data/documents.h"
+
 struct PrepareOptions {
   std::vector<std::string> inputs;  // text files (--input)
   std::string out_dir;              // --out (created if missing)
@@ -26,6 +28,7 @@ struct PrepareOptions {
 struct PrepareResult {
   size_t train_tokens = 0, val_tokens = 0;
   int train_shards = 0, val_shards = 0;
+  DocumentStats train_docs, val_docs;  // printed as "prepare: train: " + format_document_stats
 };
 // Validates options (bad --input / --out / --vocab-size / --val-fraction -> flashgpt::Error
 // naming the flag) before writing anything.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plot_cp.py — the table and plot of scripts/bench_cp.sh (context parallelism, issue 12).
+"""plot_cp.py — the table and plot of scripts/bench_cp.sh (context parallelism).
 
     python3 scripts/plot_cp.py OUT/runs.csv [MORE/runs.csv ...] --out DIR
     python3 scripts/plot_cp.py runs.csv --real-run 1048576:2:train_1m_cp2.jsonl --out DIR

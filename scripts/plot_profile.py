@@ -27,7 +27,7 @@ from output_files import check_output, is_own_png, png_software
 SCRIPT = "scripts/plot_profile.py"
 MEMORY_PNG, TOKENS_PNG, PRED_PNG = "memory_vs_T.png", "tokens_per_s_vs_T.png", "predicted_vs_measured.png"
 GIB = float(1 << 30)
-COLORS = {"flash": "tab:blue", "naive": "tab:red", "flash1": "tab:green"}
+COLORS = {"flash3": "tab:purple", "flash": "tab:blue", "naive": "tab:red", "flash1": "tab:green"}
 
 
 def read_profile(path):
