@@ -30,10 +30,12 @@
 #include <string_view>
 
 #include "data/documents.h"
+#include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "kernels/rng.h"
+#include "train/run_files.h"
 
 namespace {
 
@@ -105,6 +107,18 @@ struct Staged {
   }
 };
 
+// The DIR/PREFIX_NNNNNN.bin files there are.
+std::vector<std::string> shard_paths(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> paths;
+  glob_t g;
+  const std::string pat =
+      (std::filesystem::path(dir) / (prefix + "_[0-9][0-9][0-9][0-9][0-9][0-9].bin")).string();
+  if (glob(pat.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; i++) paths.push_back(g.gl_pathv[i]);
+  globfree(&g);
+  return paths;
+}
+
 // Writes tokens into DIR/PREFIX_NNNNNN.bin (staged), a new shard every `per_shard` tokens, and
 // measures the documents it writes (data/documents.h).
 struct ShardWriter {
@@ -131,16 +145,10 @@ struct ShardWriter {
   }
   // Removes PREFIX_NNNNNN.bin files of an earlier run with an index >= shards.
   void remove_stale() const {
-    glob_t g;
-    std::string pat = (std::filesystem::path(dir) / (prefix + "_[0-9][0-9][0-9][0-9][0-9][0-9].bin")).string();
-    if (glob(pat.c_str(), 0, nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; i++) {
-        std::string base = std::filesystem::path(g.gl_pathv[i]).filename().string();
-        int idx = atoi(base.c_str() + prefix.size() + 1);
-        if (idx >= shards) std::filesystem::remove(g.gl_pathv[i]);
-      }
+    for (const std::string& path : shard_paths(dir, prefix)) {
+      const std::string base = std::filesystem::path(path).filename().string();
+      if (atoi(base.c_str() + prefix.size() + 1) >= shards) std::filesystem::remove(path);
     }
-    globfree(&g);
   }
 };
 
@@ -180,13 +188,15 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
     CHECK(std::filesystem::is_directory(opt.out_dir), "--out %s exists and is not a directory",
           opt.out_dir.c_str());
     // Probe with a real file: access(W_OK) is wrong on read-only mounts and for root.
-    std::string probe = (std::filesystem::path(opt.out_dir) /
-                         flashgpt::strformat(".prepare_probe_%d", (int)getpid())).string();
-    FILE* f = fopen(probe.c_str(), "wb");
-    CHECK(f, "--out %s is not writable: %s", opt.out_dir.c_str(), strerror(errno));
-    fclose(f);
-    remove(probe.c_str());
+    const std::string why = dir_write_error(opt.out_dir);
+    CHECK(why.empty(), "--out %s is not writable: %s", opt.out_dir.c_str(), why.c_str());
   }
+  // Nothing there that prepare did not make is replaced or removed (train/run_files.h).
+  check_output_path((std::filesystem::path(opt.out_dir) / "tokenizer.bin").string(), "--out",
+                    OutputKind::PreparedTokenizer);
+  for (const char* prefix : {"train", "val"})
+    for (const std::string& shard : shard_paths(opt.out_dir, prefix))
+      check_output_path(shard, "--out", OutputKind::TokenShard);
   const bool log = !opt.quiet;
   const double t0 = now_s();
   // A progress line ends in '\r'; an error must not be glued to it.

@@ -451,7 +451,7 @@ bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
   cxxopts::Options o("export", "flashgpt export: write a checkpoint in another model format");
   // clang-format off
   o.add_options()
-    ("checkpoint", "model file (flashgpt or llm.c)", cxxopts::value<std::string>())
+    ("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", cxxopts::value<std::string>())
     ("out", "output directory (created if missing)", cxxopts::value<std::string>())
     ("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", cxxopts::value<std::string>()->default_value("hf"))
     ("h,help", "this help");
