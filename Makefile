@@ -38,7 +38,9 @@ STUB_OBJ := $(STUB_SRC:%.cpp=$(BUILD)/%.o)
 CUDA_SRC := $(wildcard $(SRC_DIRS:%=%/*.cu))
 CPU_OBJ  := $(CPU_SRC:%.cpp=$(BUILD)/%.o)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/cuda/%.o)
-TEST_CPU_OBJ := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/cpu/*.cpp) tests/main.cpp)
+# The CPU tests also check the GPU tests' tolerance rule on its plain bf16 baseline (CUDA-free).
+TEST_CPU_OBJ := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard tests/cpu/*.cpp) tests/main.cpp \
+  tests/gpu/plain_bf16_attention.cpp)
 TEST_GPU_SRC := $(wildcard tests/gpu/*.cu tests/gpu/*.cpp)
 TEST_GPU_OBJ := $(patsubst %,$(BUILD)/cuda/%.o,$(basename $(TEST_GPU_SRC)))
 

@@ -37,6 +37,7 @@
 #include "bench/bench_util.cuh"
 #include "kernels/attention/attention.cuh"
 #include "kernels/cuda_timer.cuh"
+#include "train/run_files.h"
 
 namespace {
 
@@ -61,12 +62,10 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
               "f+b ms", "TF/s", "extra MiB", "status");
   FILE* csv = nullptr;
   if (!opt.csv_path.empty()) {
+    check_output_path(opt.csv_path, "--csv", OutputKind::BenchAttentionCsv);
     csv = std::fopen(opt.csv_path.c_str(), "w");
     CHECK(csv, "--csv %s: cannot open for writing", opt.csv_path.c_str());
-    std::fprintf(csv, "# gpu: %s\n", prop.name);
-    std::fprintf(csv,
-                 "backend,hs,heads,kv_heads,batch,seq_len,causal,fwd_ms,bwd_ms,fwdbwd_ms,"
-                 "fwd_tflops,bwd_tflops,fwdbwd_tflops,extra_bytes,status\n");
+    std::fprintf(csv, "# gpu: %s\n%s\n", prop.name, kBenchAttentionCsvHeader);
   }
   cudaStream_t st = 0;  // the legacy default stream, as the events are recorded on it
 

@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/memory_plan.h"
+#include "train/run_files.h"
 
 namespace {
 
@@ -172,6 +173,8 @@ ProfileReport run_profile(const ProfileOptions& opt, std::FILE* out) {
   const std::string prefix = opt.plan_only ? "plan" : "profile";
   r.csv_path = opt.out_dir + "/" + prefix + ".csv";
   r.json_path = opt.out_dir + "/" + prefix + ".json";
+  check_output_path(r.csv_path, "--out", OutputKind::ProfileTable);
+  check_output_path(r.json_path, "--out", OutputKind::ProfileJson);
 
   if (opt.plan_only) {
     std::string cap_src = "--gpu-memory";

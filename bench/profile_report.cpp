@@ -15,6 +15,7 @@
 #include <ctime>
 #include <map>
 
+#include "data/files.h"
 #include "kernels/common.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -35,15 +36,12 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 // ---------------------------------------------------------------------------------------------
 // Files
 
-// Written to a temporary name and renamed: an interrupted run never leaves half a file.
+// Written to a temporary name and renamed (data/files.h): an interrupted run never leaves half
+// a file.
 void write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  CHECK(f, "profile: cannot write '%s' (%s); pick another --out", tmp.c_str(), strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  CHECK(std::fclose(f) == 0 && ok, "profile: writing '%s' failed (disk full?)", tmp.c_str());
-  CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "profile: cannot rename '%s' to '%s' (%s)",
-        tmp.c_str(), path.c_str(), strerror(errno));
+  write_file_atomically(path, [&](FILE* f) {
+    return std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  });
 }
 
 std::string csv_field(const std::string& s) {
@@ -171,12 +169,9 @@ void make_profile_dir(const std::string& dir) {
   CHECK(stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
         "profile: --out '%s' cannot be created (%s); pick another --out", dir.c_str(),
         strerror(errno));
-  const std::string probe = dir + "/.flashgpt_write_test";
-  FILE* f = std::fopen(probe.c_str(), "wb");
-  CHECK(f, "profile: --out '%s' is not writable (%s); pick another --out", dir.c_str(),
-        strerror(errno));
-  std::fclose(f);
-  std::remove(probe.c_str());
+  const std::string why = dir_write_error(dir);
+  CHECK(why.empty(), "profile: --out '%s' is not writable (%s); pick another --out", dir.c_str(),
+        why.c_str());
 }
 
 std::string utc_now() {

@@ -5,11 +5,38 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/common.h"
 
-void write_file_atomically(const std::string& path, const std::function<bool(FILE*)>& write) {
+std::string dir_write_error(const std::string& dir) {
+  std::string probe = dir + "/.flashgpt_write_test_XXXXXX";
+  const int fd = mkstemp(&probe[0]);
+  if (fd < 0) return strerror(errno);
+  close(fd);
+  unlink(probe.c_str());
+  return "";
+}
+
+std::string write_target(const std::string& path, const char* what) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
+  CHECK(stat(path.c_str(), &st) == 0, "%s '%s' is a symbolic link to a missing file (%s); give "
+        "the path of a file to write", what, path.c_str(), strerror(errno));
+  char real[PATH_MAX];
+  // A target without a name (/dev/stdout -> a pipe) is reached through the link itself.
+  return realpath(path.c_str(), real) ? std::string(real) : path;
+}
+
+void write_file_atomically(const std::string& link_or_path,
+                           const std::function<bool(FILE*)>& write) {
+  const std::string path = write_target(link_or_path, "output");
+  struct stat st;
+  CHECK(stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode), "cannot write '%s': it exists and "
+        "is not a regular file (a directory, device, pipe or socket); give a file name",
+        path.c_str());
   const std::string tmp = path + ".tmp";
   FILE* f = fopen(tmp.c_str(), "wb");
   CHECK(f, "cannot write '%s': %s; check that the directory exists and is writable", tmp.c_str(),

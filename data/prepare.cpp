@@ -6,6 +6,7 @@
 // (so val text never shapes the vocabulary and val loss stays honest), encode the documents in
 // parallel (OpenMP), then write [EOT, doc tokens...] for each document in input order, cutting
 // a new shard every shard_tokens tokens (a document may straddle two shards, as in llm.c).
+// Last, it prints the document lengths of the train and val shards (data/documents.h).
 // Limits: everything (text and tokens) is held in memory, which suits corpora up to a few GB.
 // Documents that are empty or only whitespace are dropped.
 // Every output is first written under a staged name (NAME.new) and all are renamed only when
@@ -28,10 +29,13 @@
 #include <filesystem>
 #include <string_view>
 
+#include "data/documents.h"
+#include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "kernels/rng.h"
+#include "train/run_files.h"
 
 namespace {
 
@@ -103,7 +107,20 @@ struct Staged {
   }
 };
 
-// Writes tokens into DIR/PREFIX_NNNNNN.bin (staged), a new shard every `per_shard` tokens.
+// The DIR/PREFIX_NNNNNN.bin files there are.
+std::vector<std::string> shard_paths(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> paths;
+  glob_t g;
+  const std::string pat =
+      (std::filesystem::path(dir) / (prefix + "_[0-9][0-9][0-9][0-9][0-9][0-9].bin")).string();
+  if (glob(pat.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; i++) paths.push_back(g.gl_pathv[i]);
+  globfree(&g);
+  return paths;
+}
+
+// Writes tokens into DIR/PREFIX_NNNNNN.bin (staged), a new shard every `per_shard` tokens, and
+// measures the documents it writes (data/documents.h).
 struct ShardWriter {
   std::string dir, prefix;
   size_t per_shard;
@@ -111,6 +128,7 @@ struct ShardWriter {
   std::vector<uint16_t> buf;
   int shards = 0;
   size_t total = 0;
+  DocumentLengths docs;
   void add(int tok) {
     buf.push_back((uint16_t)tok);
     total++;
@@ -118,6 +136,7 @@ struct ShardWriter {
   }
   void flush() {
     if (buf.empty()) return;
+    docs.add(buf.data(), buf.size());
     write_shard(staged->stage(name(shards++)), buf);
     buf.clear();
   }
@@ -126,16 +145,10 @@ struct ShardWriter {
   }
   // Removes PREFIX_NNNNNN.bin files of an earlier run with an index >= shards.
   void remove_stale() const {
-    glob_t g;
-    std::string pat = (std::filesystem::path(dir) / (prefix + "_[0-9][0-9][0-9][0-9][0-9][0-9].bin")).string();
-    if (glob(pat.c_str(), 0, nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; i++) {
-        std::string base = std::filesystem::path(g.gl_pathv[i]).filename().string();
-        int idx = atoi(base.c_str() + prefix.size() + 1);
-        if (idx >= shards) std::filesystem::remove(g.gl_pathv[i]);
-      }
+    for (const std::string& path : shard_paths(dir, prefix)) {
+      const std::string base = std::filesystem::path(path).filename().string();
+      if (atoi(base.c_str() + prefix.size() + 1) >= shards) std::filesystem::remove(path);
     }
-    globfree(&g);
   }
 };
 
@@ -175,13 +188,15 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
     CHECK(std::filesystem::is_directory(opt.out_dir), "--out %s exists and is not a directory",
           opt.out_dir.c_str());
     // Probe with a real file: access(W_OK) is wrong on read-only mounts and for root.
-    std::string probe = (std::filesystem::path(opt.out_dir) /
-                         flashgpt::strformat(".prepare_probe_%d", (int)getpid())).string();
-    FILE* f = fopen(probe.c_str(), "wb");
-    CHECK(f, "--out %s is not writable: %s", opt.out_dir.c_str(), strerror(errno));
-    fclose(f);
-    remove(probe.c_str());
+    const std::string why = dir_write_error(opt.out_dir);
+    CHECK(why.empty(), "--out %s is not writable: %s", opt.out_dir.c_str(), why.c_str());
   }
+  // Nothing there that prepare did not make is replaced or removed (train/run_files.h).
+  check_output_path((std::filesystem::path(opt.out_dir) / "tokenizer.bin").string(), "--out",
+                    OutputKind::PreparedTokenizer);
+  for (const char* prefix : {"train", "val"})
+    for (const std::string& shard : shard_paths(opt.out_dir, prefix))
+      check_output_path(shard, "--out", OutputKind::TokenShard);
   const bool log = !opt.quiet;
   const double t0 = now_s();
   // A progress line ends in '\r'; an error must not be glued to it.
@@ -279,8 +294,10 @@ PrepareResult prepare_validated(const PrepareOptions& opt, bool log, double t0,
   for (size_t d = 0; d < docs.size(); d++) doc_bytes += docs[d].size(), doc_tokens += enc[d].size();
 
   // ---- 6. shards, in input order: [EOT, tokens...] per document
-  ShardWriter train{opt.out_dir, "train", opt.shard_tokens, &staged, {}, 0, 0};
-  ShardWriter val{opt.out_dir, "val", opt.shard_tokens, &staged, {}, 0, 0};
+  ShardWriter train{opt.out_dir, "train", opt.shard_tokens, &staged, {}, 0, 0,
+                    DocumentLengths(tok.eot_token())};
+  ShardWriter val{opt.out_dir, "val", opt.shard_tokens, &staged, {}, 0, 0,
+                  DocumentLengths(tok.eot_token())};
   for (size_t d = 0; d < docs.size(); d++) {
     ShardWriter& w = is_val[d] ? val : train;
     w.add(tok.eot_token());
@@ -297,12 +314,17 @@ PrepareResult prepare_validated(const PrepareOptions& opt, bool log, double t0,
   r.val_tokens = val.total;
   r.train_shards = train.shards;
   r.val_shards = val.shards;
-  if (log)
+  r.train_docs = train.docs.stats();
+  r.val_docs = val.docs.stats();
+  if (log) {
     fprintf(stderr,
             "prepare: wrote %s (vocab %d), %zu train tokens in %d shards, %zu val tokens in %d "
             "shards; %.2f bytes/token; %.1f s\n",
             tok_path.c_str(), tok.vocab_size(), r.train_tokens, r.train_shards, r.val_tokens,
             r.val_shards, (double)doc_bytes / (double)std::max<size_t>(doc_tokens, 1), now_s() - t0);
+    fprintf(stderr, "prepare: train: %s\n", format_document_stats(r.train_docs).c_str());
+    fprintf(stderr, "prepare: val: %s\n", format_document_stats(r.val_docs).c_str());
+  }
   return r;
 }
 

@@ -4,17 +4,6 @@
 namespace {
 
 template <int W>
-__device__ __forceinline__ void load_chunk(float* dst, const floatX* src) {
-  if constexpr (W == x128::size) {
-    x128 v = load128(src);
-#pragma unroll
-    for (int k = 0; k < W; k++) dst[k] = to_f32(v[k]);
-  } else {
-    dst[0] = to_f32(src[0]);
-  }
-}
-
-template <int W>
 __global__ void __launch_bounds__(1024)
     classifier_kernel(float* losses, floatX* dlogits, const floatX* logits, const int* targets,
                       float dloss, int V, int Vp) {
@@ -27,7 +16,7 @@ __global__ void __launch_bounds__(1024)
   float m = -INFINITY, s = 0.0f;
   for (int v0 = threadIdx.x * W; v0 < V; v0 += blockDim.x * W) {
     float xv[W];
-    load_chunk<W>(xv, x + v0);
+    load_floats<W>(xv, x + v0);
     float cmax = -INFINITY;
 #pragma unroll
     for (int k = 0; k < W; k++)
@@ -48,7 +37,7 @@ __global__ void __launch_bounds__(1024)
   floatX* d = dlogits + (size_t)row * Vp;
   for (int v0 = threadIdx.x * W; v0 < Vp; v0 += blockDim.x * W) {
     float xv[W], o[W];
-    load_chunk<W>(xv, x + v0);
+    load_floats<W>(xv, x + v0);
 #pragma unroll
     for (int k = 0; k < W; k++) {
       const int v = v0 + k;

@@ -60,7 +60,7 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------------------------------------
-// Helpers shared by the kernels (added with the CUDA trainer, issue 3).
+// Helpers shared by the kernels.
 
 #include <cstdint>
 
@@ -96,6 +96,13 @@ inline long long cuda_l2_bytes() {
   }
   return n;
 }
+
+// floatX as a CUDA data type (cuBLAS / cuBLASLt descriptors).
+#if defined(ENABLE_FP32)
+constexpr cudaDataType_t kCudaFloatX = CUDA_R_32F;
+#else
+constexpr cudaDataType_t kCudaFloatX = CUDA_R_16BF;
+#endif
 
 // Packed128: 16 bytes of T (8 bf16 or 4 fp32), loaded and stored with one 128-bit access.
 template <class T>
@@ -137,6 +144,59 @@ __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+
+// out[e] = f(a[e], b[e]) for e < n (f: two floatX -> float): thread i handles elements [i W, i W + W) of the
+// 128-bit part (vec: out, a and b 16-byte aligned), then the first W threads the tail one by
+// one; else (!vec) element i. Launch max(n / W, W) threads when vec, else n.
+template <class F>
+__device__ __forceinline__ void map2_elementwise(floatX* out, const floatX* a, const floatX* b,
+                                                 size_t n, bool vec, F&& f) {
+  constexpr int W = x128::size;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (vec) {
+    const size_t nv = n / W;
+    if (i < nv) {
+      x128 x = load128cs(a + i * W), y = load128cs(b + i * W), r;
+#pragma unroll
+      for (int k = 0; k < W; k++) r[k] = from_f32<floatX>(f(x[k], y[k]));
+      store128(out + i * W, r);
+    }
+    const size_t t = nv * W + i;
+    if (i < W && t < n) out[t] = from_f32<floatX>(f(a[t], b[t]));
+  } else if (i < n) {
+    out[i] = from_f32<floatX>(f(a[i], b[i]));
+  }
+}
+
+// W consecutive elements of a row as floats: one 128-bit access when W == x128::size (8 bf16 or
+// 4 fp32: the vector path), else W scalar ones. STREAM: a load of data read once (load128cs).
+template <int W, bool STREAM = false>
+__device__ __forceinline__ void load_floats(float* dst, const floatX* src) {
+  if constexpr (W == x128::size) {
+    x128 v;
+    if constexpr (STREAM)
+      v = load128cs(src);
+    else
+      v = load128(src);
+#pragma unroll
+    for (int k = 0; k < W; k++) dst[k] = to_f32(v[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; k++) dst[k] = to_f32(src[k]);
+  }
+}
+template <int W>
+__device__ __forceinline__ void store_floats(floatX* dst, const float* src) {
+  if constexpr (W == x128::size) {
+    x128 v;
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = from_f32<floatX>(src[k]);
+    store128(dst, v);
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; k++) dst[k] = from_f32<floatX>(src[k]);
+  }
 }
 
 __device__ __forceinline__ float warp_reduce_sum(float v) {

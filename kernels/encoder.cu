@@ -40,13 +40,10 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
   float acc[W] = {};
   for (int b = 0; b < B; b++) {
     const floatX* d = dout + ((size_t)b * T + t) * C + c;
-    if constexpr (VEC) {
-      x128 v = load128cs(d);
+    float v[W];
+    load_floats<W, true>(v, d);
 #pragma unroll
-      for (int k = 0; k < W; k++) acc[k] += to_f32(v[k]);
-    } else {
-      acc[0] += to_f32(d[0]);
-    }
+    for (int k = 0; k < W; k++) acc[k] += v[k];
   }
   float* o = dwpe + (size_t)t * C + c;
 #pragma unroll

@@ -36,22 +36,8 @@ __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n, bo
 
 __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n,
                                      bool vec) {
-  constexpr int W = x128::size;
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (vec) {
-    const size_t nv = n / W;
-    if (i < nv) {
-      x128 x = load128cs(inp + i * W), d = load128cs(dout + i * W), r;
-#pragma unroll
-      for (int k = 0; k < W; k++) r[k] = from_f32<floatX>(gelu_grad_f(to_f32(x[k])) * to_f32(d[k]));
-      store128(dinp + i * W, r);
-    }
-    const size_t t = nv * W + i;
-    if (i < W && t < n)
-      dinp[t] = from_f32<floatX>(gelu_grad_f(to_f32(inp[t])) * to_f32(dout[t]));
-  } else if (i < n) {
-    dinp[i] = from_f32<floatX>(gelu_grad_f(to_f32(inp[i])) * to_f32(dout[i]));
-  }
+  map2_elementwise(dinp, inp, dout, n, vec,
+                   [](floatX x, floatX d) { return gelu_grad_f(to_f32(x)) * to_f32(d); });
 }
 
 }  // namespace

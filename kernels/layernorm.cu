@@ -6,31 +6,6 @@ namespace {
 // kLayerNormBwdBlocks (layernorm.h, which says why the count is fixed) blocks of 4 warps.
 constexpr int kLayerNormBwdWarps = 4;
 
-// Loads W consecutive elements of a row (W = 8 bf16 / 4 fp32 on the vector path, 1 scalar).
-template <int W>
-__device__ __forceinline__ void load_row(float* dst, const floatX* src) {
-  if constexpr (W == x128::size) {
-    x128 v = load128(src);
-#pragma unroll
-    for (int k = 0; k < W; k++) dst[k] = to_f32(v[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < W; k++) dst[k] = to_f32(src[k]);
-  }
-}
-template <int W>
-__device__ __forceinline__ void store_row(floatX* dst, const float* src) {
-  if constexpr (W == x128::size) {
-    x128 v;
-#pragma unroll
-    for (int k = 0; k < W; k++) v[k] = from_f32<floatX>(src[k]);
-    store128(dst, v);
-  } else {
-#pragma unroll
-    for (int k = 0; k < W; k++) dst[k] = from_f32<floatX>(src[k]);
-  }
-}
-
 template <int W>
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C) {
@@ -41,7 +16,7 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
   float sum = 0.0f;
   for (int c = lane * W; c < C; c += 32 * W) {
     float v[W];
-    load_row<W>(v, x + c);
+    load_floats<W>(v, x + c);
 #pragma unroll
     for (int k = 0; k < W; k++) sum += v[k];
   }
@@ -49,7 +24,7 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
   float ss = 0.0f;
   for (int c = lane * W; c < C; c += 32 * W) {
     float v[W];
-    load_row<W>(v, x + c);
+    load_floats<W>(v, x + c);
 #pragma unroll
     for (int k = 0; k < W; k++) ss += (v[k] - m) * (v[k] - m);
   }
@@ -57,12 +32,12 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
   floatX* y = out + (size_t)row * C;
   for (int c = lane * W; c < C; c += 32 * W) {
     float v[W], w[W], b[W], o[W];
-    load_row<W>(v, x + c);
-    load_row<W>(w, weight + c);
-    load_row<W>(b, bias + c);
+    load_floats<W>(v, x + c);
+    load_floats<W>(w, weight + c);
+    load_floats<W>(b, bias + c);
 #pragma unroll
     for (int k = 0; k < W; k++) o[k] = (v[k] - m) * s * w[k] + b[k];
-    store_row<W>(y + c, o);
+    store_floats<W>(y + c, o);
   }
   if (lane == 0) {
     if (mean) mean[row] = m;
@@ -86,7 +61,7 @@ __global__ void layernorm_forward_reg_kernel(floatX* out, float* mean, float* rs
   for (int k = 0; k < K; k++) {
     const int c = (k * 32 + lane) * W;
     if (c < C) {
-      load_row<W>(v[k], x + c);
+      load_floats<W>(v[k], x + c);
 #pragma unroll
       for (int j = 0; j < W; j++) sum += v[k][j];
     }
@@ -108,11 +83,11 @@ __global__ void layernorm_forward_reg_kernel(floatX* out, float* mean, float* rs
     const int c = (k * 32 + lane) * W;
     if (c < C) {
       float w[W], b[W], o[W];
-      load_row<W>(w, weight + c);
-      load_row<W>(b, bias + c);
+      load_floats<W>(w, weight + c);
+      load_floats<W>(b, bias + c);
 #pragma unroll
       for (int j = 0; j < W; j++) o[j] = (v[k][j] - m) * s * w[j] + b[j];
-      store_row<W>(y + c, o);
+      store_floats<W>(y + c, o);
     }
   }
   if (lane == 0) {
@@ -144,9 +119,9 @@ __global__ void __launch_bounds__(32 * kLayerNormBwdWarps)
     float g_sum = 0.0f, gx_sum = 0.0f;
     for (int c = lane * W; c < C; c += 32 * W) {
       float xv[W], dv[W], wv[W];
-      load_row<W>(xv, x + c);
-      load_row<W>(dv, dy + c);
-      load_row<W>(wv, weight + c);
+      load_floats<W>(xv, x + c);
+      load_floats<W>(dv, dy + c);
+      load_floats<W>(wv, weight + c);
 #pragma unroll
       for (int k = 0; k < W; k++) {
         const float xhat = (xv[k] - m) * s, g = wv[k] * dv[k];
@@ -161,16 +136,16 @@ __global__ void __launch_bounds__(32 * kLayerNormBwdWarps)
     floatX* dx = dinp + (size_t)row * C;
     for (int c = lane * W; c < C; c += 32 * W) {
       float xv[W], dv[W], wv[W], o[W];
-      load_row<W>(xv, x + c);
-      load_row<W>(dv, dy + c);
-      load_row<W>(wv, weight + c);
-      load_row<W>(o, dx + c);
+      load_floats<W>(xv, x + c);
+      load_floats<W>(dv, dy + c);
+      load_floats<W>(wv, weight + c);
+      load_floats<W>(o, dx + c);
 #pragma unroll
       for (int k = 0; k < W; k++) {
         const float xhat = (xv[k] - m) * s;
         o[k] += s * (wv[k] * dv[k] - g_mean - xhat * gx_mean);
       }
-      store_row<W>(dx + c, o);
+      store_floats<W>(dx + c, o);
     }
   }
   __syncthreads();

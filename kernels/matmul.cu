@@ -9,12 +9,6 @@
 
 namespace {
 
-#if defined(ENABLE_FP32)
-constexpr cudaDataType_t kCudaFloatX = CUDA_R_32F;
-#else
-constexpr cudaDataType_t kCudaFloatX = CUDA_R_16BF;
-#endif
-
 struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;

@@ -5,21 +5,7 @@ namespace {
 
 __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n,
                                         bool vec) {
-  constexpr int W = x128::size;
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (vec) {
-    const size_t nv = n / W;
-    if (i < nv) {
-      x128 x = load128cs(a + i * W), y = load128cs(b + i * W), r;
-#pragma unroll
-      for (int k = 0; k < W; k++) r[k] = from_f32<floatX>(to_f32(x[k]) + to_f32(y[k]));
-      store128(out + i * W, r);
-    }
-    const size_t t = nv * W + i;
-    if (i < W && t < n) out[t] = from_f32<floatX>(to_f32(a[t]) + to_f32(b[t]));
-  } else if (i < n) {
-    out[i] = from_f32<floatX>(to_f32(a[i]) + to_f32(b[i]));
-  }
+  map2_elementwise(out, a, b, n, vec, [](floatX x, floatX y) { return to_f32(x) + to_f32(y); });
 }
 
 }  // namespace

@@ -54,6 +54,8 @@ GptCpu<real>::GptCpu(const ModelOptions& opt)
   attn_name_ = opt.attn == "auto" ? "flash" : opt.attn;
   attn_ = make_cpu_attention<real>(attn_name_);
   depth_ = recompute_depths(opt.recompute, cfg_.num_layers);
+  validate_mask_spec(opt.mask, cfg_.vocab_size);
+  mask_spec_ = opt.mask;
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());
   kv_cap_ = opt.kv_cache;
@@ -117,6 +119,7 @@ float GptCpu<real>::forward(const int* inputs, const int* targets, int B, int T)
   }
   B_ = B;
   T_ = T;
+  mask_ = batch_mask(mask_spec_, inputs, B, T, V, doc_start_);
 
   encoder_forward_ref(encoded_, inputs, param(P_WTE), cfg_.rope ? (real*)nullptr : param(P_WPE), B,
                       T, C);
@@ -178,7 +181,7 @@ void GptCpu<real>::block_qkv(int l, int B, int T) {
 template <typename real>
 void GptCpu<real>::block_attention(int l, int B, int T) {
   const LayerActs a = acts(l);
-  attn_->forward(a.atty, a.att_saved, a.qkv, shape(B, T));
+  attn_->forward(a.atty, a.att_saved, a.qkv, shape(B, T), mask_);
 }
 
 // residual2 = residual + attproj(atty) -> ln2 -> fc -> GELU, then (write_residual3) the block's
@@ -270,7 +273,7 @@ void GptCpu<real>::backward(float loss_scale) {
                            a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C);
     matmul_backward_ref(datty_, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
                         dresidual_, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C);
-    attn_->backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, s);
+    attn_->backward(dqkv_, datty_, a.qkv, a.atty, a.att_saved, s, mask_);
     if (cfg_.rope)  // qkv holds rotated Q, K: take dQ, dK back through the rotation
       rope_backward_ref(dqkv_, B, T, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), 0,
                         cfg_.rope_theta);
@@ -315,6 +318,8 @@ void GptCpu<real>::logits_at(int t, float* out) {
 template <typename real>
 void GptCpu<real>::prefill(const int* tokens, int n, float* logits) {
   check_prefill(n, kv_cap_, maxT_);
+  CHECK(mask_spec_.is_causal(), "generation with a KV cache supports the causal mask only; this "
+        "model's mask is %s (--mask, --window)", describe_mask(mask_spec_).c_str());
   forward(tokens, nullptr, 1, n);
   const int NH = cfg_.num_heads, NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
   const size_t QKV = cfg_.qkv_channels(), NQKV = (size_t)maxB_ * maxT_ * QKV;

@@ -21,6 +21,12 @@
 // time through the same ops with attention_decode_ref.
 // All activations for (maxB, maxT) are one allocation, sized at construction; attention's
 // saved state comes from the backend (naive: P (B,NH,T,T); flash: LSE (B,NH,T)).
+// Masks (ModelOptions.mask, kernels/attention/mask.h): every layer's attention runs under the
+// mask of the batch, made in forward() from its input tokens (the document mask's documents
+// start at each EOT, which belongs to the document it starts) and kept for the backward and
+// recompute. Positions stay the window's: a document that starts at row p sees position
+// embeddings (or RoPE angles) p, p+1, ..., as the GPU model does; only the attention mask
+// changes. prefill()/decode() refuse a non-causal mask (the KV cache path has none).
 #pragma once
 #include <memory>
 #include <vector>
@@ -85,6 +91,9 @@ class GptCpu : public Model {
   std::vector<real> dacts_;
   real *dresidual_, *dln_, *dqkv_, *datty_, *dfch_, *dfch_gelu_, *dlogits_;
   std::vector<int> inputs_, targets_;
+  MaskSpec mask_spec_;
+  std::vector<int> doc_start_;  // (B, T) of the last forward's inputs (document mask)
+  AttnMask mask_;               // the last forward's mask (into doc_start_)
   // KV cache (ModelOptions.kv_cache positions): per layer K (kv, NKV, HS) then V, after RoPE.
   std::vector<real> kv_cache_;
   int kv_cap_ = 0, kv_len_ = 0;

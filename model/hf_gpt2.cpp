@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "data/files.h"
 #include "kernels/common.h"
@@ -111,7 +112,7 @@ void export_hf_gpt2(const std::string& dir, const GPTConfig& c, const std::vecto
   CHECK(is_directory(dir), "--out '%s' is not a directory and cannot be made one; pick another "
         "--out", dir.c_str());
   write_safetensors(dir + "/model.safetensors", t,
-                    {{"format", "pt"}, {"producer", "flashgpt export --format hf"},
+                    {{"format", "pt"}, {"producer", kHfExportProducer},
                      {"n_head", std::to_string(c.num_heads)}});
   const int eot = eot_token >= 0 ? eot_token : c.vocab_size - 1;
   const std::string config = flashgpt::strformat(
@@ -162,7 +163,9 @@ void load_hf_gpt2(const std::string& path, GPTConfig& c, std::vector<float>& par
   const SafetensorsFile st = read_safetensors(file);
   // The tensors may carry GPT2LMHeadModel's "transformer." prefix or not (GPT2Model, the Hub).
   const std::string prefix = st.tensors.count("transformer.wte.weight") ? "transformer." : "";
+  std::set<std::string> used;  // every tensor must be one of the model's (checked at the end)
   auto need = [&](const std::string& name) -> const SafetensorsFile::Entry& {
+    used.insert(prefix + name);
     auto it = st.tensors.find(prefix + name);
     CHECK(it != st.tensors.end(), "'%s' is not a GPT-2 model: it has no tensor '%s%s'",
           file.c_str(), prefix.c_str(), name.c_str());
@@ -174,8 +177,10 @@ void load_hf_gpt2(const std::string& path, GPTConfig& c, std::vector<float>& par
         "'%s': wte and wpe are not (V, C) and (maxT, C) matrices", file.c_str());
   // The shape: config.json (in the directory or beside the file), else our export's metadata.
   const std::string cfg_path = (dir ? path : dir_of(path)) + "/config.json";
+  const bool have_cfg = file_exists(cfg_path);
+  auto meta_head = st.metadata.find("n_head");  // our export's
   int n_head = 0, n_layer = 0;
-  if (file_exists(cfg_path)) {
+  if (have_cfg) {
     const Json cfg = parse_json(read_file_bytes(cfg_path, "config.json"), cfg_path);
     CHECK(cfg.kind == Json::Object, "%s is not a JSON object", cfg_path.c_str());
     const Json* type = cfg.find("model_type");
@@ -183,6 +188,9 @@ void load_hf_gpt2(const std::string& path, GPTConfig& c, std::vector<float>& par
           "not gpt2; flashgpt reads GPT-2 models only", cfg_path.c_str(), type ? type->str.c_str() : "");
     n_head = config_int(cfg, "n_head", cfg_path, 1);
     n_layer = config_int(cfg, "n_layer", cfg_path, 1);
+    CHECK(meta_head == st.metadata.end() || meta_head->second == std::to_string(n_head),
+          "%s: n_head %d disagrees with the %s heads that '%s' was exported with; fix config.json",
+          cfg_path.c_str(), n_head, meta_head->second.c_str(), file.c_str());
     CHECK(config_int(cfg, "n_embd", cfg_path, 1) == wte.shape[1] &&
               config_int(cfg, "vocab_size", cfg_path, 2) == wte.shape[0] &&
               config_int(cfg, "n_positions", cfg_path, 1) == wpe.shape[0],
@@ -210,10 +218,9 @@ void load_hf_gpt2(const std::string& path, GPTConfig& c, std::vector<float>& par
     CHECK(!scale || scale->kind != Json::Bool || scale->boolean, "%s: scale_attn_weights is false; "
           "flashgpt scales attention by 1/sqrt(head size)", cfg_path.c_str());
   } else {
-    auto it = st.metadata.find("n_head");
-    CHECK(it != st.metadata.end(), "'%s' has no config.json beside it, so its number of heads is "
-          "unknown; put the model's config.json next to it", file.c_str());
-    n_head = std::atoi(it->second.c_str());
+    CHECK(meta_head != st.metadata.end(), "'%s' has no config.json beside it, so its number of "
+          "heads is unknown; put the model's config.json next to it", file.c_str());
+    n_head = std::atoi(meta_head->second.c_str());
     while (st.tensors.count(prefix + flashgpt::strformat("h.%d.ln_1.weight", n_layer))) n_layer++;
   }
   c = GPTConfig{};
@@ -253,11 +260,22 @@ void load_hf_gpt2(const std::string& path, GPTConfig& c, std::vector<float>& par
   read("ln_f.weight", {C}, params.data() + lay.offsets[P_LNFW], false);
   read("ln_f.bias", {C}, params.data() + lay.offsets[P_LNFB], false);
   if (st.tensors.count("lm_head.weight")) {
+    used.insert("lm_head.weight");
     const std::vector<float> head = st.to_float("lm_head.weight");
     const std::vector<float> wte_v = st.to_float(prefix + "wte.weight");
     CHECK(head == wte_v, "'%s': lm_head.weight differs from wte; flashgpt ties the output head to "
           "the token embedding and cannot load an untied GPT-2", file.c_str());
   }
+  // GPT-2's causal-mask buffers (h.N.attn.bias, .masked_bias: no parameters, in older Hub
+  // files) are the only other tensors a layer may hold.
+  for (int l = 0; l < c.num_layers; l++)
+    for (const char* mask : {"attn.bias", "attn.masked_bias"})
+      used.insert(prefix + flashgpt::strformat("h.%d.%s", l, mask));
+  const std::string layers_from = have_cfg ? cfg_path : "its h.N.ln_1.weight tensors";
+  for (const auto& [name, e] : st.tensors)
+    CHECK(used.count(name), "'%s': tensor '%s' is not part of a GPT-2 of %d layers (n_layer from "
+          "%s): the tensors and that shape disagree; fix n_layer, or use the matching files",
+          file.c_str(), name.c_str(), c.num_layers, layers_from.c_str());
   check_finite_params(params, c, file);
 }
 

@@ -33,13 +33,20 @@
 // F32/F16/BF16; the shape comes from config.json (in DIR, or beside the file), else from our
 // own export's metadata. An lm_head.weight that differs from wte is refused (we tie the head),
 // as are configs we do not compute the same way (another activation, LayerNorm epsilon, inner
-// size, cross-attention). wte is padded back to Vp with zero rows.
+// size, cross-attention). The shape must account for every tensor: a missing one is refused
+// naming it, and so is one the shape has no place for (a layer past n_layer, a tensor GPT-2
+// lacks; only the causal-mask buffers h.N.attn.bias / .masked_bias of older Hub files are
+// skipped), as is an n_head other than the one our export recorded. wte is padded back to Vp
+// with zero rows.
 // Test: build/test_cpu --gtest_filter='HfExport*'
 #pragma once
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+
+// model.safetensors' metadata "producer": how export recognises its own earlier output.
+constexpr const char* kHfExportProducer = "flashgpt export --format hf";
 
 // eot_token: the <|endoftext|> id for config.json (bos/eos), -1 for V-1.
 void export_hf_gpt2(const std::string& dir, const GPTConfig& c, const std::vector<float>& params,

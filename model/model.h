@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/mask.h"
 #include "model/context_parallel.h"
 #include "model/config.h"
 #include "model/recompute.h"
@@ -106,6 +107,9 @@ struct ModelOptions {
   // a step is bitwise reproducible (AttnBackwardArgs::deterministic); CUDA model only, the CPU
   // model always is.
   bool deterministic = false;
+  // --mask / --window (kernels/attention/mask.h): which keys attention lets each query see;
+  // the document mask's documents come from each batch's input tokens. CPU model only so far.
+  MaskSpec mask;
   size_t guard_bytes = 0;          // tests: guards after every device buffer (memory_plan.h)
   // Context parallelism (--cp, CUDA model only; model/context_parallel.h): each
   // sequence of T tokens (T above is the GLOBAL length) is split in 2*cp zigzag chunks; this

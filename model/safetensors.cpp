@@ -1,8 +1,13 @@
 // safetensors.cpp — see safetensors.h.
 #include "model/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "data/files.h"
 #include "kernels/common.h"
@@ -36,6 +41,33 @@ float half_to_float(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+// The header length N from the first 8 bytes (little-endian), checked against the file size.
+uint64_t header_length(const std::string& first8, size_t file_size, const char* p) {
+  CHECK(first8.size() >= 8, "'%s' is not a safetensors file: %zu bytes, less than its 8-byte "
+        "header length", p, first8.size());
+  uint64_t n = 0;
+  for (int b = 7; b >= 0; b--) n = n << 8 | (unsigned char)first8[b];
+  CHECK(n >= 2 && n <= file_size - 8, "'%s' is not a safetensors file (or is truncated): its "
+        "header length %llu does not fit its %zu bytes", p, (unsigned long long)n, file_size);
+  return n;
+}
+
+Json parse_header(const std::string& header, const std::string& path) {
+  const Json h = parse_json(header, path + " (safetensors header)");
+  CHECK(h.kind == Json::Object, "'%s': the safetensors header is not a JSON object", path.c_str());
+  return h;
+}
+
+std::map<std::string, std::string> metadata_of(const Json& v, const char* p) {
+  CHECK(v.kind == Json::Object, "'%s': __metadata__ is not an object", p);
+  std::map<std::string, std::string> m;
+  for (const auto& [k, s] : v.members) {
+    CHECK(s.kind == Json::String, "'%s': __metadata__ value '%s' is not a string", p, k.c_str());
+    m[k] = s.str;
+  }
+  return m;
 }
 
 }  // namespace
@@ -78,28 +110,19 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   });
 }
 
+
 SafetensorsFile read_safetensors(const std::string& path) {
   SafetensorsFile st;
   st.path = path;
   const std::string bytes = read_file_bytes(path, "safetensors file");
   const char* p = path.c_str();
-  CHECK(bytes.size() >= 8, "'%s' is not a safetensors file: %zu bytes, less than its 8-byte "
-        "header length", p, bytes.size());
-  uint64_t n = 0;
-  for (int b = 7; b >= 0; b--) n = n << 8 | (unsigned char)bytes[b];
-  CHECK(n >= 2 && n <= bytes.size() - 8, "'%s' is not a safetensors file (or is truncated): its "
-        "header length %llu does not fit its %zu bytes", p, (unsigned long long)n, bytes.size());
-  const Json h = parse_json(bytes.substr(8, n), path + " (safetensors header)");
-  CHECK(h.kind == Json::Object, "'%s': the safetensors header is not a JSON object", p);
+  const uint64_t n = header_length(bytes, bytes.size(), p);
+  const Json h = parse_header(bytes.substr(8, n), path);
   st.data = bytes.substr(8 + n);
   std::vector<std::pair<size_t, size_t>> ranges;
   for (const auto& [name, v] : h.members) {
     if (name == "__metadata__") {
-      CHECK(v.kind == Json::Object, "'%s': __metadata__ is not an object", p);
-      for (const auto& [k, s] : v.members) {
-        CHECK(s.kind == Json::String, "'%s': __metadata__ value '%s' is not a string", p, k.c_str());
-        st.metadata[k] = s.str;
-      }
+      st.metadata = metadata_of(v, p);
       continue;
     }
     const Json* dtype = v.find("dtype");
@@ -112,13 +135,15 @@ SafetensorsFile read_safetensors(const std::string& path) {
     e.dtype = dtype->str;
     const size_t es = dtype_bytes(e.dtype);
     CHECK(es > 0, "'%s': tensor '%s' has an unknown dtype '%s'", p, name.c_str(), e.dtype.c_str());
-    size_t count = 1;
+    size_t bytes_needed = es;  // dtype size x every dimension, which must not wrap 2^64
     for (const Json& d : shape->items) {
       CHECK(d.kind == Json::Number && d.number >= 0 && d.number == (double)(int64_t)d.number &&
                 d.number < 1e15,
             "'%s': tensor '%s' has a bad shape", p, name.c_str());
       e.shape.push_back((int64_t)d.number);
-      count *= (size_t)d.number;
+      CHECK(!__builtin_mul_overflow(bytes_needed, (size_t)d.number, &bytes_needed),
+            "'%s': tensor '%s' has a shape whose size overflows 64 bits; the file is corrupt",
+            p, name.c_str());
     }
     for (const Json& o : offs->items)
       CHECK(o.kind == Json::Number && o.number >= 0 && o.number == (double)(int64_t)o.number,
@@ -128,8 +153,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     CHECK(e.begin <= e.end && e.end <= st.data.size(), "'%s': tensor '%s' lies outside the file "
           "(bytes %zu..%zu of %zu): the file is truncated", p, name.c_str(), e.begin, e.end,
           st.data.size());
-    CHECK(e.end - e.begin == count * es, "'%s': tensor '%s' has %zu bytes but its shape and dtype "
-          "need %zu", p, name.c_str(), e.end - e.begin, count * es);
+    CHECK(e.end - e.begin == bytes_needed, "'%s': tensor '%s' has %zu bytes but its shape and "
+          "dtype need %zu", p, name.c_str(), e.end - e.begin, bytes_needed);
     ranges.push_back({e.begin, e.end});
     st.tensors[name] = e;
   }
@@ -142,6 +167,23 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   CHECK(at == st.data.size(), "'%s': %zu bytes after the last tensor", p, st.data.size() - at);
   return st;
+}
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  const char* p = path.c_str();
+  FILE* f = fopen(p, "rb");
+  CHECK(f, "safetensors file '%s' cannot be read: %s", p, strerror(errno));
+  std::unique_ptr<FILE, int (*)(FILE*)> closer(f, fclose);
+  struct stat sb;
+  CHECK(fstat(fileno(f), &sb) == 0, "safetensors file '%s': %s", p, strerror(errno));
+  std::string head(8, '\0');
+  head.resize(fread(&head[0], 1, 8, f));
+  const uint64_t n = header_length(head, (size_t)sb.st_size, p);
+  std::string header(n, '\0');
+  CHECK(fread(&header[0], 1, n, f) == n, "'%s': read error in the safetensors header", p);
+  const Json h = parse_header(header, path);
+  const Json* meta = h.find("__metadata__");
+  return meta ? metadata_of(*meta, p) : std::map<std::string, std::string>{};
 }
 
 std::vector<float> SafetensorsFile::to_float(const std::string& name) const {

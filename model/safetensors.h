@@ -8,8 +8,8 @@
 // tile the buffer exactly, without gaps or overlaps.
 // The writer writes F32 tensors in the order given, through data/files.h (a .tmp and a
 // rename). The reader checks all of the above (sizes against dtype x shape, offsets inside the
-// file, full coverage) and converts F32, F16 and BF16 to float; anything wrong is one error
-// line naming the file. Data is copied as raw bytes: a little-endian host (x86, ARM) is assumed.
+// file, full coverage, element counts that fit 64 bits) and converts F32, F16 and BF16 to
+// float; anything wrong is one error line naming the file (and the tensor). Data is copied as raw bytes: a little-endian host (x86, ARM) is assumed.
 // Test: build/test_cpu --gtest_filter='Safetensors*'
 #pragma once
 #include <cstdint>
@@ -40,3 +40,6 @@ struct SafetensorsFile {
   std::vector<float> to_float(const std::string& name) const;
 };
 SafetensorsFile read_safetensors(const std::string& path);
+// The header's "__metadata__" alone: reads the 8 + N header bytes, not the tensors' data.
+// Throws as read_safetensors does for a file that is not safetensors.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);

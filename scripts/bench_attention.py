@@ -11,9 +11,9 @@ warm-up, median. Points that run out of memory are skipped (the math backend sto
 longer fits). FLOPs: forward 4*B*NH*T^2*HS (halved when causal), backward 2.5x forward.
 
 Prints one table (TFLOP/s, our/flash and our/cuDNN ratios) and writes
-bench/results/attention_<gpu>_<date>.csv with the exact command, GPU name and date as a header.
+runs/bench/attention_<gpu>_<date>.csv (--out-dir, --csv) with the exact command, GPU name and date as a header.
 
-  python3 scripts/bench_attention.py                                  # the issue's full sweep
+  python3 scripts/bench_attention.py                                  # the full sweep
   python3 scripts/bench_attention.py --hs 64 --seq-lens 1024,4096 --causal 1
 """
 import argparse
@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--warmup-ms", type=float, default=500,
                     help="untimed runs before each measurement until this much GPU time has "
                          "passed (ours and torch alike: the clocks of sustained load)")
-    ap.add_argument("--out-dir", default="bench/results")
+    ap.add_argument("--out-dir", default="runs/bench")
     ap.add_argument("--csv", default="", help="output file (default: OUT_DIR/attention_<gpu>_<date>.csv)")
     args = ap.parse_args()
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_cp.sh — context parallelism benchmark (issue 12): `flashgpt train --bench` of d12 with
+# bench_cp.sh — context parallelism benchmark: `flashgpt train --bench` of d12 with
 # RoPE, B = 1, at long T, on one GPU and with --cp 2 on 2 GPUs (scripts/launch.sh). A benchmark,
 # not a test: it records what it measures, and a run that cannot fit one GPU is a result
 # ("does not fit"), not a failure.

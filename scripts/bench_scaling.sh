@@ -4,11 +4,11 @@
 # scripts/launch.sh (NCCL, NCCL_NVLS_ENABLE=0). Efficiency = per-GPU tokens/s at N GPUs over
 # the 1-GPU figure.
 #   scripts/bench_scaling.sh [extra train flags, e.g. --zero 1 or --no-overlap]
-# Writes $RESULTS_DIR/scaling_<gpu>_<date>.csv (default bench/results) with the command, GPU
+# Writes $RESULTS_DIR/scaling_<gpu>_<date>.csv (default runs/bench) with the command, GPU
 # and date on its first line; the logs go to $LOGS (default runs/bench_scaling).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-RESULTS_DIR=${RESULTS_DIR:-bench/results}
+RESULTS_DIR=${RESULTS_DIR:-runs/bench}
 LOGS=${LOGS:-runs/bench_scaling}
 STEPS=${STEPS:-20}
 SEQ=${SEQ:-1024}     # SEQ=8192 BATCH=4 TAG=t8192: a long-context setting

@@ -5,7 +5,7 @@ Runs `flashgpt train --bench` (random tokens, median ms/step after warm-up) for 
 attention backends, and a PyTorch GPT-2 of the identical configuration (bf16 autocast, fused
 AdamW, grad-norm clipping, tied LM head, GELU-tanh MLP): eager with SDPA's MATH, FLASH or cuDNN
 backend, or torch.compile'd ("compile-cudnn", "compile-flash": the SDPA backend chosen by the
-global torch.backends.cuda flags, so the compiled graph has no context manager inside). Prints tokens/s and our ratios, and writes bench/results/train_<gpu>_<date>.csv
+global torch.backends.cuda flags, so the compiled graph has no context manager inside). Prints tokens/s and our ratios, and writes runs/bench/train_<gpu>_<date>.csv (--out)
 (first lines: the command, the GPU and the date).
 
   python3 scripts/bench_train.py                       # d12 (GPT-2 124M), B=32, T=1024
@@ -147,7 +147,7 @@ def main():
     ap.add_argument("--torch", default="math,flash",
                     help="SDPA backends: math, flash, cudnn (eager), compile-flash, compile-cudnn")
     ap.add_argument("--binary", default="build/flashgpt")
-    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--out", default="runs/bench")
     a = ap.parse_args()
 
     import torch

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # curve_multigpu.sh — d12 on the default corpus at N GPUs against 1 GPU at the same global
-# batch (issue 6's "same loss curve"): world 1 --batch B*N vs world N --batch B, same seed,
+# batch (the same loss curve): world 1 --batch B*N vs world N --batch B, same seed,
 # T=1024, STEPS steps; prints both curves' first/last losses, the largest per-step difference
 # and the final val losses. Logs in $OUT.
 #   GPUS=4 B=4 STEPS=200 scripts/curve_multigpu.sh

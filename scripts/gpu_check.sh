@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu_check.sh — everything a GPU machine proves about flashgpt, in one go (what we run on
 # the H100/H200 before closing an issue). Build first (`make -j`); logs go to $OUT.
-#   scripts/gpu_check.sh [tests] [sanitize] [train] [bench-train] [bench-attention]
+#   scripts/gpu_check.sh [tests] [stress] [sanitize] [train] [bench-train] [bench-attention]
 #                        [long-context] [profile] [flash3] [cp]   (cp: 2 GPUs)
+# stress: the attention, ring and model tests under SEEDS (default 50) seeds each
+# (scripts/gpu_stress.sh; every GPU of the machine).
 # (no argument = all). DATA = a prepared corpus (default runs/data/fortunes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,10 @@ for s in $steps; do
     build/test_gpu >"$OUT/test_gpu.log" 2>&1
     summary+=("test_gpu: $(tail -n 1 "$OUT/test_gpu.log")")
     grep -E "^\[  FAILED" "$OUT/test_gpu.log" | head -20
+    ;;
+  stress)
+    DATA='' OUT="$OUT/stress" SEEDS="${SEEDS:-50}" scripts/gpu_stress.sh >"$OUT/stress.log" 2>&1
+    summary+=("stress (rc $?): $(grep -E '^(attention|ring|model):' "$OUT/stress.log" | tr '\n' ' ')$(tail -n 1 "$OUT/stress.log")")
     ;;
   sanitize)
     # Small shapes: the sanitizers slow kernels down 10-100x.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plot_cp.py — the table and plot of scripts/bench_cp.sh (context parallelism, issue 12).
+"""plot_cp.py — the table and plot of scripts/bench_cp.sh (context parallelism).
 
     python3 scripts/plot_cp.py OUT/runs.csv [MORE/runs.csv ...] --out DIR
     python3 scripts/plot_cp.py runs.csv --real-run 1048576:2:train_1m_cp2.jsonl --out DIR
@@ -16,11 +16,19 @@ cp replaces an earlier one, and a measured row beats a failed one), and writes i
   bench_cp.csv  the same, one row per T
   bench_cp.png  tokens/s and peak memory per GPU against T, cp 1 and cp N
 efficiency = tok/s(cp N) / (N x tok/s(cp 1)): 1.0 is perfect scaling over the N GPUs.
+A file already under one of those names is replaced only when it is this script's own earlier
+output (scripts/output_files.py); anything else is refused before the first file is written.
 """
 import argparse
 import csv
 import os
 import sys
+
+from output_files import check_output, is_own_png, png_software, starts_with_line
+
+SCRIPT = "scripts/plot_cp.py"
+TABLE_START = "| T | tok/s cp 1 |"
+CSV_START = "T,tokens_per_s_cp1,"
 
 
 def load(paths):
@@ -80,6 +88,13 @@ def main():
     cps = sorted({cp for _, cp in runs if cp > 1})
     N = cps[-1] if cps else 2
     Ts = sorted({T for T, _ in runs})
+    table_path = os.path.join(args.out, args.name + "_table.md" if args.name != "bench_cp" else "table.md")
+    csv_path = os.path.join(args.out, args.name + ".csv")
+    png = os.path.join(args.out, args.name + ".png")
+    for path, own, what in ((table_path, starts_with_line(TABLE_START), "a table of " + SCRIPT),
+                            (csv_path, starts_with_line(CSV_START), "a CSV of " + SCRIPT),
+                            (png, is_own_png(SCRIPT), "a plot of " + SCRIPT)):
+        check_output(path, own, what, "plot_cp.py")
     os.makedirs(args.out, exist_ok=True)
 
     def cell(row, field, fmt):
@@ -112,9 +127,9 @@ def main():
     devices = sorted({r["device"] for r in runs.values() if r.get("device")})
     text = "\n".join(lines) + f"\n\ndevice: {', '.join(devices) or 'unknown'}\n"
     print(text)
-    with open(os.path.join(args.out, args.name + "_table.md" if args.name != "bench_cp" else "table.md"), "w") as f:
+    with open(table_path, "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, args.name + ".csv"), "w", newline="") as f:
+    with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(table[0].keys()))
         w.writeheader()
         for row in table:
@@ -149,8 +164,7 @@ def main():
     attn = f", --attn {args.attn}" if args.attn else ""
     fig.suptitle(f"context parallelism, {', '.join(devices) or ''}: d12 RoPE B=1{attn}")
     fig.tight_layout()
-    png = os.path.join(args.out, args.name + ".png")
-    fig.savefig(png, dpi=120)
+    fig.savefig(png, dpi=120, metadata={"Software": png_software(SCRIPT)})
     print(f"wrote {png}")
 
 

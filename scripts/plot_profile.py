@@ -13,14 +13,21 @@
 usage: python3 scripts/plot_profile.py runs/profile/profile.csv [--out DIR]
        python3 scripts/plot_profile.py runs/profile            (profile.csv, else plan.csv)
 `flashgpt profile` runs this itself at the end (--plot=false: it does not).
+A PNG already there is replaced only when it is one of this script's own (its "Software" text
+says so: scripts/output_files.py); any other file under those names is refused before the
+first plot is drawn.
 """
 import argparse
 import csv
 import os
 import sys
 
+from output_files import check_output, is_own_png, png_software
+
+SCRIPT = "scripts/plot_profile.py"
+MEMORY_PNG, TOKENS_PNG, PRED_PNG = "memory_vs_T.png", "tokens_per_s_vs_T.png", "predicted_vs_measured.png"
 GIB = float(1 << 30)
-COLORS = {"flash": "tab:blue", "naive": "tab:red", "flash1": "tab:green"}
+COLORS = {"flash3": "tab:purple", "flash": "tab:blue", "naive": "tab:red", "flash1": "tab:green"}
 
 
 def read_profile(path):
@@ -116,8 +123,8 @@ def plot_memory(plt, meta, rows, out):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = os.path.join(out, "memory_vs_T.png")
-    fig.savefig(path, dpi=120)
+    path = os.path.join(out, MEMORY_PNG)
+    fig.savefig(path, dpi=120, metadata={"Software": png_software(SCRIPT)})
     plt.close(fig)
     return path
 
@@ -137,8 +144,8 @@ def plot_tokens(plt, meta, rows, out):
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path = os.path.join(out, "tokens_per_s_vs_T.png")
-    fig.savefig(path, dpi=120)
+    path = os.path.join(out, TOKENS_PNG)
+    fig.savefig(path, dpi=120, metadata={"Software": png_software(SCRIPT)})
     plt.close(fig)
     return path
 
@@ -209,8 +216,8 @@ def plot_pred_vs_meas(plt, meta, rows, out):
         a3.legend(fontsize=8)
     fig.suptitle(f"Predicted vs measured, {title_suffix(meta)}")
     fig.tight_layout()
-    path = os.path.join(out, "predicted_vs_measured.png")
-    fig.savefig(path, dpi=120)
+    path = os.path.join(out, PRED_PNG)
+    fig.savefig(path, dpi=120, metadata={"Software": png_software(SCRIPT)})
     plt.close(fig)
     return path
 
@@ -230,6 +237,8 @@ def main():
     if not os.path.isfile(path):
         sys.exit(f"plot_profile: no profile CSV at '{args.csv}'; run `flashgpt profile` first")
     out = args.out or os.path.dirname(os.path.abspath(path))
+    for name in (MEMORY_PNG, TOKENS_PNG, PRED_PNG):
+        check_output(os.path.join(out, name), is_own_png(SCRIPT), f"a plot of {SCRIPT}", "plot_profile")
     try:
         import matplotlib
 

@@ -13,6 +13,7 @@
 #include "model/hf_gpt2.h"
 #include "model/json.h"
 #include "train/options.h"
+#include "train/run_files.h"
 #include "train/sample.h"
 
 void eval_batches(Model& model, DataLoader& loader, int64_t n, int B, int T,
@@ -30,21 +31,19 @@ void eval_batches(Model& model, DataLoader& loader, int64_t n, int B, int T,
 }
 
 EvalResult run_eval(const EvalOptions& opt, FILE* out) {
+  if (!opt.json_path.empty()) check_output_path(opt.json_path, "--json", OutputKind::EvalJson);
   GPTConfig cfg;
   std::vector<float> params;
   load_any_model(opt.checkpoint, cfg, params);
+  // The tokenizer, for bits per byte: named, beside the checkpoint, or the data's.
+  const std::string tok_path = find_model_tokenizer(opt.tokenizer_path, opt.checkpoint,
+                                                    opt.data_dir);
   std::string pattern = opt.val_pattern;
   if (pattern.empty()) {
     CHECK(is_directory(opt.data_dir), "--data '%s' is not a directory; run `flashgpt prepare` "
           "first", opt.data_dir.c_str());
     pattern = opt.data_dir + "/val_*.bin";
   }
-  // The tokenizer, for bits per byte: named, beside the checkpoint, or the data's.
-  std::string tok_path = opt.tokenizer_path;
-  const std::string beside = tokenizer_beside(opt.checkpoint);
-  if (tok_path.empty() && file_exists(beside)) tok_path = beside;
-  if (tok_path.empty() && !opt.data_dir.empty() && file_exists(opt.data_dir + "/tokenizer.bin"))
-    tok_path = opt.data_dir + "/tokenizer.bin";
   std::vector<int> token_bytes;
   if (!tok_path.empty()) {
     Tokenizer tok = Tokenizer::load(tok_path);
@@ -89,8 +88,8 @@ EvalResult run_eval(const EvalOptions& opt, FILE* out) {
   CHECK(std::fflush(out) == 0 && !std::ferror(out), "eval: writing the result failed (%s)",
         std::strerror(errno));
   if (!opt.json_path.empty()) {
-    std::string j = "{";
-    j += "\"checkpoint\": " + json_quote(opt.checkpoint) + ", \"data\": " + json_quote(pattern);
+    std::string j = "{\"producer\": " + json_quote(kEvalJsonProducer);
+    j += ", \"checkpoint\": " + json_quote(opt.checkpoint) + ", \"data\": " + json_quote(pattern);
     j += ", \"device\": " + json_quote(model->device_name());
     j += flashgpt::strformat(", \"batches\": %lld, \"batch\": %d, \"seq_len\": %d, \"tokens\": %lld",
                              (long long)n, B, T, (long long)r.sums.tokens);

@@ -9,7 +9,9 @@
 // `train`'s val loss; perplexity = exp(loss). With a tokenizer (--tokenizer, else
 // tokenizer.bin beside the checkpoint, else --data's): bits per byte = the summed loss in bits
 // over the UTF-8 bytes of the predicted tokens (<|endoftext|> counts 0 bytes: it is not text),
-// comparable across vocabularies. Prints one line; --json FILE also writes the numbers as JSON.
+// comparable across vocabularies. Prints one line; --json FILE also writes the numbers as JSON
+// (its "producer" field, "flashgpt eval", lets a later eval replace it; any other file at
+// --json is refused before the evaluation starts: train/run_files.h).
 #pragma once
 #include <cstdint>
 #include <cstdio>

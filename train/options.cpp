@@ -268,7 +268,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
 bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
   opt = ExportOptions{};
   cli::Table t("export", "flashgpt export: write a checkpoint in another model format");
-  t.add("checkpoint", "model file (flashgpt or llm.c)", opt.checkpoint)
+  t.add("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", opt.checkpoint)
     .add("out", "output directory (created if missing)", opt.out_dir)
     .add("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", opt.format);
   if (!t.parse(argc, argv)) return false;

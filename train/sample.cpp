@@ -55,62 +55,84 @@ SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool k
   return s;
 }
 
+namespace {
+
+// What generate() and generate_kv() share: the checks, the RNG, prompt + output so far and the
+// logits of the next position.
+struct Generation {
+  const std::vector<int>& prompt;
+  Rng rng;
+  std::vector<int> toks;
+  std::vector<float> logits;
+  int V;
+  Generation(const Model& model, const std::vector<int>& prompt_, uint64_t seed, int window)
+      : prompt(prompt_), rng(seed), toks(prompt_), logits(model.config().padded_vocab_size),
+        V(model.config().vocab_size) {
+    CHECK(!prompt.empty(), "generate: empty prompt");
+    CHECK(window >= 1, "generate: the window must hold at least 1 token (got %d)", window);
+  }
+  // Draws the next token from `logits` and appends it.
+  int draw(float temperature, int top_k, const std::function<void(int)>& on_token) {
+    const int next = sample_from_logits(logits.data(), V, temperature, top_k, rng);
+    toks.push_back(next);
+    if (on_token) on_token(next);
+    return next;
+  }
+  std::vector<int> output() const {
+    return std::vector<int>(toks.begin() + prompt.size(), toks.end());
+  }
+};
+
+}  // namespace
+
 std::vector<int> generate(Model& model, const std::vector<int>& prompt, int n_new,
                           float temperature, int top_k, uint64_t seed, int window,
                           const std::function<void(int)>& on_token) {
-  CHECK(!prompt.empty(), "generate: empty prompt");
-  CHECK(window >= 1, "generate: the window must hold at least 1 token (got %d)", window);
-  const GPTConfig& c = model.config();
-  Rng rng(seed);
-  std::vector<int> toks = prompt;
-  std::vector<float> logits(c.padded_vocab_size);
+  Generation g(model, prompt, seed, window);
   for (int i = 0; i < n_new; i++) {
-    int T = (int)std::min<size_t>(toks.size(), (size_t)window);
-    model.forward(toks.data() + toks.size() - T, nullptr, 1, T);
-    model.logits_at(T - 1, logits.data());
-    int next = sample_from_logits(logits.data(), c.vocab_size, temperature, top_k, rng);
-    toks.push_back(next);
-    if (on_token) on_token(next);
+    const int T = (int)std::min<size_t>(g.toks.size(), (size_t)window);
+    model.forward(g.toks.data() + g.toks.size() - T, nullptr, 1, T);
+    model.logits_at(T - 1, g.logits.data());
+    g.draw(temperature, top_k, on_token);
   }
-  return std::vector<int>(toks.begin() + prompt.size(), toks.end());
+  return g.output();
 }
 
 std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n_new,
                              float temperature, int top_k, uint64_t seed, int window,
                              const std::function<void(int)>& on_token) {
-  CHECK(!prompt.empty(), "generate: empty prompt");
-  CHECK(window >= 1, "generate: the window must hold at least 1 token (got %d)", window);
-  const GPTConfig& c = model.config();
-  Rng rng(seed);
-  std::vector<int> toks = prompt;
-  std::vector<float> logits(c.padded_vocab_size);
-  const int n0 = (int)std::min<size_t>(toks.size(), (size_t)window);
-  model.prefill(toks.data() + toks.size() - n0, n0, logits.data());
+  Generation g(model, prompt, seed, window);
+  const int n0 = (int)std::min<size_t>(g.toks.size(), (size_t)window);
+  model.prefill(g.toks.data() + g.toks.size() - n0, n0, g.logits.data());
   for (int i = 0; i < n_new; i++) {
-    int next = sample_from_logits(logits.data(), c.vocab_size, temperature, top_k, rng);
-    toks.push_back(next);
-    if (on_token) on_token(next);
+    const int next = g.draw(temperature, top_k, on_token);
     if (i + 1 == n_new) break;
     if (model.cached_positions() < window) {
-      model.decode(next, logits.data());
+      model.decode(next, g.logits.data());
     } else {  // the window is full: restart from its last half
       const int keep = kv_restart_tokens(window);
-      model.prefill(toks.data() + toks.size() - keep, keep, logits.data());
+      model.prefill(g.toks.data() + g.toks.size() - keep, keep, g.logits.data());
     }
   }
-  return std::vector<int>(toks.begin() + prompt.size(), toks.end());
+  return g.output();
+}
+
+std::string find_model_tokenizer(const std::string& named, const std::string& checkpoint,
+                                 const std::string& data_dir) {
+  if (!named.empty()) return named;
+  const std::string beside = tokenizer_beside(checkpoint);
+  if (file_exists(beside)) return beside;
+  if (!data_dir.empty() && file_exists(data_dir + "/tokenizer.bin")) return data_dir + "/tokenizer.bin";
+  return "";
 }
 
 int run_sample(const SampleOptions& opt, FILE* out) {
   GPTConfig cfg;
   std::vector<float> params;
   load_any_model(opt.checkpoint, cfg, params);
-  std::string tok_path = opt.tokenizer_path;
-  if (tok_path.empty()) {
-    tok_path = tokenizer_beside(opt.checkpoint);
-    CHECK(file_exists(tok_path), "sample: no tokenizer.bin beside '%s'; give --tokenizer FILE",
-          opt.checkpoint.c_str());
-  }
+  const std::string tok_path = find_model_tokenizer(opt.tokenizer_path, opt.checkpoint);
+  CHECK(!tok_path.empty(), "sample: no tokenizer.bin beside '%s'; give --tokenizer FILE",
+        opt.checkpoint.c_str());
   Tokenizer tok = Tokenizer::load(tok_path);
   CHECK(tok.vocab_size() == cfg.vocab_size,
         "sample: tokenizer '%s' has %d tokens but the checkpoint's vocabulary is %d; give the "

@@ -50,6 +50,11 @@ std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n
                              float temperature, int top_k, uint64_t seed, int window,
                              const std::function<void(int)>& on_token = nullptr);
 
+// The tokenizer of a model: `named` (--tokenizer) when given, else tokenizer.bin beside the
+// checkpoint (model/checkpoint.h), else data_dir's tokenizer.bin; "" when there is none.
+std::string find_model_tokenizer(const std::string& named, const std::string& checkpoint,
+                                 const std::string& data_dir = "");
+
 // `flashgpt sample`: the prompt and the generated text go to `out`; a failed write to it is an
 // error (a full disk or a closed pipe must not look like success). Notes go to stderr.
 int run_sample(const SampleOptions& opt, FILE* out = stdout);

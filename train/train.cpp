@@ -94,12 +94,9 @@ class StopSignals {
 // Creates dir if needed and proves it writable before any long work starts.
 void ensure_writable_dir(const std::string& dir, const char* flag) {
   mkdir(dir.c_str(), 0755);
-  std::string probe = dir + "/.flashgpt_write_test";
-  FILE* f = fopen(probe.c_str(), "wb");
-  CHECK(f, "%s '%s' is not a writable directory (%s); pick another --out", flag, dir.c_str(),
-        strerror(errno));
-  fclose(f);
-  remove(probe.c_str());
+  const std::string why = dir_write_error(dir);
+  CHECK(why.empty(), "%s '%s' is not a writable directory (%s); pick another --out", flag,
+        dir.c_str(), why.c_str());
 }
 
 // The model shape the flags ask for (preset + overrides).
@@ -237,7 +234,8 @@ void claim_out_dir(Run& run) {
     if (!opt.resume) check_fresh_out(opt.out_dir);
     check_out_tokenizer(opt.out_dir, run.data.tok_path, opt.resume);
   }
-  if (!opt.log_path.empty() && run.lead) check_log_path(opt.log_path);
+  if (!opt.log_path.empty() && run.lead)
+    check_output_path(opt.log_path, "--log", OutputKind::TrainLog);
 }
 
 // --resume: the latest checkpoint in --out, and the run's settings from it (train/resume.h);

@@ -132,6 +132,52 @@ class AttentionBackend {
   const AttnBackendSpec& spec_;
 };
 
+// The bf16 views of the arguments, for the backends whose kernels are bf16 only (flash1, flash,
+// flash3); lse is their saved state (B, NH, T) fp32.
+struct Bf16ForwardArgs {
+  __nv_bfloat16* out;
+  float* lse;
+  void* scratch;
+  const __nv_bfloat16* qkv;
+  AttnShape shape;
+};
+struct Bf16BackwardArgs {
+  __nv_bfloat16* dqkv;
+  void* scratch;
+  const __nv_bfloat16* dout;
+  const __nv_bfloat16* qkv;
+  const __nv_bfloat16* out;
+  const float* lse;
+  AttnShape shape;
+  bool deterministic;
+};
+// Such a backend: forward/backward check the shape (in the FP32 build, where floatX is fp32,
+// the spec reports the backend unsupported, so check() throws before any bf16 view is used) and
+// hand the bf16 views to its kernels.
+class Bf16AttentionBackend : public AttentionBackend {
+ public:
+  using AttentionBackend::AttentionBackend;
+  void forward(const AttnForwardArgs& a, cudaStream_t st) const final {
+    check(a.shape);
+    forward_bf16({reinterpret_cast<__nv_bfloat16*>(a.out), static_cast<float*>(a.saved), a.scratch,
+                  reinterpret_cast<const __nv_bfloat16*>(a.qkv), a.shape},
+                 st);
+  }
+  void backward(const AttnBackwardArgs& a, cudaStream_t st) const final {
+    check(a.shape);
+    backward_bf16({reinterpret_cast<__nv_bfloat16*>(a.dqkv), a.scratch,
+                   reinterpret_cast<const __nv_bfloat16*>(a.dout),
+                   reinterpret_cast<const __nv_bfloat16*>(a.qkv),
+                   reinterpret_cast<const __nv_bfloat16*>(a.out), static_cast<const float*>(a.saved),
+                   a.shape, a.deterministic},
+                  st);
+  }
+
+ protected:
+  virtual void forward_bf16(const Bf16ForwardArgs& a, cudaStream_t st) const = 0;
+  virtual void backward_bf16(const Bf16BackwardArgs& a, cudaStream_t st) const = 0;
+};
+
 // The backend named `name` (attention_names() in backends.h lists them). Unknown name: throws
 // flashgpt::Error naming --attn and listing the names.
 std::unique_ptr<AttentionBackend> make_attention(const std::string& name);

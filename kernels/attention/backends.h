@@ -60,7 +60,7 @@ struct AttnCost {
 // Every backend, in registry order: --attn auto (the default) takes the first that supports the
 // model (attention_auto). flash3 leads: on an H100 its forward is 1.3-2.0x flash's and its
 // backward 1.0-1.2x from T = 4K to 1M, and a whole d12 step at T = 1M takes 164 s with it against
-// 197 s with flash (bench/results/flash3_nvidia-h100_2026-11-25_run24-26/); naive is the
+// 197 s with flash (the long-context results in bench/results/); naive is the
 // fallback for head sizes the tensor-core kernels do not take.
 #define FLASHGPT_ATTENTION_BACKENDS(X) X(flash3) X(flash) X(naive) X(flash1) X(scalar)
 

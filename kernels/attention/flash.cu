@@ -19,19 +19,13 @@ class FlashAttention final : public FlashFamilyBackend {
  public:
   FlashAttention() : FlashFamilyBackend(attention_spec("flash")) {}
 
-  void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);  // the FP32 build stops here: flash is bf16-only
-#if !defined(ENABLE_FP32)
-    flash::forward_bf16(a.out, static_cast<float*>(a.saved), a.qkv, a.shape, stream);
-#endif
+ protected:
+  void forward_bf16(const Bf16ForwardArgs& a, cudaStream_t st) const override {
+    flash::forward_bf16(a.out, a.lse, a.qkv, a.shape, st);
   }
-
-  void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);
-#if !defined(ENABLE_FP32)
-    flash::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out,
-                         static_cast<const float*>(a.saved), a.shape, a.deterministic, stream);
-#endif
+  void backward_bf16(const Bf16BackwardArgs& a, cudaStream_t st) const override {
+    flash::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out, a.lse, a.shape, a.deterministic,
+                         st);
   }
 };
 

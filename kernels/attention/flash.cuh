@@ -26,6 +26,24 @@ void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout
 // One attention problem (attention.cuh AttnFwdProblem / AttnBwdProblem): the ring's pairs.
 using FwdProblem = AttnFwdProblem;
 using BwdProblem = AttnBwdProblem;
+// The part of the whole-sequence problem that the forward and the backward share: Q, K, V read
+// in place from qkv (B, T, NH + 2*NKV, HS), the shape, causal, LSE rows T apart.
+template <class Problem>
+inline void set_whole_sequence_qkv(Problem& p, const __nv_bfloat16* qkv, const AttnShape& s) {
+  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
+  p.q = qkv;
+  p.k = qkv + (size_t)s.NH * s.HS;
+  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
+  p.q_ld = p.kv_ld = ld;
+  p.q_bs = p.kv_bs = (size_t)s.T * ld;
+  p.B = s.B;
+  p.Tq = p.Tk = s.T;
+  p.NH = s.NH;
+  p.NKV = s.NKV;
+  p.HS = s.HS;
+  p.causal = true;
+  p.lse_T = s.T;
+}
 void forward_problem(const FwdProblem& p, cudaStream_t stream);
 // forward_bf16's problem: the whole causal sequence of qkv into bf16 out and lse (also flash3's).
 FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
@@ -52,9 +70,9 @@ void backward_end(__nv_bfloat16* dqkv, void* scratch, const AttnShape& s, cudaSt
 // The ring hooks (attention.cuh) of the backends whose backward scratch is flash's and whose saved
 // state is the LSE alone: flash and flash3 derive from this. A ring pair runs flash's
 // forward_problem and backward_problem; flash3 overrides both with its own kernels.
-class FlashFamilyBackend : public AttentionBackend {
+class FlashFamilyBackend : public Bf16AttentionBackend {
  public:
-  using AttentionBackend::AttentionBackend;
+  using Bf16AttentionBackend::Bf16AttentionBackend;
   bool supports_ring() const override { return sizeof(floatX) == 2; }
 #if !defined(ENABLE_FP32)
   void ring_forward(const AttnFwdProblem& p, cudaStream_t st) const override {

@@ -7,7 +7,8 @@
 // What it computes: exactly what "flash" does (layout and maths: attention_ref.h): out (B, T, NH,
 // HS) from the packed qkv (B, T, NH + 2*NKV, HS) read in place, scale 1/sqrt(HS), query head h
 // on kv head h / (NH/NKV); saved = LSE (B, NH, T) fp32 (natural log, interchangeable with
-// flash's); backward overwrites dqkv. CPU twin, same loop order: attention_flash1_*_ref.
+// flash's); backward overwrites dqkv. CPU twin, same loop order: attention_flash_*_ref with
+// FlashOrder::kFA1.
 //
 // Forward (Algorithm 1), one thread block per (b, h), 4 warps, Br = Bc = 64, warp w owns rows
 // 16w .. 16w+15 of every Q tile:
@@ -85,6 +86,7 @@
 #include <cmath>
 
 #include "kernels/attention/flash_common.cuh"
+#include "kernels/attention/online_softmax.cuh"
 
 namespace flash1 {
 
@@ -284,27 +286,12 @@ __global__ void __launch_bounds__(128, 1)
           }
       }
 
-      // ---- online softmax against the state read from device memory ----
+      // ---- online softmax (online_softmax.cuh) against the state read from device memory;
+      //      l_i is the full row sum: it goes to device memory ----
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = m_i[r];
-#pragma unroll
-        for (int nt = 0; nt < NS; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-        mx = quad_max(mx);
-        // Key 0 is visible to every row and j = 0 comes first, so mx is finite; kept safe anyway.
-        const float m_scaled = (mx == -INFINITY) ? 0.f : mx * scale_log2;
-        const float alpha = fast_exp2(m_i[r] * scale_log2 - m_scaled);  // m_i = -inf: 0
-        m_i[r] = mx;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NS; ++nt) {
-          const float p0 = fast_exp2(fmaf(s[nt][2 * r], scale_log2, -m_scaled));
-          const float p1 = fast_exp2(fmaf(s[nt][2 * r + 1], scale_log2, -m_scaled));
-          s[nt][2 * r] = p0;
-          s[nt][2 * r + 1] = p1;
-          rs += p0 + p1;
-        }
-        l_i[r] = l_i[r] * alpha + quad_sum(rs);  // full row sum: it goes to device memory
+        const float alpha = flash::online_softmax_row<NS, true>(
+            [&](int n, int e) -> float& { return s[n][e]; }, r, m_i[r], l_i[r], scale_log2);
 #pragma unroll
         for (int nt = 0; nt < NO; ++nt) {
           o[nt][2 * r] *= alpha;
@@ -585,32 +572,24 @@ void launch_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* d
 
 namespace {
 
-class Flash1Attention final : public AttentionBackend {
+class Flash1Attention final : public Bf16AttentionBackend {
  public:
-  Flash1Attention() : AttentionBackend(attention_spec("flash1")) {}
+  Flash1Attention() : Bf16AttentionBackend(attention_spec("flash1")) {}
 
-  void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);
-#if !defined(ENABLE_FP32)
-    float* lse = static_cast<float*>(a.saved);
+ protected:
+  void forward_bf16(const Bf16ForwardArgs& a, cudaStream_t st) const override {
     float* scratch = static_cast<float*>(a.scratch);
     if (a.shape.HS == 64)
-      flash1::launch_forward<64>(a.out, lse, scratch, a.qkv, a.shape, stream);
+      flash1::launch_forward<64>(a.out, a.lse, scratch, a.qkv, a.shape, st);
     else
-      flash1::launch_forward<128>(a.out, lse, scratch, a.qkv, a.shape, stream);
-#endif
+      flash1::launch_forward<128>(a.out, a.lse, scratch, a.qkv, a.shape, st);
   }
-
-  void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);
-#if !defined(ENABLE_FP32)
-    const float* lse = static_cast<const float*>(a.saved);
+  void backward_bf16(const Bf16BackwardArgs& a, cudaStream_t st) const override {
     float* scratch = static_cast<float*>(a.scratch);
     if (a.shape.HS == 64)
-      flash1::launch_backward<64>(a.dqkv, scratch, a.dout, a.qkv, a.out, lse, a.shape, stream);
+      flash1::launch_backward<64>(a.dqkv, scratch, a.dout, a.qkv, a.out, a.lse, a.shape, st);
     else
-      flash1::launch_backward<128>(a.dqkv, scratch, a.dout, a.qkv, a.out, lse, a.shape, stream);
-#endif
+      flash1::launch_backward<128>(a.dqkv, scratch, a.dout, a.qkv, a.out, a.lse, a.shape, st);
   }
 };
 

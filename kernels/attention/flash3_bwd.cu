@@ -33,118 +33,24 @@
 // no __syncthreads in the loop (one 256-thread named barrier per step instead of two block-wide
 // ones), and the dQ add (and the deterministic order's wait) leaves the math warps' path.
 //
-// Tuning notes. H100 80GB HBM3, 2026-11-25, causal bf16, 16384 tokens per batch (12 heads at
-// HS 64, 16 at HS 128), backward TFLOP/s (2.5 x 4 B NH T^2 HS / 2 / time), `flashgpt
-// bench-attention`, medians of 20; logs: bench/results/flash3_bwd_nvidia-h100_2026-11-25/.
-//   HS / T:                               64/4K  64/16K  64/64K  128/4K  128/16K  128/64K
-//   flash's kernel (same run as v1)        351    417     418     371     395      441
-//   v1 warp-specialised, dK before the     348    435     429     373     438      475
-//      meeting (predicted +10-20%: the math warps stop loading and lose a barrier per step;
-//      got -1 to +11%, most at long T)
-//   v2 dQ issued before dK, its staging    372    430-461 430-437 371-374 422-447  484-487
-//      under dK (predicted +3-5%; got 0-3% at HS 128, noise at HS 64: 3 runs)
-//   tried, removed: each math warpgroup    290    413     416     271     381      394
-//      adds its own dQ partial over its 64 keys (no meeting, so the warpgroups could run out
-//      of phase; twice the dQ bytes into L2): predicted +10%, got 13-27% slower (commit 6b29e8b)
-//   --deterministic on v2                  342    401     425     320     431      478
-//      (8 / 13 / 1 / 15 / 4 / 1% slower; flash's kernel: 14-24%): over the 3% that would
-//      make it the default at short T, so it stays a flag
-// Tried on v2 and removed (2026-11-25 session 8, runs 45-48: each against v2 in the same call,
-// 2-3 interleaved rounds; the diffs are in the results folder). HS 128 backward, ratio to v2:
-//   HS 128 / T:                                                        4K    16K   64K
-//   dqlag: no meeting; step it issues dQ_{it-1} from 3 dS^T buffers,   1.00  0.98  0.94
-//      so one warpgroup's exponentials may run under the other's
-//      products (predicted +5-10%)
-//   dqlagturns: dqlag + FlashAttention-3's turn-taking on the S^T,     0.88  0.79  0.79
-//      dP^T issue (named barriers; the warpgroups half a step apart)
-//   loader: TMA loads issued before the LSE/D rows' loads              0.94  0.98  0.98
-//   LSE_i, D_i rows read into registers before the waits (the short-   0.98  0.96  1.01
-//      scoreboard stalls of the profile below); HS 64: 0.90 0.91 0.97
-//   3 (Q_i, dO_i) stages, one dQ staging buffer (HS 128 only; 8K 1.02, 0.89  0.99  1.02
-//      32K 1.03): under 3% where it helps, 11% slower at 4K
-// So the math warpgroups gain nothing from running out of phase, and the loader keeps ahead with
-// two stages. A source-level profile (run 46, HS 128 T 16K) spreads the stalls over the step:
-// the largest line is the mbarrier wait (5.7% of samples), then the LSE/D reads (3%, 4 x 1%),
-// the proxy fence and the named barriers (about 1% each).
-// Nsight Compute (v2, HS 128, T 16K, clocks locked at 1.45 GHz): tensor pipe 57% busy, issue
-// slots 45%, L1/shared 62%, L2 54%, DRAM 17%, 0.66 eligible warps per scheduler. What is left,
-// as far as we can tell: at HS 128 (Br 64) S^T, dP^T and dQ are m64n64 products with both
-// operands in shared memory, 4 KB per 32-clock k-step per warpgroup, the SM's whole shared-
-// memory bandwidth for one warpgroup, so the two warpgroups' products run at about half rate;
-// larger products need accumulators the 240 registers do not have (not confirmed by a counter).
-// Block order (session 9, runs 51-53): with one group of all pairs (block j of every pair, then
-// j + 1, ...) the ~132 running blocks belong to ~64 pairs at B 4, T 4K, so each Q_i, dO_i tile
-// is read from DRAM about once per wave and the dQacc rows leave L2 between adds; in pair groups
-// that fit one wave the blocks of a group read them together. HS 128 4K backward 380 -> 433-447
-// TFLOP/s (+14-17%), 8K +3%, 16K/64K +2-4%, HS 64 +1-5% (the table: flash3_tiles.h). ncu
-// (no clock lock, no cache flush, HS 128 B 4 T 4K): main kernel 1.63 -> 1.35 ms; the D + zero
-// and dQ convert kernels around it stay at 94 and 70 us (268 and 201 MB: 2.9 TB/s, at HBM's rate).
-// First partial stores (run 56): with a ticket per dQ tile the D kernel no longer zeroes dQacc
-// (its 134 MB of writes at HS 128 B 4 T 4K): D 93 -> 55 us (ncu), backward HS 128 4K +2.8%
-// (447 -> 460 TFLOP/s, 3 interleaved rounds), the other points within +-2% (noise); predicted
-// +2.5% at 4K from the bytes. The writer waits for the first store only when it is not the
-// first comer, which is rare: block j's first step is the diagonal tile, which blocks < j reach
-// later. FLASHGPT_FLASH3_DQ_ZERO=1 runs the zeroed way.
-// Tried and removed (run 60): the last pair group merged to at least 2 SMs / n_j pairs, so that
-// its work outlasts its longest block (predicted +3-6% from an idle tail at 4K-16K): -1.4 to
-// +1.1%, noise; the tail is not there.
-// Tried and removed (session 10, run 66): the dQ convert fused into each (batch, kv head) pair's
-// last block (its math warpgroups convert the pair's dQacc rows from L2; no convert kernel):
-// predicted -60 us at HS 128 B 4 T 4K, got 4-11% slower at HS 64 and 128, T 4K-32K: one block
-// converting a pair is L2-latency-bound (~60 us for 2 MB) and holds its SM from the next blocks
-// (bench/results/flash3_fwd_nvidia-h100_2026-11-25_session10/, with the diff).
-// Session 11 (runs 87-91): Nsight Compute against cuDNN's backward at HS 128 T 4K: the same time,
-// but 514 M instructions against 371 M, the excess integer work (wgmma descriptor and smem
-// address arithmetic) and st.shared. Kept: descriptors built once per operand and stepped per
-// k-step (Bwd3Tile DESC_AT, flash_bwd_wgmma.cuh OperandDesc: backward +0.3..+3.2%), dS^T stored by
-// stmatrix at HS 128 (DS_STMATRIX: +2.2% at 4K); 414 M instructions now. Removed (run 94): the
-// causal mask's compares branched to the diagonal steps only: 369 M instructions, 1-6% slower.
-// Where the time goes against cuDNN (session 11, run 78: ncu and torch.profiler kernel times,
-// HS 128 T 4K): cuDNN's backward is the same four kernels' shape; D 47 us (cuDNN 92), main
-// kernel 1311 us (1286), dQ convert 64 us (74). So the gap is the main kernel: 2% at 4K, ~3.5%
-// at 16K (4958 us for cuDNN's).
-// Tried and removed (session 11, runs 79-80): the dQ convert fused into the last partial of each
-// Q tile, (a) its writer waiting for each add to complete and counting it, the completing one
-// loading the tile back for the producer warps to convert; (b) tickets taken as the step starts,
-// the last one loading the others' sum for the math warpgroups to finish dQ from registers.
-// Predicted +4.5% at HS 128 4K; got 7-19% (a) and 4-15% (b) slower at HS 128: any global round
-// trip between a step's partial and its staging buffer's next use delays the buffer, which the
-// tree frees a whole step early (bench/results/flash3_bwd_nvidia-h100_2026-11-26_session11/).
-// Also tried there and removed: S^T's A (the warpgroup's K rows) in registers, RS wgmma (run 81:
-// HS 64 +-1.5%, so shared-memory bandwidth does not bound the step; HS 128 spills, -13..-19%);
-// the next step's S^T and dP^T issued under this step's dK (run 82: spills, -31..-49%).
-// Session 12 (runs 95-108, bench/results/flash3_bwd_nvidia-h100_2026-11-26_session12/, timed with
-// bench-attention --warmup-ms 500): ncu at HS 128 T 16K, ours / cuDNN's: 4.71 / 4.56 ms, tensor
-// pipe 60 / 64%, shared-memory wavefronts 725 / 699 M (wgmma operand reads included: both move
-// the same bytes). Tried and removed, backward against the tree: one math warpgroup per step
-// computing the whole dQ_i as one m64n128 product, turns by step parity (48 KB of operand reads
-// per step instead of 64; the layout cuDNN's counters suggest): -13..-17%; LSE_i, D_i read
-// before the waits they follow (run 96's profile had 8.5% of samples on those reads): HS 128
-// -4..+1%, HS 64 -6..-11%; dQ added into dQacc by red.global.add.v2.f32 from registers (no
-// staging, no writer): -15%; dQ staged by stmatrix (half the store instructions): -4..-5%; the
-// causal-mask branch of run 94 and 3 (Q_i, dO_i) stages, both re-timed at sustained clocks:
-// noise (0.99-1.01); dQ staged during the next step, after its S^T issue (run 108): -2..-4%
-// (the staging then shares shared memory with SS operand reads instead of an RS product's). The
-// step's end (dQ staging, its fence and arrive) is where the warps trail the tensor pipe; none of
-// these shortened it.
-// Session 13 (runs 110-115, bench/results/flash3_bwd_nvidia-h100_2026-11-26_session13/): the
-// step's end was the tensor pipe draining: each step waited for its dK before the next S^T could
-// be issued. Now (kSdpNext, HS 128) a step issues its S^T and dP^T first, then waits for the step
-// before's dK, which ran under this step's issue, the other warpgroup's tail and the dQ staging.
-// Backward against kDqFirst, one binary, 3 interleaved rounds, T 4K/16K/64K: S^T alone issued
-// early (kStNext) 1.039/1.021/1.049 (run 111) and 1.006/1.028/1.036 (run 112); S^T and dP^T
-// (kSdpNext) 1.025/1.055/1.036 (run 112); kStNext with dK's A read back from the dS^T in smem
-// (16 registers freed) 1.020/1.020/1.033 (run 111). At HS 64 kStNext is 0.94-1.00 and kSdpNext
-// does not fit (ptxas serializes the wgmmas: 0.90), so HS 64 keeps kDqFirst. ptxas decides it:
-// the first try (run 110: S^T issued at the end of a step for the next one) ran 13-15% slower
-// because every wgmma was serialized (C7518, then C7514 as the code changed): an accumulator
-// in flight across the loop's back edge that ordinary instructions read later (S^T), a register
-// zeroed by copying another accumulator register, or a wgmma issued under a branch its consumer
-// does not share. The rotated loop carries dK across the back edge instead (only wgmma touches
-// dK's accumulators), zeroes by immediates (zero_acc) and computes every step (bwd_step_dkdv_pre).
-// Check the ptxas -v output for C751x lines after any change here. --deterministic runs kSdpNext
-// too: 360/492/500 TFLOP/s at HS 128 T 4K/16K/64K against kDqFirst's 361/486/499 (runs 113,
-// 103), so its cost against the faster default grew to 22/8/9%.
+// Tuning notes (H100 80GB HBM3, causal bf16, 16384 tokens per batch, backward TFLOP/s; the
+// history and the removed variants: docs/notes/flash3.md):
+//   - warp specialisation over flash's kernel (same products and tiles): -1..+11%, most at long
+//     T; dQ issued before dK with its staging under dK: 0..+3% at HS 128.
+//   - HS 128 (kSdpNext): each step issues its S^T and dP^T while the step before's dK runs, so
+//     the tensor pipe does not drain between steps: +2.5..+5.5% at T 4K-64K. At HS 64 those
+//     accumulators do not fit beside dK's and ptxas serializes the wgmmas (0.90x): kDqFirst.
+//     ptxas serializes every wgmma (C7510-series warnings, 13-15% slower) when an accumulator in
+//     flight across the loop's back edge is read by ordinary instructions, a register is zeroed
+//     by copying an accumulator register, or a wgmma is issued under a branch its consumer does
+//     not share: the loop carries dK across the back edge, zeroes by immediates
+//     (sm90::zero_acc) and computes every step (bwd_step_dkdv_pre). Check the ptxas -v output
+//     for C751x lines after any change here.
+//   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
+//     all pairs; the first partial of each dQ tile stores (no zeroing in the D kernel): +2.8% at
+//     HS 128 4K.
+//   - --deterministic (the fixed dQ order) costs 22/8/9% at HS 128 T 4K/16K/64K (360/492/500
+//     TFLOP/s): a flag, not the default.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
@@ -157,14 +63,16 @@
 // Bench: ./build/flashgpt bench-attention --backends flash,flash3 [--deterministic]
 //        python3 scripts/bench_attention.py --backends flash,flash3
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash3.cuh"
 #include "kernels/attention/flash3_tiles.h"
 #include "kernels/attention/flash_bwd_wgmma.cuh"
-#include "kernels/attention/hopper.cuh"
+#include "kernels/attention/sm90/copy.cuh"
+#include "kernels/attention/sm90/pipeline.cuh"
+#include "kernels/attention/sm90/scheduler.cuh"
+#include "kernels/attention/sm90/sync.cuh"
+#include "kernels/attention/sm90/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "flash3_bwd.cu uses TMA, wgmma and setmaxnreg: build for sm_90a (GPU_ARCH=90a)"
@@ -175,17 +83,16 @@ namespace flash3 {
 using flash::BwdProblem;
 using flash::DqOrder;
 using flash::kLog2e;
-using flash::reg_fence;
+using sm90::reg_fence;
 using flash::smem_u32;
 
-// The order of a step's tail (flash3_tiles.h picks; FLASHGPT_FLASH3_BWD names one): both math
-// warpgroups write dS^T, meet, and each computes its half of dQ_i = dS_ij K_j over all Bc keys
-// (flash's split); kDqFirst issues dQ before dK so that dQ's staging runs under dK, kDkFirst
-// issues dK before the meeting (as flash's kernel); kSdpNext (HS 128 only: at HS 64 the
-// registers are not there and ptxas serializes the wgmmas) is kDqFirst with each step's S^T and
-// dP^T issued while the step before's dK still runs, so that the tensor pipe does not drain
-// between steps. flash3_tiles.h kBwdSdpNext picks, for --deterministic too.
-enum class BwdVariant { kDkFirst, kDqFirst, kSdpNext };
+// The order of a step's tail (flash3_tiles.h kBwdSdpNext picks): both math warpgroups write
+// dS^T, meet, and each computes its half of dQ_i = dS_ij K_j over all Bc keys (flash's split);
+// kDqFirst issues dQ before dK so that dQ's staging runs under dK; kSdpNext (HS 128 only: at
+// HS 64 the registers are not there and ptxas serializes the wgmmas) is kDqFirst with each
+// step's S^T and dP^T issued while the step before's dK still runs, so that the tensor pipe does
+// not drain between steps. The same variant runs with --deterministic.
+enum class BwdVariant { kDqFirst, kSdpNext };
 
 // Compile-time traits: flash's step sizes (flash::BwdTileWG) plus this kernel's shared memory.
 template <int HS_, int Br_, BwdVariant V_>
@@ -198,7 +105,7 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   static constexpr bool DESC_AT = true;
   // dS^T stored by stmatrix.x4 (bwd_step_dkdv) at HS 128: backward +0.3/+2.2/+0.4/-0.3% at T
   // 1K/4K/16K/64K, 434 -> 414 M instructions at 4K; at HS 64 +0.5/-0.5/-0.6/-1.3%, so not there
-  // (session 11 run 91, H100, 3 interleaved rounds against the tree)
+  // (H100, 3 interleaved rounds against the tree)
   static constexpr bool DS_STMATRIX = HS == 128;
   static constexpr int NTHREADS = 384;         // producer warpgroup + 2 math warpgroups
   static constexpr int MATH_THREADS = 256;
@@ -216,6 +123,8 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   static constexpr int DQ_BUFS = FIXED + 2 * DQ_BYTES <= 227 * 1024 ? 2 : 1;
   static constexpr int OFF_L = OFF_DQ + DQ_BUFS * DQ_BYTES, OFF_D = OFF_L + 2 * Br * 4,
                        OFF_BAR = OFF_D + 2 * Br * 4;
+  // mbarriers (8 bytes each): full x 2, empty x 2, kv_full
+  static constexpr int OFF_FULL = OFF_BAR, OFF_EMPTY = OFF_BAR + 16, OFF_KV_FULL = OFF_BAR + 32;
   static constexpr int SMEM = OFF_BAR + 5 * 8 + 1024;
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
   static_assert(Br % 32 == 0, "LSE/D rows: whole passes of the loader warp");
@@ -240,136 +149,128 @@ constexpr int kDqBarThreads = 256 + 32;  // the math warpgroups and the writer w
 // says its first partial is stored (released after the bulk store completes).
 constexpr int kDqStored = 1 << 30;
 
+// One backward block: its K/V tile and steps (flash_bwd_wgmma.cuh BwdBlock, from the pair-group
+// order of sm90/scheduler.cuh), its shared memory (Bwd3Tile's offsets) and the three roles of
+// its warps.
 template <class K, DqOrder ORDER>
-__global__ void __launch_bounds__(K::NTHREADS, 1)
-    flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
-                      const __grid_constant__ CUtensorMap tm_k,
-                      const __grid_constant__ CUtensorMap tm_v,
-                      const __grid_constant__ CUtensorMap tm_do, const BwdProblem p,
-                      int* __restrict__ dq_sem, int pair_group, float scale_log2,
-                      float scale) {
-  constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
-                DQS = K::DQ_BUFS;
-  constexpr bool DET = ORDER == DqOrder::kFixed;
-  constexpr bool DQ_FIRST = K::V == BwdVariant::kDqFirst;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
+struct Bwd3Block {
+  static constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
+                       DQS = K::DQ_BUFS;
+  static constexpr bool DET = ORDER == DqOrder::kFixed;
+  const BwdProblem& p;
+  const int NH, Tq;
+  const bool causal;
+  const flash::BwdBlock<Bc, Br, ORDER> blk;
+  const int b, kvh, j, k0, total, n_qtiles;
+  const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
+  // shared memory: K_j | V_j | Q x2 | dO x2 | dS^T x2 | dQ staging | LSE x2 | D x2 | mbarriers
+  const uint32_t sK, sV, sQ, sdO, sdS, sdQ, sL, sD;
+  // (Q_i, dO_i, LSE_i, D_i) stages: full = the loader's lanes and the TMA bytes, empty = the
+  // math warps' release; kv_full: K_j, V_j, once.
+  const sm90::StageBarriers<2> stages;
+  const uint32_t bar_kv;
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  const int NH = p.NH, Tq = p.Tq;
-  const bool causal = p.causal;
-  const flash::BwdBlock<Bc, Br, ORDER> blk(p, pair_group);  // flash_bwd_wgmma.cuh's orders
-  const int b = blk.b, kvh = blk.kvh, j = blk.j, k0 = blk.k0;
-  const int total = blk.total, n_qtiles = blk.n_qtiles;
-  auto step_tile = [&](int it, int& hq, int& q0) { blk.tile(it, hq, q0); };
-  const int dq_sw = p.dq_row0 & 7;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
-
-  const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
-  const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
-                 sdS = s0 + K::OFF_DS, sdQ = s0 + K::OFF_DQ, sL = s0 + K::OFF_L,
-                 sD = s0 + K::OFF_D;
-  const uint32_t bar_full = s0 + K::OFF_BAR, bar_empty = bar_full + 16,
-                 bar_kv = bar_full + 32;
-
-
-  if (tid == 0) {
-    for (int s = 0; s < 2; ++s) {
-      hopper::mbar_init(bar_full + 8 * s, 32);  // the loader warp's lanes (+ the TMA bytes)
-      // lane 0 of each math warp, or every math thread (release_stage)
-      hopper::mbar_init(bar_empty + 8 * s, kEveryThreadReleases ? K::MATH_THREADS : 8);
-    }
-    hopper::mbar_init(bar_kv, 1);
-    hopper::mbar_init_fence();
+  __device__ __forceinline__ Bwd3Block(const BwdProblem& p_, int pair, int j_tile, uint32_t s0)
+      : p(p_), NH(p_.NH), Tq(p_.Tq), causal(p_.causal), blk(p_, pair, j_tile), b(blk.b),
+        kvh(blk.kvh), j(blk.j), k0(blk.k0), total(blk.total), n_qtiles(blk.n_qtiles),
+        dq_sw(p_.dq_row0 & 7), sK(s0), sV(s0 + K::OFF_V), sQ(s0 + K::OFF_Q), sdO(s0 + K::OFF_DO),
+        sdS(s0 + K::OFF_DS), sdQ(s0 + K::OFF_DQ), sL(s0 + K::OFF_L), sD(s0 + K::OFF_D),
+        stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY}, bar_kv(s0 + K::OFF_KV_FULL) {}
+  __device__ __forceinline__ void step_tile(int it, int& hq, int& q0) const {
+    blk.tile(it, hq, q0);
   }
-  __syncthreads();
 
-  if (wg == 0) {
-    // ================================ producer ================================
-    hopper::setmaxnreg_dec<24>();
-    if (warp == 0) {
-      // ---- loader ----
-      if (lane == 0) {
-        hopper::tma_prefetch_map(&tm_q);
-        hopper::tma_prefetch_map(&tm_do);
-        hopper::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
+  // ---- loader warp: K_j, V_j once; per step its Q_i, dO_i (TMA) and LSE_i, D_i rows ----
+  __device__ __forceinline__ void load(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
+                                       const CUtensorMap& tm_v, const CUtensorMap& tm_do,
+                                       int lane) const {
+    if (lane == 0) {
+      sm90::tma_prefetch_map(&tm_q);
+      sm90::tma_prefetch_map(&tm_do);
+      sm90::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
 #pragma unroll
-        for (int pn = 0; pn < PANELS; ++pn) {
-          hopper::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
-          hopper::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
-        }
+      for (int pn = 0; pn < PANELS; ++pn) {
+        sm90::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
+        sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
       }
-      for (int it = 0; it < total; ++it) {
-        const int s = it & 1;
-        hopper::mbar_wait(bar_empty + 8 * s, ((it >> 1) & 1) ^ 1);
+  }
+  for (int it = 0; it < total; ++it) {
+    const sm90::PipelineState<2> ps(it);
+    const int s = ps.index();
+    stages.producer_acquire(ps);
+    int hq, q0;
+    step_tile(it, hq, q0);
+    const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
+#pragma unroll
+    for (int r = lane; r < Br; r += 32) {
+      const bool ok = q0 + r < Tq;
+      const float l = ok ? p.lse[row + r] : 0.f, d = ok ? p.D[row + r] : 0.f;
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
+    }
+    const uint32_t full = stages.full_bar(s);
+    if (lane == 0) {
+      stages.producer_expect(ps, 2 * K::QT_BYTES);
+#pragma unroll
+      for (int pn = 0; pn < PANELS; ++pn) {
+        sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
+                            hq, q0, b);
+        sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
+                            hq, q0, b);
+      }
+    } else {
+      stages.producer_commit(ps);
+    }
+  }
+  }
+
+  // ---- dQ writer warp: each step's staged dQ_i partial into dQacc (bulk store or reduce-add) ----
+  __device__ __forceinline__ void dq_writer(int* dq_sem, int lane) const {
+    int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
+    for (int it = 0; it < total; ++it) {
+      const int d = it % DQS;
+      sm90::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
+      if (lane == 0) {
         int hq, q0;
         step_tile(it, hq, q0);
-        const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
-#pragma unroll
-        for (int r = lane; r < Br; r += 32) {
-          const bool ok = q0 + r < Tq;
-          const float l = ok ? p.lse[row + r] : 0.f, d = ok ? p.D[row + r] : 0.f;
-          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
-          asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
-        }
-        const uint32_t full = bar_full + 8 * s;
-        if (lane == 0) {
-          hopper::mbar_arrive_expect_tx(full, 2 * K::QT_BYTES);
-#pragma unroll
-          for (int pn = 0; pn < PANELS; ++pn) {
-            hopper::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
-                                hq, q0, b);
-            hopper::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
-                                hq, q0, b);
+        const size_t tile = ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
+        float* dst = p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS;
+        const uint32_t src = sdQ + d * K::DQ_BYTES, bytes = min(Br, Tq - q0) * HS * 4;
+        // dq_sem given: dQacc was not zeroed, the tile's first partial stores (below)
+        bool store = false;
+        if constexpr (DET) {
+          flash::fixed_order_before_add(sem_pending, dq_sem, tile, j);
+          store = j == 0;  // block 0 adds to every Q tile, first in the fixed order
+        } else if (dq_sem != nullptr) {
+          store = atomicAdd(dq_sem + tile, 1) == 0;  // the ticket: first comer stores
+          if (!store) {  // the others add once the store is complete
+            sm90::wait_flag_bits(dq_sem + tile, kDqStored);
+            sm90::fence_proxy_async_global();
           }
+        }
+        if (store) sm90::bulk_store_f32(dst, src, bytes);
+        else sm90::bulk_reduce_add_f32(dst, src, bytes);
+        sm90::bulk_commit();
+        if (!DET && store) {
+          sm90::bulk_wait_all();
+          sm90::fence_proxy_async_global();
+          sm90::red_or_release_gpu(dq_sem + tile, kDqStored);
         } else {
-          hopper::mbar_arrive(full);
+          sm90::bulk_wait_read_all();  // the staging buffer may be overwritten
         }
       }
-    } else if (warp == 1) {
-      // ---- dQ writer ----
-      int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
-      for (int it = 0; it < total; ++it) {
-        const int d = it % DQS;
-        hopper::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
-        if (lane == 0) {
-          int hq, q0;
-          step_tile(it, hq, q0);
-          const size_t tile = ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
-          float* dst = p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS;
-          const uint32_t src = sdQ + d * K::DQ_BYTES, bytes = min(Br, Tq - q0) * HS * 4;
-          // dq_sem given: dQacc was not zeroed, the tile's first partial stores (below)
-          bool store = false;
-          if constexpr (DET) {
-            flash::fixed_order_before_add(sem_pending, dq_sem, tile, j);
-            store = j == 0;  // block 0 adds to every Q tile, first in the fixed order
-          } else if (dq_sem != nullptr) {
-            store = atomicAdd(dq_sem + tile, 1) == 0;  // the ticket: first comer stores
-            if (!store) {  // the others add once the store is complete
-              hopper::wait_flag_bits(dq_sem + tile, kDqStored);
-              hopper::fence_proxy_async_global();
-            }
-          }
-          if (store) flash::bulk_store_f32(dst, src, bytes);
-          else flash::bulk_reduce_add_f32(dst, src, bytes);
-          flash::bulk_commit();
-          if (!DET && store) {
-            flash::bulk_wait_all();
-            hopper::fence_proxy_async_global();
-            hopper::red_or_release_gpu(dq_sem + tile, kDqStored);
-          } else {
-            flash::bulk_wait_read_all();  // the staging buffer may be overwritten
-          }
-        }
-        __syncwarp();
-        if (it + DQS < total) hopper::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
-      }
-      if (lane == 0) {
-        flash::bulk_wait_all();  // the adds are done before the block (and its smem) goes
-        if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
-      }
-    }
-  } else {
-    // ================================ math ================================
-    hopper::setmaxnreg_inc<240>();
+      __syncwarp();
+      if (it + DQS < total) sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+  }
+  if (lane == 0) {
+    sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
+    if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
+  }
+  }
+
+  // ---- math warpgroups: the step's products (flash_bwd_wgmma.cuh), dQ staging, dK_j, dV_j ----
+  __device__ __forceinline__ void math(int tid, int warp, int lane, int wg, float scale_log2,
+                                       float scale) const {
     const int c = wg - 1;                 // math warpgroup: keys k0 + 64 c .. +63
     const int mtid = tid - 128;           // thread among the 256 math threads
     const int kw = warp - 4, wq = warp & 3, g = lane >> 2;
@@ -388,112 +289,134 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     // Stage s read (Q_i, dO_i by wgmma, LSE_i, D_i by this warp's loads): lane 0 of each math
     // warp arrives on empty[s]; the other lanes' loads are ordered before it by the bar.sync and
     // the .sync.aligned wgmma waits in between. compute-sanitizer racecheck models an mbarrier
-    // hand-off only for the threads that arrive (even after a __syncwarp: the probe in
-    // bench/results/flash3_bwd_nvidia-h100_2026-11-26_session13/), so it reports the loader's next
-    // LSE/D stores as WAR hazards; a build with kEveryThreadReleases makes every math thread
-    // arrive (racecheck: 0 hazards, runs 120 and 124), which costs --deterministic 5-27% at HS 128
-    // T 64K (run 123).
-    auto release_stage = [&](int s) {
-      if (kEveryThreadReleases || lane == 0) hopper::mbar_arrive(bar_empty + 8 * s);
+    // hand-off only for the threads that arrive (even after a __syncwarp: a probe showed it), so
+    // it reports the loader's next LSE/D stores as WAR hazards; a build with
+    // kEveryThreadReleases makes every math thread arrive (racecheck: 0 hazards), which costs
+    // --deterministic 5-27% at HS 128 T 64K.
+    auto release_stage = [&](const sm90::PipelineState<2>& ps) {
+      if (kEveryThreadReleases || lane == 0) stages.consumer_release(ps);
     };
-    hopper::mbar_wait(bar_kv, 0);
+    sm90::mbar_wait(bar_kv, 0);
     if constexpr (K::V == BwdVariant::kSdpNext) {
       // Each step issues its S^T and dP^T while the step before's dK still runs, and ends with
       // its own dK in flight: the loop's back edge carries dK, whose accumulators only wgmma
       // touches (carrying S^T instead, issued at the end of the step before, made ptxas
       // serialize every wgmma: C7514).
       for (int it = 0; it < total; ++it) {
-        const int s = it & 1;
+        const sm90::PipelineState<2> ps(it);
+        const int s = ps.index();
         int hq, q0;
         step_tile(it, hq, q0);
         const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES,
                        sdOb = sdO + s * K::QT_BYTES;
-        hopper::mbar_wait(bar_full + 8 * s, (it >> 1) & 1);
+        stages.consumer_wait(ps);
         float st[K::NS], dpt[K::NS];
         flash::bwd_issue_fresh<K>(st, aK, sQb);
         flash::bwd_issue_fresh<K>(dpt, aV, sdOb);
-        flash::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
-        if (it > 0) release_stage(s ^ 1);  // the step before's
+        sm90::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
+        if (it > 0) release_stage(sm90::PipelineState<2>(it - 1));  // the step before's
         uint32_t as[K::QK][4];
         flash::bwd_step_dkdv_pre<K, true>(st, dpt, dk, dv, aK, aV, sQb, sdOb, sL + s * Br * 4,
                                           sD + s * Br * 4, sdSb, q0, key_wg, key_row, kw, causal,
                                           scale_log2, as, /*issue_dk=*/false);
         const int d = it % DQS;
-        flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-        hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
+        sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+        sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
         float dq[32];
         flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
         flash::bwd_issue_dk<K>(dk, as, sQb);
-        flash::wgmma_wait<1>();  // dQ (and dV); dK runs on into the next step
+        sm90::wgmma_wait<1>();  // dQ (and dV); dK runs on into the next step
         reg_fence(dq);
-        if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+        if (it >= DQS) sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
         flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-        flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-        hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+        sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+        sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
       }
-      flash::wgmma_wait<0>();  // the last dK
-    } else  // kDkFirst, kDqFirst: each step waits for its own dK
+      sm90::wgmma_wait<0>();  // the last dK
+    } else  // kDqFirst: each step waits for its own dK
     for (int it = 0; it < total; ++it) {
-      const int s = it & 1;
+      const sm90::PipelineState<2> ps(it);
+      const int s = ps.index();
       int hq, q0;
       step_tile(it, hq, q0);
-      hopper::mbar_wait(bar_full + 8 * s, (it >> 1) & 1);
+      stages.consumer_wait(ps);
       const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
       uint32_t as[K::QK][4];
       const bool active = flash::bwd_step_dkdv<K>(
           dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
-          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/K::V == BwdVariant::kDkFirst);
+          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false);
       // ---- both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all keys ----
       const int d = it % DQS;
-      flash::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-      hopper::named_bar_sync(kBarDs, K::MATH_THREADS);
+      sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+      sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
       float dq[32];
       flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
-      if constexpr (DQ_FIRST) {
-        // dK runs while dQ is staged
-        if (active) {
-          flash::bwd_issue_dk<K>(dk, as, sQb);
-          flash::wgmma_wait<1>();  // dQ (and dV)
-        } else {
-          flash::wgmma_wait<0>();
-        }
+      // dK runs while dQ is staged
+      if (active) {
+        flash::bwd_issue_dk<K>(dk, as, sQb);
+        sm90::wgmma_wait<1>();  // dQ (and dV)
       } else {
-        flash::wgmma_wait<0>();  // dK and dQ
-        release_stage(s);
+        sm90::wgmma_wait<0>();
       }
       reg_fence(dq);
-      if (it >= DQS) hopper::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+      if (it >= DQS) sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
       flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-      flash::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-      hopper::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
-      if constexpr (DQ_FIRST) {
-        flash::wgmma_wait<0>();  // dK
-        release_stage(s);
-      }
+      sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+      sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+      sm90::wgmma_wait<0>();  // dK
+      release_stage(ps);
     }
     flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
                                [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p,
                                b, k0, kvh, mtid,
-                               [&] { hopper::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+                               [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+  }
+};
+
+// The kernel: a producer warpgroup (loader warp, dQ writer warp) and two math warpgroups.
+template <class K, DqOrder ORDER>
+__global__ void __launch_bounds__(K::NTHREADS, 1)
+    flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
+                      const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v,
+                      const __grid_constant__ CUtensorMap tm_do, const BwdProblem p,
+                      int* __restrict__ dq_sem, int pair_group, float scale_log2,
+                      float scale) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  int pair, j_tile;
+  bwd_pair_group_block(blockIdx.x, p.B * p.NKV, (p.Tk + K::Bc - 1) / K::Bc, pair_group, pair,
+                       j_tile);
+  const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
+  const Bwd3Block<K, ORDER> blk(p, pair, j_tile, s0);
+
+  if (tid == 0) {
+    // full: the loader warp's lanes (+ the TMA bytes); empty: lane 0 of each math warp, or
+    // every math thread (release_stage)
+    for (int s = 0; s < 2; ++s)
+      blk.stages.init_stage(s, 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
+    sm90::mbar_init(blk.bar_kv, 1);
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    sm90::setmaxnreg_dec<24>();
+    if (warp == 0)
+      blk.load(tm_q, tm_k, tm_v, tm_do, lane);
+    else if (warp == 1)
+      blk.dq_writer(dq_sem, lane);
+  } else {
+    sm90::setmaxnreg_inc<240>();
+    blk.math(tid, warp, lane, wg, scale_log2, scale);
   }
 }
 
 namespace {
 
-// How many (batch, kv head) pairs run together, their blocks in order of j (BwdBlock):
-// bwd_pair_group (flash3_tiles.h), or FLASHGPT_FLASH3_BWD_GROUP (a measurement switch).
-int pair_group(const BwdProblem& p, int blocks_per_pair) {
-  static const int forced = [] {
-    const char* e = std::getenv("FLASHGPT_FLASH3_BWD_GROUP");
-    return e ? std::atoi(e) : 0;
-  }();
-  const int pairs = p.B * p.NKV;
-  if (forced > 0) return std::min(forced, pairs);
-  return bwd_pair_group(pairs, blocks_per_pair, cuda_num_sms());
-}
-
 template <class K, DqOrder ORDER>
 void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+  constexpr int HS = K::HS;
   auto kernel = flash3_bwd_kernel<K, ORDER>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), K::SMEM);
   CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
@@ -502,26 +425,21 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
             p.q_ld % 8 == 0 && p.kv_ld % 8 == 0 && p.do_ld % 8 == 0 && p.q_bs % 8 == 0 &&
             p.kv_bs % 8 == 0 && p.do_bs % 8 == 0,
         "flash3 backward: q, k, v, dout must be 16-byte aligned with strides of 8 elements");
-  // 4-D tensor maps (head dim, head, row, batch); a box = one 64-column panel of one head.
-  auto map = [](const __nv_bfloat16* base, int heads, int rows, int B, size_t ld, size_t bs,
-                int box_rows) {
-    const uint64_t dims[4] = {(uint64_t)K::HS, (uint64_t)heads, (uint64_t)rows, (uint64_t)B};
-    const uint64_t strides[3] = {(uint64_t)K::HS * 2, (uint64_t)ld * 2, (uint64_t)bs * 2};
-    const uint32_t box[4] = {64, 1, (uint32_t)box_rows, 1};
-    return hopper::make_tensor_map_bf16_4d(base, dims, strides, box);
-  };
-  const CUtensorMap tq = map(p.q, p.NH, p.Tq, p.B, p.q_ld, p.q_bs, K::Br);
-  const CUtensorMap tdo = map(p.dout, p.NH, p.Tq, p.B, p.do_ld, p.do_bs, K::Br);
-  const CUtensorMap tk = map(p.k, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
-  const CUtensorMap tv = map(p.v, p.NKV, p.Tk, p.B, p.kv_ld, p.kv_bs, K::Bc);
-  const float scale = 1.f / sqrtf((float)K::HS);
+  // A box = one 64-column panel of one head (sm90::make_rows_map).
+  const CUtensorMap tq = sm90::make_rows_map(p.q, p.B, p.Tq, p.NH, HS, p.q_ld, p.q_bs, K::Br);
+  const CUtensorMap tdo =
+      sm90::make_rows_map(p.dout, p.B, p.Tq, p.NH, HS, p.do_ld, p.do_bs, K::Br);
+  const CUtensorMap tk = sm90::make_rows_map(p.k, p.B, p.Tk, p.NKV, HS, p.kv_ld, p.kv_bs, K::Bc);
+  const CUtensorMap tv = sm90::make_rows_map(p.v, p.B, p.Tk, p.NKV, HS, p.kv_ld, p.kv_bs, K::Bc);
+  const float scale = 1.f / sqrtf((float)HS);
   const int pairs = p.B * p.NKV, n_j = (int)ceil_div(p.Tk, K::Bc);
   CHECK((long long)pairs * n_j < (1ll << 31), "flash3 backward: B x kv heads x T / %d too large",
         K::Bc);
   // The fixed dQ order chains block j to block j - 1 of its pair: one pair's blocks of a wave
-  // would wait one step more each (run 54, groups that fit one wave: HS 64 T 16K 453 -> 306
-  // TFLOP/s), so it keeps every pair in one group, where a wave holds a few blocks of each.
-  const int group = ORDER == DqOrder::kFixed ? pairs : pair_group(p, n_j);
+  // would wait one step more each (groups that fit one wave: HS 64 T 16K 453 -> 306 TFLOP/s on
+  // an H100), so it keeps every pair in one group, where a wave holds a few blocks of each.
+  const int group =
+      ORDER == DqOrder::kFixed ? pairs : bwd_pair_group(pairs, n_j, cuda_num_sms());
   kernel<<<(unsigned)(pairs * n_j), K::NTHREADS, K::SMEM, stream>>>(
       tq, tk, tv, tdo, p, dq_sem, group, scale * kLog2e, scale);
   CUDA_CHECK_LAUNCH();
@@ -530,43 +448,13 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
 template <int HS, BwdVariant V>
 using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
-// Which variant runs: kSdpNext where kBwdSdpNext(HS) (flash3_tiles.h), else kDqFirst; or the
-// one named by FLASHGPT_FLASH3_BWD ("dkfirst" | "dqfirst" | "sdpnext"; sdpnext at HS 64 runs
-// kDqFirst): a measurement switch, read once. --deterministic runs the default's step.
-BwdVariant variant(int HS) {
-  static const int forced = [] {
-    const char* e = std::getenv("FLASHGPT_FLASH3_BWD");
-    if (e && std::strcmp(e, "dkfirst") == 0) return static_cast<int>(BwdVariant::kDkFirst);
-    if (e && std::strcmp(e, "dqfirst") == 0) return static_cast<int>(BwdVariant::kDqFirst);
-    if (e && std::strcmp(e, "sdpnext") == 0) return static_cast<int>(BwdVariant::kSdpNext);
-    return -1;
-  }();
-  if (forced >= 0 && (forced != static_cast<int>(BwdVariant::kSdpNext) || kBwdSdpNext(HS)))
-    return static_cast<BwdVariant>(forced);
-  return kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst;
-}
-
 template <int HS>
 void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
-  if (deterministic) {
-    if constexpr (kBwdSdpNext(HS))
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kSdpNext>, DqOrder::kFixed>(p, dq_sem, stream);
-    else
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kFixed>(p, dq_sem, stream);
-    return;
-  }
-  switch (variant(HS)) {
-    case BwdVariant::kDkFirst:
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDkFirst>, DqOrder::kArrival>(p, dq_sem, stream);
-      break;
-    case BwdVariant::kDqFirst:
-      launch_bwd<Bwd3TileFor<HS, BwdVariant::kDqFirst>, DqOrder::kArrival>(p, dq_sem, stream);
-      break;
-    case BwdVariant::kSdpNext:
-      if constexpr (kBwdSdpNext(HS))
-        launch_bwd<Bwd3TileFor<HS, BwdVariant::kSdpNext>, DqOrder::kArrival>(p, dq_sem, stream);
-      break;
-  }
+  using K = Bwd3TileFor<HS, kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst>;
+  if (deterministic)
+    launch_bwd<K, DqOrder::kFixed>(p, dq_sem, stream);
+  else
+    launch_bwd<K, DqOrder::kArrival>(p, dq_sem, stream);
 }
 
 // dq_sem (zeroed): the fixed order's semaphores (deterministic) or the dQ tickets, dQacc not
@@ -578,28 +466,17 @@ void launch_bwd_any(const BwdProblem& p, int* dq_sem, bool deterministic, cudaSt
   else THROW_ERROR("flash3 attention backward: head size %d is not supported (64 or 128)", p.HS);
 }
 
-// The first partial of each dQ tile stores instead of adding to a zeroed dQacc (saves the D
-// kernel's zeroing: B NH T HS x 4 bytes written), unless FLASHGPT_FLASH3_DQ_ZERO=1 (a
-// measurement switch: zero dQacc first and add every partial, as before).
-bool first_partial_stores() {
-  static const bool v = [] {
-    const char* e = std::getenv("FLASHGPT_FLASH3_DQ_ZERO");
-    return !(e && std::strcmp(e, "1") == 0);
-  }();
-  return v;
-}
-
 }  // namespace
 
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                    const AttnShape& s, bool deterministic, cudaStream_t stream) {
-  const bool stores = first_partial_stores();
-  flash::backward_begin(scratch, dout, out, s, stream,
-                        /*zero_semaphores=*/deterministic || stores, /*zero_dq_accum=*/!stores);
+  // The dQ tickets (or the fixed order's semaphores) zeroed; dQacc not: the first partial of
+  // each dQ tile stores.
+  flash::backward_begin(scratch, dout, out, s, stream, /*zero_semaphores=*/true,
+                        /*zero_dq_accum=*/false);
   const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s);
-  launch_bwd_any(p, deterministic || stores ? flash::dq_semaphores(scratch, s) : nullptr,
-                 deterministic, stream);
+  launch_bwd_any(p, flash::dq_semaphores(scratch, s), deterministic, stream);
   flash::backward_end(dqkv, scratch, s, stream);
 }
 

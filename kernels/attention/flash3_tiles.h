@@ -15,55 +15,33 @@ namespace flash3 {
 
 // Consumer warpgroups of the forward, 64 query rows each: Br = 64 x this. 3 at HS 64
 // (FlashAttention-3's 192 x 128 tile there): +8..+19% forward over 2 on an H100 (flash3.cu's
-// tuning notes, run 63); HS 128 keeps 2 (3 would leave 160 registers for a consumer's 160 of
+// tuning notes); HS 128 keeps 2 (3 would leave 160 registers for a consumer's 160 of
 // O, S and P alone).
 constexpr int kFwdConsumerWGs(int HS) { return HS == 64 ? 3 : 2; }
 constexpr int kFwdBr(int HS) { return 64 * kFwdConsumerWGs(HS); }  // query rows per work tile
 constexpr int kFwdBc = 128;  // keys per K/V tile
-// The two consumer warpgroups take turns issuing their GEMMs (named barriers) when true.
-constexpr bool kFwdPingPongDefault = true;
-// Work tiles handed out by an atomic counter when true; else block k takes tiles k, k + grid, ...
-// of the longest-first order.
-constexpr bool kFwdDynamicDefault = true;
 // Backward step order (flash3_bwd.cu BwdVariant; the measured reasons are in its tuning notes):
 // at HS 128 each step issues its S^T and dP^T while the step before's dK runs (kSdpNext: +2..+5%
-// backward at T 4K-64K, session 13); at HS 64, where those accumulators do not fit beside dK's
+// backward at T 4K-64K on an H100); at HS 64, where those accumulators do not fit beside dK's
 // (ptxas serializes the wgmmas), dQ is issued before dK and staged under it (kDqFirst).
 constexpr bool kBwdSdpNext(int HS) { return HS == 128; }
-// Work order of the forward's tiles (flash3.cu work_tile): row-major (the longest rows of every
+// Work order of the forward's tiles (sm90/scheduler.cuh FwdScheduler): row-major (the longest rows of every
 // head first) while the K and V of all B x NKV heads fit the L2 cache; head-major (one head at a
 // time, its longest rows first) once they outgrow it, so that the tiles running at once share
 // one head's K/V tiles in L2. Measured on an H100 (50 MiB L2), 2026-11-25, forward TFLOP/s
 // head-major / row-major: HS 128 B 4 T 4K 582 / 528, T 16K-128K +2.5..+5%; HS 64 (12 heads)
-// T 16K (48 MiB of K/V: row-major kept) +1%, 64K -2%, 128K-512K +1..+3%
-// (bench/results/flash3_bwd_nvidia-h100_2026-11-25/run15_*).
+// T 16K (48 MiB of K/V: row-major kept) +1%, 64K -2%, 128K-512K +1..+3%.
 constexpr bool kv_outgrows_l2(long long B, long long NKV, long long T, long long HS,
                               long long l2_bytes) {
   return B * NKV * T * HS * 2 * 2 > l2_bytes;
 }
-// Backward block order (flash3_bwd.cu, flash_bwd_wgmma.cuh BwdBlock): groups of (batch, kv
-// head) pairs, one group after another, each group's blocks in order of j (the longest first).
-// The blocks of one pair read the same Q_i, dO_i tiles and add into the same dQacc rows, so
-// the fewer pairs run at once, the fewer of those reads miss L2 (one group of all pairs, the
-// j-major order used before, re-reads them from DRAM once per wave); a group of fewer blocks
-// than SMs leaves SMs idle at its end. So: the largest group whose blocks fit one wave (at least
-// one pair). Measured on an H100 (132 SMs, K/V tiles of 128 keys), 2026-11-25, backward TFLOP/s
-// by pairs per group ("all": one group); run 51 medians of 2 rounds, run 53 of 3 (T 4K, 8K):
-//   HS / T            all   16    8    5    4    3    2    1   rule
-//   128 / 4K  run 51  380  442  447    -  444    -  428  432    4
-//             run 53  415    -  437  414  433  415    -    -
-//   128 / 8K  run 51  466  475  474    -  477    -  478  460    2
-//             run 53  444    -  456  441  461  455    -    -
-//   128 / 16K run 51  449  471  442    -  446    -  460  484    1  (+-5% between rounds)
-//   128 / 64K run 51  489  493  499    -  499    -  501  506    1
-//    64 / 4K  run 51  376  382  379    -  382    -  366  360    4
-//             run 53  362    -  379  362  379  369    -    -
-//    64 / 8K  run 51  430  431  431    -  430    -  431  407    2
-//             run 53  422    -  433  422  426  428    -    -
-//    64 / 16K run 51  427  444  439    -  436    -  439  443    1
-//    64 / 64K run 51  452  453  458    -  460    -  462  460    1
-// (bench/results/flash3_bwd_nvidia-h100_2026-11-25/run51*, run53*; the 4K rows run 4
-// sequences, 8K 2.) Groups of 5 at 4K (160 blocks, over one wave) ran no faster than all.
+// Backward block order (flash3_bwd.cu, sm90/scheduler.cuh): groups of (batch, kv head) pairs,
+// one group after another, each group's blocks in order of j (the longest first). The blocks of
+// one pair read the same Q_i, dO_i tiles and add into the same dQacc rows, so the fewer pairs run
+// at once, the fewer of those reads miss L2; a group of fewer blocks than SMs leaves SMs idle at
+// its end. So: the largest group whose blocks fit one wave (at least one pair). Measured on an
+// H100 (132 SMs): HS 128 B 4 T 4K 380 -> 433-447 TFLOP/s backward over one group of all pairs,
+// 8K +3%, 16K/64K +2-4%, HS 64 +1-5% (the table by group size: docs/notes/flash3.md).
 constexpr int bwd_pair_group(long long pairs, long long blocks_per_pair, long long sms) {
   const long long one_wave = sms / blocks_per_pair;
   return (int)(one_wave < 1 ? 1 : one_wave > pairs ? pairs : one_wave);

@@ -5,6 +5,8 @@
 #pragma once
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_common.cuh"
+#include "kernels/attention/sm90/copy.cuh"
+#include "kernels/attention/sm90/sync.cuh"
 
 namespace flash {
 
@@ -50,18 +52,18 @@ __device__ __forceinline__ void bwd_load_step(uint32_t sQ, uint32_t sdO, uint32_
 // After every thread has staged its part of the step's fp32 dQ_i tile (Br x HS) at sdQ in
 // dQacc's layout (8-float segment s of dQacc row r at s ^ (r % 8)): one bulk reduce-add of the
 // tile's valid rows into dQacc, done by the copy engine in L2 (thread 0 issues it; the next
-// step's bulk_wait_read_all() frees the staging tile). before_add() runs on thread 0 just before
+// step's sm90::bulk_wait_read_all() frees the staging tile). before_add() runs on thread 0 just before
 // the add (the deterministic order's semaphore wait).
 template <int HS, int Br, class BeforeAdd>
 __device__ __forceinline__ void bwd_add_dq_tile(const BwdProblem& p, uint32_t sdQ, int b, int hq,
                                                 int q0, int tid, BeforeAdd before_add) {
-  fence_proxy_async_smem();  // each thread's staging stores, before the copy engine reads
+  sm90::fence_proxy_async_smem();  // each thread's staging stores, before the copy engine reads
   __syncthreads();
   if (tid == 0) {
     before_add();
-    bulk_reduce_add_f32(p.dq_accum + (((size_t)b * p.NH + hq) * p.dq_T + p.dq_row0 + q0) * HS,
+    sm90::bulk_reduce_add_f32(p.dq_accum + (((size_t)b * p.NH + hq) * p.dq_T + p.dq_row0 + q0) * HS,
                         sdQ, (uint32_t)(min(Br, p.Tq - q0) * HS * 4));
-    bulk_commit();
+    sm90::bulk_commit();
   }
 }
 

@@ -22,25 +22,17 @@
 //             trails by about one step. Diagonal-first order would make block j start at tile
 //             j Bc / Br, which block j - 1 reaches Bc / Br steps later: every block of a wave
 //             would wait for the one below it.
-// Measured cost of kFixed (H100 80GB HBM3, causal bf16, 16384 tokens, backward TFLOP/s for
-// HS / T = 64/4K 64/16K 128/4K 128/16K; bench/results/flash3_nvidia-h100_2026-11-23/):
-//   kArrival, diagonal first (flash's HS 128 kernel)                   -      -    370-382 426-441
-//   kFixed's step order with arrival-order adds                        347    413    337    417
-//   v1 kFixed, diagonal-first steps, release at the next step's first  263    302    288    317
-//      barrier (predicted ~3-6% from a static model of the wave start-up; got 23-26%)
-//   v2 kFixed as now: last tile first, release just before the next    262-281 308-319 301-304 362-364
-//      add (predicted 0-3%; got 13-25%)
-//   tried, slower: release two steps after the add: 266 303 298 342; reversed order (block j
-//      after block j + 1, diagonal-first steps): 224 266 230 251 (the longest blocks start last).
-// So determinism costs 13-25%, far over the 3% that would make it the default: the blocks of a
-// wave run in lock-step one step apart, and every stall of one block passes down the chain. The
-// order alone costs nothing. Cheaper ways, not yet tried: the dQ partials of a block's first
-// steps to a small slab instead of waiting, or FA3's warp-specialised backward.
+// Cost of kFixed: 13-25% of the backward on an H100 (flash's kernel, HS 64/128, T 4K/16K; the
+// step order alone costs nothing): the blocks of a wave run in lock-step one step apart, and
+// every stall of one block passes down the chain. So it is a flag, not the default (the
+// measurements and the orders tried: docs/notes/flash.md).
 #pragma once
 #include "kernels/attention/flash_bwd_shared.cuh"
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/flash_tiles.h"
-#include "kernels/attention/hopper.cuh"
+#include "kernels/attention/sm90/copy.cuh"
+#include "kernels/attention/sm90/sync.cuh"
+#include "kernels/attention/sm90/wgmma.cuh"
 
 namespace flash {
 
@@ -62,22 +54,9 @@ namespace flash {
 // a step whose queries all precede the warpgroup's 64 keys skips its four products (dS^T = 0).
 // dS^T = P^T o (dP^T - D) uses the bf16 P^T that dV's product reads (as a bf16 framework would;
 // the GPU tests' error ratios stay at 0.3-0.5 of their tolerance).
-// Measured on an H200 (causal, 16384 tokens, 16 heads, T 1024 / 2048 / 4096 / 8192 / 16384;
-// backward TFLOP/s as above, medians of 10, all in one run):
-//   HS 128, Br 64 (S^T, dP^T m64n64; dQ_i split by columns): 248 / 307 / 402 / 443 / 429, against
-//           199 / 237 / 262 / 276 / 283 for the mma.sync kernel this replaced, at its best tiles. 255
-//           registers, 16 B spilled (4 values reloaded once per step). Br 128 would need 64 more
-//           accumulator registers per thread. Nsight Compute (B 4, T 4096): 1.59 ms against
-//           2.51 ms, L1/shared pipe 54% (the mma.sync kernel: 79%), tensor pipe 46%; it is now
-//           latency-bound: the phases of a step (S/dP, exp, dV/dK, barrier, dQ, barrier) run
-//           mostly one after another; overlapping steps (warp specialization, as FlashAttention-3)
-//           is the next step.
-//   HS 64, Br 128 (12 heads; S^T, dP^T m64n128; dQ_i split by rows): 216 / 285 / 343 / 374 / 397
-//           against 185 / 232 / 265 / 283 / 294 for the mma.sync kernel (8 warps of 16 keys,
-//           query chunks of 32) that ran HS 64 until 2026-11-23; on an H100 (2026-11-23)
-//           347 / 413 TFLOP/s at T 4K / 16K against about 263 / 300. So both head sizes run
-//           here and the mma.sync mainloop is gone (its dQ order race was the same as this
-//           kernel's kArrival one).
+// Measured on an H200 (causal, 16384 tokens, T 1K-16K): HS 128 (Br 64) 248-443 TFLOP/s backward,
+// HS 64 (Br 128) 216-397, against 199-283 and 185-294 for the mma.sync kernels these replaced;
+// HS 128 at Br 128 would need 64 more accumulator registers per thread (docs/notes/flash.md).
 template <int HS_, int Br_>
 struct BwdTileWG {
   static constexpr bool WGMMA = true;
@@ -109,8 +88,8 @@ struct BwdTileWG {
 enum class DqOrder { kArrival, kFixed };
 
 // A backward block: (batch b, kv head kvh) = blockIdx.x, K/V tile j = blockIdx.y (first key
-// k0; flash's 2-D grid), or from a 1-D grid in pair groups (flash3's, below), G query heads per
-// kv head; and its steps: step it -> (query head hq, first query q0).
+// k0; flash's 2-D grid), or given (flash3's 1-D grid in pair groups), G query heads per kv head;
+// and its steps: step it -> (query head hq, first query q0).
 // kArrival: head by head, each from the diagonal tile up (the longest work first). kFixed: Q
 // tiles from the last down to the diagonal, the group's heads inside (the top of this file says
 // why).
@@ -120,16 +99,9 @@ struct BwdBlock {
   __device__ __forceinline__ explicit BwdBlock(const BwdProblem& p) {
     init(p, blockIdx.x, blockIdx.y);
   }
-  // A 1-D grid in groups of `group` (b, kv head) pairs (flash3_tiles.h bwd_pair_group says
-  // why): the group's blocks in order of j, its pairs inside (group >= B NKV: the 2-D grid's
-  // order). Block j of a pair comes after block j - 1 of the same pair, as the fixed dQ order
-  // needs.
-  __device__ __forceinline__ BwdBlock(const BwdProblem& p, int group) {
-    const int pairs = p.B * p.NKV, n_j = (p.Tk + Bc - 1) / Bc;
-    const int L = blockIdx.x, first = L / (group * n_j) * group;
-    const int size = min(group, pairs - first), r = L - first * n_j;
-    init(p, first + r % size, r / size);
-  }
+  // Pair `pair` (= b NKV + kv head) and K/V tile j_ given (flash3's 1-D grid in pair groups:
+  // sm90/scheduler.cuh bwd_pair_group_block).
+  __device__ __forceinline__ BwdBlock(const BwdProblem& p, int pair, int j_) { init(p, pair, j_); }
   __device__ __forceinline__ void init(const BwdProblem& p, int pair, int j_) {
     b = pair / p.NKV;
     kvh = pair % p.NKV;
@@ -158,51 +130,38 @@ struct BwdBlock {
 __device__ __forceinline__ void fixed_order_before_add(int*& sem_pending, int* dq_sem, size_t tile,
                                                        int j) {
   if (sem_pending != nullptr) {
-    bulk_wait_all();
-    hopper::fence_proxy_async_global();
-    hopper::st_release_gpu(sem_pending, j + 1);
+    sm90::bulk_wait_all();
+    sm90::fence_proxy_async_global();
+    sm90::st_release_gpu(sem_pending, j + 1);
   }
   sem_pending = dq_sem + tile;
-  hopper::wait_flag_equals(sem_pending, j);
-  hopper::fence_proxy_async_global();
+  sm90::wait_flag_equals(sem_pending, j);
+  sm90::fence_proxy_async_global();
 }
 __device__ __forceinline__ void fixed_order_release_last(int* sem_pending, int j) {
   if (sem_pending != nullptr) {
-    bulk_wait_all();
-    hopper::fence_proxy_async_global();
-    hopper::st_release_gpu(sem_pending, j + 1);
+    sm90::bulk_wait_all();
+    sm90::fence_proxy_async_global();
+    sm90::st_release_gpu(sem_pending, j + 1);
   }
 }
 
 // The shared-memory descriptor of one wgmma operand across a k-loop: at(bytes) describes the
 // operand's start + bytes. K::DESC_AT (flash3's tiles): built once, advanced by a constant per
-// k-step (gmma_desc_at); else each k-step builds its own (flash's kernel). Measured on H100s,
-// session 11, against the tree in the same run, medians of 3 interleaved rounds, T 1K/4K/16K/64K:
-// flash3's backward HS 128 +0.3/+1.6/+1.3/+0.6% (run 90; run 89 +1.2/+0.5/+1.2/+1.5%), HS 64
-// +1.1/+2.1/+1.1/+3.2% (run 89 +0.9/+2.9/+0.6/+2.7%); ncu: 514 -> 434 M instructions at HS 128
-// T 4K (cuDNN's: 371 M). flash's kernel with the same change: -7% at HS 128 T 4K, +3% at 16K
-// (run 89), so it keeps the per-step form (its PTX is unchanged). In flash3's forward (run 89):
-// HS 64 -2.5..-3.2%, HS 128 noise; not applied there.
+// k-step (sm90::gmma_desc_at): flash3's backward +0.3..+3.2% on an H100, 514 -> 434 M
+// instructions at HS 128 T 4K. Else each k-step builds its own (flash's kernel, where the stepped
+// form measured -7% at HS 128 T 4K and +3% at 16K).
 template <class K>
 struct OperandDesc {
   uint64_t base;
   uint32_t addr, lbo;
   __device__ __forceinline__ OperandDesc(uint32_t a, uint32_t l)
-      : base(gmma_desc(a, l, 1024)), addr(a), lbo(l) {}
+      : base(sm90::gmma_desc(a, l, 1024)), addr(a), lbo(l) {}
   __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
-    if constexpr (K::DESC_AT) return gmma_desc_at(base, bytes);
-    else return gmma_desc(addr + bytes, lbo, 1024);
+    if constexpr (K::DESC_AT) return sm90::gmma_desc_at(base, bytes);
+    else return sm90::gmma_desc(addr + bytes, lbo, 1024);
   }
 };
-
-// acc = 0 by immediates, for an accumulator zeroed while another wgmma is in flight: the
-// compiler's way (one register zeroed, copied to the others) reads a register that a wgmma of
-// the same pipeline stage accumulates into, and ptxas then serializes every wgmma (C7514).
-template <int N>
-__device__ __forceinline__ void zero_acc(float (&acc)[N]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n) asm volatile("mov.b32 %0, 0;\n" : "=f"(acc[n]));
-}
 
 // acc += A B^T over the head dim, both operands K-major 64-column panels (aA: 64 rows of K_j
 // or V_j, aB: Br rows of Q_i or dO_i): S^T or dP^T. Issued and committed.
@@ -213,17 +172,17 @@ __device__ __forceinline__ void bwd_issue_over_hs(float (&acc)[K::NS], uint32_t 
   for (int kk = 0; kk < K::KH; ++kk) {
     const uint32_t oa = (kk / 4) * K::KV_PANEL + (kk % 4) * 32;
     const uint32_t ob = (kk / 4) * K::QT_PANEL + (kk % 4) * 32;
-    wgmma_ss<0, 0>(acc, dA.at(oa), dB.at(ob));
+    sm90::wgmma_ss<0, 0>(acc, dA.at(oa), dB.at(ob));
   }
-  wgmma_commit();
+  sm90::wgmma_commit();
 }
 
 // acc = A B^T over the head dim (S^T or dP^T, as bwd_issue_over_hs) with acc zeroed first by
 // immediates (zero_acc: another wgmma may be in flight), issued and committed.
 template <class K>
 __device__ __forceinline__ void bwd_issue_fresh(float (&acc)[K::NS], uint32_t aA, uint32_t aB) {
-  zero_acc(acc);
-  wgmma_fence();
+  sm90::zero_acc(acc);
+  sm90::wgmma_fence();
   bwd_issue_over_hs<K>(acc, aA, aB);
 }
 
@@ -231,12 +190,12 @@ __device__ __forceinline__ void bwd_issue_fresh(float (&acc)[K::NS], uint32_t aA
 template <class K>
 __device__ __forceinline__ void bwd_issue_dk(float (&dk)[K::NA], uint32_t (&as)[K::QK][4],
                                              uint32_t sQb) {
-  reg_fence(as);
-  wgmma_fence();
+  sm90::reg_fence(as);
+  sm90::wgmma_fence();
   const OperandDesc<K> dQ(sQb, K::QT_PANEL);
 #pragma unroll
-  for (int kq = 0; kq < K::QK; ++kq) wgmma_rs<1>(dk, as[kq], dQ.at(kq * 2048));
-  wgmma_commit();
+  for (int kq = 0; kq < K::QK; ++kq) sm90::wgmma_rs<1>(dk, as[kq], dQ.at(kq * 2048));
+  sm90::wgmma_commit();
 }
 
 // One step's products of one warpgroup (the schedule of flash_bwd.cu's header), shared by this
@@ -276,14 +235,14 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
 #pragma unroll
       for (int n = 0; n < NS; ++n) st[n] = dpt[n] = 0.f;
       // S^T = K_wg Q_i^T, then dP^T = V_wg dO_i^T (two groups: P is computed while dP runs)
-      reg_fence(st);
-      reg_fence(dpt);
-      wgmma_fence();
+      sm90::reg_fence(st);
+      sm90::reg_fence(dpt);
+      sm90::wgmma_fence();
       bwd_issue_over_hs<K>(st, aK, sQb);
       bwd_issue_over_hs<K>(dpt, aV, sdOb);
     }
-    wgmma_wait<1>();
-    reg_fence(st);
+    sm90::wgmma_wait<1>();
+    sm90::reg_fence(st);
     // P^T = exp2(S^T scale log2e - LSE log2e) (0 where key > query), packed to bf16 as the A
     // fragments of dV += P^T dO_i, which is issued at once and runs while dS^T is computed
 #pragma unroll
@@ -306,14 +265,14 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
       ap[kq][2] = pack_bf16(st[c + 0], st[c + 1]);
       ap[kq][3] = pack_bf16(st[c + 2], st[c + 3]);
     }
-    reg_fence(ap);
-    wgmma_fence();
+    sm90::reg_fence(ap);
+    sm90::wgmma_fence();
     const OperandDesc<K> ddO(sdOb, K::QT_PANEL);
 #pragma unroll
-    for (int kq = 0; kq < QK; ++kq) wgmma_rs<1>(dv, ap[kq], ddO.at(kq * 2048));
-    wgmma_commit();
-    wgmma_wait<1>();  // dP^T (dV may still run)
-    reg_fence(dpt);
+    for (int kq = 0; kq < QK; ++kq) sm90::wgmma_rs<1>(dv, ap[kq], ddO.at(kq * 2048));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();  // dP^T (dV may still run)
+    sm90::reg_fence(dpt);
     // dS^T = P^T o (dP^T - D), with the bf16 P^T of dV (as a bf16 framework would)
 #pragma unroll
     for (int kq = 0; kq < QK; ++kq)
@@ -343,7 +302,7 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
 #pragma unroll
     for (int kq = 0; kq < QK; ++kq) {
       const int qt = 2 * kq + (m >> 1);
-      stmatrix_x4(sdSb + (qt >> 3) * K::DS_PANEL + row * 128 + (((qt & 7) ^ (row & 7)) << 4),
+      sm90::stmatrix_x4(sdSb + (qt >> 3) * K::DS_PANEL + row * 128 + (((qt & 7) ^ (row & 7)) << 4),
                   as[kq][0], as[kq][1], as[kq][2], as[kq][3]);
     }
   } else {
@@ -379,13 +338,13 @@ __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K:
 // or the reverse; the kernel says which).
 template <class K>
 __device__ __forceinline__ void bwd_issue_dq(float (&dq)[32], uint32_t adS, uint32_t aKt) {
-  reg_fence(dq);
-  wgmma_fence();
+  sm90::reg_fence(dq);
+  sm90::wgmma_fence();
   const OperandDesc<K> ddS(adS, K::DS_PANEL), dK(aKt, K::KV_PANEL);
 #pragma unroll
   for (int ks = 0; ks < K::Bc / 16; ++ks)
-    wgmma_ss<1, 1>(dq, ddS.at(ks * 2048), dK.at(ks * 2048), ks > 0 ? 1 : 0);
-  wgmma_commit();
+    sm90::wgmma_ss<1, 1>(dq, ddS.at(ks * 2048), dK.at(ks * 2048), ks > 0 ? 1 : 0);
+  sm90::wgmma_commit();
 }
 
 // Warpgroup wg's dQ part -> the fp32 staging tile sdQ (Br x HS) in dQacc's layout: 8-float
@@ -470,7 +429,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   } else {
     cp_async_wait<0>();
   }
-  fence_proxy_async_smem();  // cp.async writes, before wgmma (async proxy) reads
+  sm90::fence_proxy_async_smem();  // cp.async writes, before wgmma (async proxy) reads
   __syncthreads();
 
   for (int it = 0; it < total; ++it) {
@@ -483,10 +442,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     uint32_t as[K::QK][4];
     if (bwd_step_dkdv<K>(dk, dv, aK, aV, sQ + qoff, sdO + qoff, Lb, Db, sdSb, q0, key_wg,
                          key_row, warp, causal, scale_log2, as))
-      wgmma_wait<0>();  // dK
+      sm90::wgmma_wait<0>();  // dK
     cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
-    fence_proxy_async_smem();  // those tiles and this step's dS^T, before wgmma reads
-    if (tid == 0) bulk_wait_read_all();  // the last dQ reduction has read its staging tile
+    sm90::fence_proxy_async_smem();  // those tiles and this step's dS^T, before wgmma reads
+    if (tid == 0) sm90::bulk_wait_read_all();  // the last dQ reduction has read its staging tile
     __syncthreads();
     if (it + 2 < total) {
       prefetch(it + 2, buf);
@@ -497,8 +456,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     {
       float dq[32];
       bwd_issue_dq<K>(dq, adS + buf * K::DS_BYTES, aKt);
-      wgmma_wait<0>();
-      reg_fence(dq);
+      sm90::wgmma_wait<0>();
+      sm90::reg_fence(dq);
       bwd_stage_dq<K>(dq, sdQ, wg, dq_sw);
       bwd_add_dq_tile<HS, Br>(p, sdQ, b, hq, q0, tid, [&] {
         if constexpr (DET)  // the last step's add was issued a step ago
@@ -513,7 +472,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
                       [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p, b, k0,
                       kvh, tid, [&] {
-                        if (tid == 0) bulk_wait_all();  // the last dQ reduce-add has finished
+                        if (tid == 0) sm90::bulk_wait_all();  // the last dQ reduce-add has finished
                         __syncthreads();
                       });
 }

@@ -35,6 +35,8 @@
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/flash_tiles.h"
+#include "kernels/attention/fwd_epilogue.cuh"
+#include "kernels/attention/online_softmax.cuh"
 
 namespace flash {
 
@@ -231,25 +233,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float mx = m_i[mt][r];
-#pragma unroll
-          for (int nt = 0; nt < NS; ++nt)
-            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-          mx = quad_max(mx);
-          // A row with every key masked so far keeps m = -inf; subtract 0 then (exp2(-inf) = 0).
-          const float m_scaled = (mx == -INFINITY) ? 0.f : mx * scale_log2;
-          const float alpha = fast_exp2(m_i[mt][r] * scale_log2 - m_scaled);
-          m_i[mt][r] = mx;
-          float rs = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < NS; ++nt) {
-            const float p0 = fast_exp2(fmaf(s[mt][nt][2 * r], scale_log2, -m_scaled));
-            const float p1 = fast_exp2(fmaf(s[mt][nt][2 * r + 1], scale_log2, -m_scaled));
-            s[mt][nt][2 * r] = p0;
-            s[mt][nt][2 * r + 1] = p1;
-            rs += p0 + p1;
-          }
-          l_i[mt][r] = l_i[mt][r] * alpha + rs;  // per-thread partial; quad-reduced at the end
+          const float alpha = online_softmax_row<NS>(
+              [&](int n, int e) -> float& { return s[mt][n][e]; }, r, m_i[mt][r], l_i[mt][r],
+              scale_log2);
 #pragma unroll
           for (int nt = 0; nt < NO; ++nt) {
             o[mt][nt][2 * r] *= alpha;
@@ -283,67 +269,57 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
     __syncthreads();  // every warp is done with buffer `buf` before it is refilled
   }
 
+  // ---- epilogue (fwd_epilogue.cuh): O_i / l_i, LSE_i ----
   float* lse_bh = p.lse + ((size_t)b * NH + h) * p.lse_T;
   if constexpr (F32_RUN) {
-    // ---- ring epilogue: O_blk = O_i / l_i, LSE_blk; overwrite or merge (o_run, lse) ----
-    // Each row's LSE is read by the 4 threads of its quad and written by one: the reads and the
-    // write are split by a __syncwarp that every lane reaches.
+    // the ring's running (O, LSE), overwritten or merged (fwd_epilogue.cuh's merge). Each row's
+    // LSE is read by the 4 threads of its quad and written by one: a __syncwarp that every lane
+    // reaches splits the reads from the write.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float l = quad_sum(l_i[mt][r]);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const float inv = inv_row_sum(l);
         const int row = q0 + warp * WM + mt * 16 + g + r * 8;
         const bool ok = row < Tq;
-        const float lse_blk = l > 0.f ? m_i[mt][r] * scale + logf(l) : -INFINITY;
-        const RingMerge m = ring_merge_weights(lse_blk, lse_bh + row, p.merge && ok);
+        const RingMerge w =
+            ring_merge_weights(row_lse(l, m_i[mt][r], scale), lse_bh + row, p.merge && ok);
         __syncwarp();
         if (ok) {
-          if (t4 == 0) lse_bh[row] = m.lse;
+          if (t4 == 0) lse_bh[row] = w.lse;
           float* orow = p.o_run + (size_t)b * p.o_bs + (size_t)row * p.o_ld + (size_t)h * HS;
 #pragma unroll
           for (int nt = 0; nt < NO; ++nt)
-            ring_merge_o2(orow + nt * 8 + 2 * t4, o[mt][nt][2 * r], o[mt][nt][2 * r + 1], inv, m,
+            ring_merge_o2(orow + nt * 8 + 2 * t4, o[mt][nt][2 * r], o[mt][nt][2 * r + 1], inv, w,
                           p.merge);
         }
       }
   } else {
-  // ---- epilogue: O_i / l_i -> bf16 via this warp's own Q rows in smem; LSE_i ----
+    // bf16 O_i staged in this warp's own rows of the Q tile (swizzled rows of HS bf16):
+    // epilogue_stage_row's steps, written out (through the helper the LSE store's address
+    // arithmetic is ordered differently and the SASS is no longer the measured kernel's)
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = quad_sum(l_i[mt][r]);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int row_local = warp * WM + mt * 16 + g + r * 8;
-      const int row = q0 + row_local;
-      if (t4 == 0 && row < Tq) lse_bh[row] = l > 0.f ? m_i[mt][r] * scale + logf(l) : -INFINITY;
+      for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(l_i[mt][r]);
+        const float inv = inv_row_sum(l);
+        const int row_local = warp * WM + mt * 16 + g + r * 8;
+        const int row = q0 + row_local;
+        if (t4 == 0 && row < Tq) lse_bh[row] = row_lse(l, m_i[mt][r], scale);
 #pragma unroll
-      for (int nt = 0; nt < NO; ++nt) {
-        const uint32_t v = pack_bf16(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
-        const uint32_t addr = sQ + row_local * ROWB + ((nt ^ (row_local & 7)) << 4) + t4 * 4;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+        for (int nt = 0; nt < NO; ++nt) {
+          const uint32_t v = pack_bf16(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
+          st_shared_u32(sQ + row_local * ROWB + ((nt ^ (row_local & 7)) << 4) + t4 * 4, v);
+        }
       }
-    }
-  __syncwarp();
-  constexpr int CHUNKS = HS / 8;
-  __nv_bfloat16* gO = p.out + (size_t)b * p.o_bs + (size_t)q0 * p.o_ld + (size_t)h * HS;
-#pragma unroll
-  for (int k = 0; k < WM * CHUNKS / 32; ++k) {
-    const int idx = lane + k * 32;
-    const int rl = idx / CHUNKS, c = idx % CHUNKS;
-    const int row_local = warp * WM + rl;
-    if (q0 + row_local < Tq) {
-      uint4 v;
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(sQ + swz<HS>(row_local, c))
-                   : "memory");
-      *reinterpret_cast<uint4*>(gO + (size_t)row_local * p.o_ld + c * 8) = v;
-    }
+    __syncwarp();
+    __nv_bfloat16* gO = p.out + (size_t)b * p.o_bs + (size_t)q0 * p.o_ld + (size_t)h * HS;
+    epilogue_store_rows<WM, HS / 8, 32>(
+        lane, warp * WM, [&](int row, int ch) { return sQ + swz<HS>(row, ch); },
+        [&](int row) { return gO + (size_t)row * p.o_ld; }, [&](int row) { return q0 + row < Tq; });
   }
-  }  // bf16 epilogue
 }
 
 template <class K, bool CAUSAL, bool F32_RUN>
@@ -387,21 +363,9 @@ void forward_problem(const FwdProblem& p, cudaStream_t stream) {
 
 FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
                                           const __nv_bfloat16* qkv, const AttnShape& s) {
-  const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
   FwdProblem p{};
-  p.q = qkv;
-  p.k = qkv + (size_t)s.NH * s.HS;
-  p.v = qkv + (size_t)(s.NH + s.NKV) * s.HS;
-  p.q_ld = p.kv_ld = ld;
-  p.q_bs = p.kv_bs = (size_t)s.T * ld;
-  p.B = s.B;
-  p.Tq = p.Tk = s.T;
-  p.NH = s.NH;
-  p.NKV = s.NKV;
-  p.HS = s.HS;
-  p.causal = true;
+  set_whole_sequence_qkv(p, qkv, s);
   p.lse = lse;
-  p.lse_T = s.T;
   p.out = out;
   p.o_ld = (size_t)s.NH * s.HS;
   p.o_bs = (size_t)s.T * p.o_ld;

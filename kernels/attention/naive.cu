@@ -59,14 +59,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace {
-
-#if defined(ENABLE_FP32)
-constexpr cudaDataType kXType = CUDA_R_32F;
-#else
-constexpr cudaDataType kXType = CUDA_R_16BF;
-#endif
 
 constexpr int kMaxDescs = NaivePlan::kMaxDescs;
 constexpr int kRegRowCap = NaivePlan::kRegRowCap;
@@ -368,31 +363,40 @@ int pick_softmax_config(const Plan& p, int forced) {
 // Softmax over every row of every head.
 Rows all_rows(const Plan& p) { return {p.T, p.ldP, p.Tc, 0, p.T, size_t(p.BNH) * p.T}; }
 
+// Calls launch(NT, VPT) with the softmax kernels' launch configuration cfg (0-4: launch_softmax_*'s
+// template arguments as std::integral_constant values), or loop() for the others (the loop
+// kernels).
+template <class Launch, class Loop>
+void with_softmax_config(int cfg, Launch&& launch, Loop&& loop) {
+  using std::integral_constant;
+  switch (cfg) {
+    case 0: launch(integral_constant<int, 32>{}, integral_constant<int, 1>{}); break;
+    case 1: launch(integral_constant<int, 32>{}, integral_constant<int, 4>{}); break;
+    case 2: launch(integral_constant<int, 128>{}, integral_constant<int, 4>{}); break;
+    case 3: launch(integral_constant<int, 512>{}, integral_constant<int, 4>{}); break;
+    case 4: launch(integral_constant<int, 1024>{}, integral_constant<int, 4>{}); break;
+    default: loop();
+  }
+}
+
+// The loop kernels: one block of kLoopNT threads per row.
+template <class Kernel, class... Args>
+void launch_softmax_loop(Kernel kernel, const Rows& R, cudaStream_t st, Args... args) {
+  kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(args...);
+  CUDA_CHECK_LAUNCH();
+}
+
 void softmax_forward(floatX* P, const Plan& p, int cfg, float sl2e, cudaStream_t st) {
   const Rows R = all_rows(p);
-  switch (cfg) {
-    case 0: launch_softmax_fwd<32, 1>(P, R, sl2e, st); break;
-    case 1: launch_softmax_fwd<32, 4>(P, R, sl2e, st); break;
-    case 2: launch_softmax_fwd<128, 4>(P, R, sl2e, st); break;
-    case 3: launch_softmax_fwd<512, 4>(P, R, sl2e, st); break;
-    case 4: launch_softmax_fwd<1024, 4>(P, R, sl2e, st); break;
-    default:
-      softmax_fwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(P, R, sl2e);
-      CUDA_CHECK_LAUNCH();
-  }
+  with_softmax_config(
+      cfg, [&](auto nt, auto vpt) { launch_softmax_fwd<nt(), vpt()>(P, R, sl2e, st); },
+      [&] { launch_softmax_loop(softmax_fwd_loop_kernel, R, st, P, R, sl2e); });
 }
 void softmax_backward(floatX* dP, const floatX* P, const Plan& p, int cfg, cudaStream_t st) {
   const Rows R = all_rows(p);
-  switch (cfg) {
-    case 0: launch_softmax_bwd<32, 1>(dP, P, R, st); break;
-    case 1: launch_softmax_bwd<32, 4>(dP, P, R, st); break;
-    case 2: launch_softmax_bwd<128, 4>(dP, P, R, st); break;
-    case 3: launch_softmax_bwd<512, 4>(dP, P, R, st); break;
-    case 4: launch_softmax_bwd<1024, 4>(dP, P, R, st); break;
-    default:
-      softmax_bwd_loop_kernel<<<unsigned(R.count), kLoopNT, 0, st>>>(dP, P, R);
-      CUDA_CHECK_LAUNCH();
-  }
+  with_softmax_config(
+      cfg, [&](auto nt, auto vpt) { launch_softmax_bwd<nt(), vpt()>(dP, P, R, st); },
+      [&] { launch_softmax_loop(softmax_bwd_loop_kernel, R, st, dP, P, R); });
 }
 
 // GQA: dK[b, t, g] = sum_j dKp[b, g*G + j, t] (fixed order), likewise dV; 4 elements a thread.
@@ -424,6 +428,17 @@ __global__ void gqa_reduce_kernel(floatX* dqkv, const float* dKp, const float* d
 
 bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Byte strides of the buffers the batched GEMMs walk (Plan's element strides times es): qkv and
+// dqkv by sequence (sbq), out and dout by sequence (sbo), P by sequence (sbP) and head (shP),
+// one head's columns (hs).
+struct ByteStrides {
+  long long es, sbq, sbo, sbP, shP, hs;
+  explicit ByteStrides(const Plan& p)
+      : es((long long)p.es), sbq((long long)p.T * p.ld * es), sbo((long long)p.T * p.ldo * es),
+        sbP((long long)p.NH * p.T * p.ldP * es), shP((long long)p.T * p.ldP * es),
+        hs((long long)(p.HS * es)) {}
+};
+
 class NaiveAttention final : public AttentionBackend {
  public:
   explicit NaiveAttention(int softmax_config)
@@ -438,18 +453,16 @@ class NaiveAttention final : public AttentionBackend {
           "naive attention: out, qkv, saved and scratch must be 16-byte aligned");
     const Plan p(a.shape, sizeof(floatX));
     prepare(st);
-    const long long es = (long long)p.es;
-    const long long sbq = (long long)p.T * p.ld * es, sbo = (long long)p.T * p.ldo * es;
-    const long long sbP = (long long)p.NH * p.T * p.ldP * es, shP = (long long)p.T * p.ldP * es;
+    const ByteStrides bs(p);
     const char* qkv = reinterpret_cast<const char*>(a.qkv);
     enum { K, V, Q, PP, O, N };
     PtrDescs d{};
-    d.d[K] = {qkv + size_t(p.NH) * p.HS * es, sbq, (long long)(p.HS * es), 0, p.G};
-    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * es, sbq, (long long)(p.HS * es), 0, p.G};
-    d.d[Q] = {qkv, sbq, (long long)(p.HS * es), (long long)p.Tc * p.ld * es, 1};
-    d.d[PP] = {static_cast<const char*>(a.saved), sbP, shP, (long long)p.Tc * p.ldP * es, 1};
-    d.d[O] = {reinterpret_cast<const char*>(a.out), sbo, (long long)(p.HS * es),
-              (long long)p.Tc * p.ldo * es, 1};
+    d.d[K] = {qkv + size_t(p.NH) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[Q] = {qkv, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
+    d.d[PP] = {static_cast<const char*>(a.saved), bs.sbP, bs.shP, (long long)p.Tc * p.ldP * bs.es, 1};
+    d.d[O] = {reinterpret_cast<const char*>(a.out), bs.sbo, bs.hs,
+              (long long)p.Tc * p.ldo * bs.es, 1};
     void** ptrs = fill_ptrs(a.scratch, d, N, p, st);
     auto arr = [&](int desc, int c) { return ptrs + (size_t(desc) * p.nc + c) * p.BNH; };
 
@@ -458,13 +471,13 @@ class NaiveAttention final : public AttentionBackend {
     for (int c = 0; c < p.nc; c++) {  // S[r0:r1, 0:r1] = Q[r0:r1] K[0:r1]^T
       const int r1 = p.r1(c), n = r1 - p.r0(c);
       gemm(CUBLAS_OP_T, CUBLAS_OP_N, r1, n, p.HS, 1.f, arr(K, 0), p.ld, arr(Q, c), p.ld,
-           arr(PP, c), kXType, p.ldP, p.BNH);
+           arr(PP, c), kCudaFloatX, p.ldP, p.BNH);
     }
     softmax_forward(static_cast<floatX*>(a.saved), p, cfg, sl2e, st);
     for (int c = 0; c < p.nc; c++) {  // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
       const int r1 = p.r1(c), n = r1 - p.r0(c);
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, p.HS, n, r1, 1.f, arr(V, 0), p.ld, arr(PP, c), p.ldP,
-           arr(O, c), kXType, p.ldo, p.BNH);
+           arr(O, c), kCudaFloatX, p.ldo, p.BNH);
     }
   }
 
@@ -475,10 +488,7 @@ class NaiveAttention final : public AttentionBackend {
           "naive attention: dqkv, dout, qkv, saved and scratch must be 16-byte aligned");
     const Plan p(a.shape, sizeof(floatX));
     prepare(st);
-    const long long es = (long long)p.es;
-    const long long sbq = (long long)p.T * p.ld * es, sbo = (long long)p.T * p.ldo * es;
-    const long long sbP = (long long)p.NH * p.T * p.ldP * es, shP = (long long)p.T * p.ldP * es;
-    const long long hs = (long long)(p.HS * es);
+    const ByteStrides bs(p);
     const char* qkv = reinterpret_cast<const char*>(a.qkv);
     char* dqkv = reinterpret_cast<char*>(a.dqkv);
     char* scratch = static_cast<char*>(a.scratch);
@@ -490,17 +500,17 @@ class NaiveAttention final : public AttentionBackend {
     enum { K, V, Q, DO, PD, DS, DSD, DQ, DK, DV, N };
     static_assert(N <= kMaxDescs, "more pointer arrays than the scratch plan holds");
     PtrDescs d{};
-    d.d[K] = {qkv + size_t(p.NH) * p.HS * es, sbq, hs, 0, p.G};
-    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * es, sbq, hs, 0, p.G};
-    d.d[Q] = {qkv, sbq, hs, (long long)p.Tc * p.ld * es, 1};
-    d.d[DO] = {reinterpret_cast<const char*>(a.dout), sbo, hs, (long long)p.Tc * p.ldo * es, 1};
-    d.d[PD] = {static_cast<const char*>(a.saved), sbP, shP, (long long)p.Tc * (p.ldP + 1) * es, 1};
-    d.d[DS] = {reinterpret_cast<const char*>(dP), sbP, shP, (long long)p.Tc * p.ldP * es, 1};
-    d.d[DSD] = {reinterpret_cast<const char*>(dP), sbP, shP, (long long)p.Tc * (p.ldP + 1) * es, 1};
-    d.d[DQ] = {dqkv, sbq, hs, (long long)p.Tc * p.ld * es, 1};
+    d.d[K] = {qkv + size_t(p.NH) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[V] = {qkv + size_t(p.NH + p.NKV) * p.HS * bs.es, bs.sbq, bs.hs, 0, p.G};
+    d.d[Q] = {qkv, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
+    d.d[DO] = {reinterpret_cast<const char*>(a.dout), bs.sbo, bs.hs, (long long)p.Tc * p.ldo * bs.es, 1};
+    d.d[PD] = {static_cast<const char*>(a.saved), bs.sbP, bs.shP, (long long)p.Tc * (p.ldP + 1) * bs.es, 1};
+    d.d[DS] = {reinterpret_cast<const char*>(dP), bs.sbP, bs.shP, (long long)p.Tc * p.ldP * bs.es, 1};
+    d.d[DSD] = {reinterpret_cast<const char*>(dP), bs.sbP, bs.shP, (long long)p.Tc * (p.ldP + 1) * bs.es, 1};
+    d.d[DQ] = {dqkv, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
     if (direct) {
-      d.d[DK] = {dqkv + size_t(p.NH) * p.HS * es, sbq, hs, (long long)p.Tc * p.ld * es, 1};
-      d.d[DV] = {dqkv + size_t(p.NH + p.NKV) * p.HS * es, sbq, hs, (long long)p.Tc * p.ld * es, 1};
+      d.d[DK] = {dqkv + size_t(p.NH) * p.HS * bs.es, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
+      d.d[DV] = {dqkv + size_t(p.NH + p.NKV) * p.HS * bs.es, bs.sbq, bs.hs, (long long)p.Tc * p.ld * bs.es, 1};
     } else {
       const long long f = sizeof(float);
       const long long sbp = (long long)p.NH * p.T * p.HS * f, shp = (long long)p.T * p.HS * f;
@@ -509,7 +519,7 @@ class NaiveAttention final : public AttentionBackend {
     }
     void** ptrs = fill_ptrs(a.scratch, d, N, p, st);
     auto arr = [&](int desc, int c) { return ptrs + (size_t(desc) * p.nc + c) * p.BNH; };
-    const cudaDataType kvType = direct ? kXType : CUDA_R_32F;
+    const cudaDataType kvType = direct ? kCudaFloatX : CUDA_R_32F;
     const int ldkv = direct ? p.ld : p.HS;
     const float scale = float(1.0 / std::sqrt(double(p.HS)));
 
@@ -521,14 +531,14 @@ class NaiveAttention final : public AttentionBackend {
            arr(DV, c), kvType, ldkv, p.BNH);
       // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T   (query chunk c: row block)
       gemm(CUBLAS_OP_T, CUBLAS_OP_N, r1, n, p.HS, 1.f, arr(V, 0), p.ld, arr(DO, c), p.ldo,
-           arr(DS, c), kXType, p.ldP, p.BNH);
+           arr(DS, c), kCudaFloatX, p.ldP, p.BNH);
     }
     softmax_backward(dP, static_cast<const floatX*>(a.saved), p, cfg, st);
     for (int c = 0; c < p.nc; c++) {
       const int r0 = p.r0(c), r1 = p.r1(c), n = r1 - r0;
       // dQ[r0:r1] = scale dS[r0:r1, 0:r1] K[0:r1]
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, p.HS, n, r1, scale, arr(K, 0), p.ld, arr(DS, c), p.ldP,
-           arr(DQ, c), kXType, p.ld, p.BNH);
+           arr(DQ, c), kCudaFloatX, p.ld, p.BNH);
       // dK[r0:r1] = scale dS[r0:T, r0:r1]^T Q[r0:T]
       gemm(CUBLAS_OP_N, CUBLAS_OP_T, p.HS, n, p.T - r0, scale, arr(Q, c), p.ld, arr(DSD, c),
            p.ldP, arr(DK, c), kvType, ldkv, p.BNH);
@@ -566,8 +576,8 @@ class NaiveAttention final : public AttentionBackend {
             void** A, int lda, void** B, int ldb, void** C, cudaDataType ctype, int ldc,
             int batch) const {
     const float beta = 0.f;
-    CUBLAS_CHECK(cublasGemmBatchedEx(handle_, ta, tb, m, n, k, &alpha, A, kXType, lda, B,
-                                     kXType, ldb, &beta, C, ctype, ldc, batch,
+    CUBLAS_CHECK(cublasGemmBatchedEx(handle_, ta, tb, m, n, k, &alpha, A, kCudaFloatX, lda, B,
+                                     kCudaFloatX, ldb, &beta, C, ctype, ldc, batch,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 };

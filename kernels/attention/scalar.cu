@@ -24,16 +24,24 @@
 
 namespace {
 
+// One warp per row of a (B, heads, T) index space, rows innermost: this warp's (b, head, t), or
+// false past the end.
+__device__ __forceinline__ bool warp_row(int B, int heads, int T, int& b, int& head, int& t) {
+  const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (wid >= (size_t)B * heads * T) return false;
+  t = wid % T;
+  head = (wid / T) % heads;
+  b = wid / ((size_t)T * heads);
+  return true;
+}
+
 template <typename T_, int NPL>  // NPL = HS / 32 elements per lane
 __global__ void scalar_fwd_kernel(T_* out, float* lse, const T_* qkv, int B, int T, int NH, int NKV,
                                   float scale) {
   constexpr int HS = NPL * 32;
-  const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
-  if (wid >= (size_t)B * NH * T) return;
-  const int t = wid % T;
-  const int h = (wid / T) % NH;
-  const int b = wid / ((size_t)T * NH);
+  int b, h, t;
+  if (!warp_row(B, NH, T, b, h, t)) return;
   const int kvh = h / (NH / NKV);
   const size_t ld = (size_t)(NH + 2 * NKV) * HS;
   const T_* q = qkv + ((size_t)b * T + t) * ld + (size_t)h * HS;
@@ -89,12 +97,9 @@ template <typename T_, int NPL>
 __global__ void scalar_bwd_dq_kernel(T_* dqkv, const T_* dout, const T_* qkv, const float* lse,
                                      const float* D, int B, int T, int NH, int NKV, float scale) {
   constexpr int HS = NPL * 32;
-  const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
-  if (wid >= (size_t)B * NH * T) return;
-  const int t = wid % T;
-  const int h = (wid / T) % NH;
-  const int b = wid / ((size_t)T * NH);
+  int b, h, t;
+  if (!warp_row(B, NH, T, b, h, t)) return;
   const int kvh = h / (NH / NKV);
   const size_t ld = (size_t)(NH + 2 * NKV) * HS;
   const size_t orow = (((size_t)b * T + t) * NH + h) * HS;
@@ -136,12 +141,9 @@ template <typename T_, int NPL>
 __global__ void scalar_bwd_dkv_kernel(T_* dqkv, const T_* dout, const T_* qkv, const float* lse,
                                       const float* D, int B, int T, int NH, int NKV, float scale) {
   constexpr int HS = NPL * 32;
-  const size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
-  if (wid >= (size_t)B * NKV * T) return;
-  const int s = wid % T;
-  const int kvh = (wid / T) % NKV;
-  const int b = wid / ((size_t)T * NKV);
+  int b, kvh, s;
+  if (!warp_row(B, NKV, T, b, kvh, s)) return;
   const int G = NH / NKV;
   const size_t ld = (size_t)(NH + 2 * NKV) * HS;
   const T_* kp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + kvh) * HS;

@@ -29,7 +29,7 @@ using Vec = std::vector<double>;
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 Vec normal(size_t n, double sd = 1.0) {
-  static std::mt19937_64 rng(base_seed() ^ 0x6465636full);  // fresh inputs for every check
+  std::mt19937_64& rng = iteration_rng(0x6465636full);  // fresh inputs for every check
   std::normal_distribution<double> d(0.0, sd);
   Vec v(n);
   for (double& x : v) x = d(rng);

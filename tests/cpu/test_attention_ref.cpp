@@ -1,14 +1,23 @@
 // test_attention_ref — the CPU attention oracles (kernels/attention/attention_ref.{h,cpp}).
 //
-//   AttentionRef.NaiveForwardMatchesBruteForce   naive out and P vs a direct triple loop (double)
+//   AttentionRef.NaiveForwardMatchesBruteForce   naive out and P vs a direct triple loop (double),
+//                                                causal and masked
 //   AttentionRef.NaiveBackwardFiniteDifferences  naive dq, dk, dv vs central differences (double)
 //   AttentionRef.FlashBackwardFiniteDifferences  flash dq, dk, dv vs central differences (double)
-//   AttentionRef.FlashLseIsLogSumExp             flash LSE vs logsumexp of the masked score row
+//   AttentionRef.FlashLseIsLogSumExp             flash and flash1 out and LSE vs the brute force,
+//                                                causal and masked
 //   AttentionRef.NaiveVsFlashDouble/Float        out and dqkv over many shapes and tile sizes
-//   AttentionRef.Flash1*                         the same three checks for flash1 (FA1 loop
-//                                                order), plus flash1 vs flash
+//   AttentionRef.Flash1*                         the same checks for flash1 (FA1 loop order), plus
+//                                                flash1 vs flash (causal and masked)
+//   AttentionRef.Masked*                         under document masks and sliding windows
+//                                                (mask.h): every order's backward vs central
+//                                                differences, naive vs flash vs flash1
+//   AttentionRef.MaskThatHidesNothingIsCausal    no EOT and a window >= T equal the causal {}
 //   AttentionRef.FlashAllocatesNothingTxT        heap bytes of flash at T = 256 vs T = 4096
 //   AttentionRef.Registry, BadShapeThrows        make_cpu_attention, names, errors
+// Masks: documents of length 1, one document spanning the window, documents that start
+// mid-window and cross or fill tile boundaries, random documents; windows of 1, tile size +- 1,
+// > T and random; ragged T; GQA.
 //
 // Every check prints its error and its tolerance. Outputs are poisoned with NaN before each
 // run, so an element left unwritten fails the check. Inputs are random from the base seed
@@ -36,6 +45,7 @@
 #include <vector>
 
 #include "kernels/attention/attention_ref.h"
+#include "kernels/attention/mask.h"
 #include "kernels/common.h"
 #include "tests/cpu/ref_check.h"
 #include "tests/test_common.h"
@@ -80,8 +90,7 @@ std::string str(const AttnShape& s) {
 
 // Fresh inputs for every check: one generator for the file, from the base seed.
 std::mt19937_64& rng() {
-  static std::mt19937_64 g(base_seed() ^ 0x61747472ull);
-  return g;
+  return iteration_rng(0x61747472ull);
 }
 
 // N(0, 1) everywhere; query and key heads scaled by `amp` (amp = 3 gives scores with std ~9,
@@ -141,9 +150,53 @@ void expect_close(const char* what, const std::string& ctx, Err e, double tol) {
   EXPECT_LE(e.rel, tol) << what << " " << ctx << " (max abs " << e.max_abs << ")";
 }
 
-// Independent reference, written as directly as possible: out and lse by the formula.
+// A mask with the storage for its document starts.
+struct MaskCase {
+  std::string name;            // "causal", "len-1 docs W=0", ...
+  std::vector<int> doc_start;  // (B, T); empty: no documents
+  int window = 0;
+  AttnMask mask() const { return AttnMask{doc_start.empty() ? nullptr : doc_start.data(), window}; }
+  // The definition, from the document starts: key u visible to query t of sequence b.
+  bool visible(int b, int T, int t, int u) const {
+    const int d = doc_start.empty() ? 0 : doc_start[size_t(b) * T + t];
+    return u <= t && u >= d && (window == 0 || t - u < window);
+  }
+};
+
+// Document layouts of B sequences of T rows (EOT rows marked 1 in a token window), each
+// sequence drawn afresh: "one" (no EOT: one document spans the window), "len1" (every row an
+// EOT: documents of length 1), "mid" (a few EOTs, none at row 0: the window starts
+// mid-document), "edges" (EOTs at and around multiples of Bc: documents crossing and filling
+// tile boundaries), "dense" (an EOT at every row with probability 0.3).
+const char* const kLayouts[] = {"one", "len1", "mid", "edges", "dense"};
+MaskCase mask_case(const std::string& layout, int window, int B, int T, int Bc) {
+  std::vector<int> tok(size_t(B) * T, 0);
+  for (int b = 0; b < B; b++) {
+    int* row = &tok[size_t(b) * T];
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int t = 0; t < T; t++) {
+      if (layout == "len1") row[t] = 1;
+      if (layout == "mid") row[t] = t > 0 && u(rng()) < 2.5 / T;
+      if (layout == "dense") row[t] = u(rng()) < 0.3;
+    }
+    if (layout == "edges")  // the k-th boundary's EOT one row before, at, or one row after it
+      for (int k = 1; k * Bc - 1 < T; k++) {
+        const int r = k * Bc + (k + b) % 3 - 1;
+        if (r > 0 && r < T) row[r] = 1;
+      }
+  }
+  MaskCase m;
+  m.name = flashgpt::strformat("%s docs W=%d", layout.c_str(), window);
+  m.doc_start = document_starts(tok.data(), B, T, 1);
+  m.window = window;
+  return m;
+}
+
+// Independent reference, written as directly as possible: out and lse by the formula, over the
+// keys the mask case's definition makes visible (mc == nullptr: causal).
 void brute_force(std::vector<double>& out, std::vector<double>& lse, std::vector<double>& P,
-                 const std::vector<double>& qkv, const AttnShape& s) {
+                 const std::vector<double>& qkv, const AttnShape& s,
+                 const MaskCase* mc = nullptr) {
   const int H3 = s.NH + 2 * s.NKV;
   auto at = [&](int b, int t, int head, int d) {
     return qkv[((size_t(b) * s.T + t) * H3 + head) * s.HS + d];
@@ -155,20 +208,23 @@ void brute_force(std::vector<double>& out, std::vector<double>& lse, std::vector
     for (int h = 0; h < s.NH; h++) {
       const int kv = h / (s.NH / s.NKV);
       for (int t = 0; t < s.T; t++) {
-        std::vector<double> sc(t + 1);
+        auto visible = [&](int u) { return mc ? mc->visible(b, s.T, t, u) : u <= t; };
+        std::vector<double> sc(t + 1, -INFINITY);
         double mx = -INFINITY;
         for (int u = 0; u <= t; u++) {
+          if (!visible(u)) continue;
           double acc = 0;
           for (int d = 0; d < s.HS; d++) acc += at(b, t, h, d) * at(b, u, s.NH + kv, d);
           sc[u] = acc / std::sqrt(double(s.HS));
           mx = std::max(mx, sc[u]);
         }
         double sum = 0;
-        for (int u = 0; u <= t; u++) sum += std::exp(sc[u] - mx);
+        for (int u = 0; u <= t; u++) sum += visible(u) ? std::exp(sc[u] - mx) : 0.0;
         const double L = mx + std::log(sum);
         const size_t row = (size_t(b) * s.NH + h) * s.T + t;
         lse[row] = L;
         for (int u = 0; u <= t; u++) {
+          if (!visible(u)) continue;
           const double p = std::exp(sc[u] - L);
           P[row * s.T + u] = p;
           for (int d = 0; d < s.HS; d++)
@@ -180,43 +236,58 @@ void brute_force(std::vector<double>& out, std::vector<double>& lse, std::vector
 }
 
 // ---------------------------------------------------------------------------------------------
-// finite differences (double): loss = sum(out o W), so dL/dqkv is backward with dout = W.
+// running any of the oracles
 
 struct Tiles {
-  int Br, Bc;         // Br = 0: naive
-  bool fa1 = false;   // flash1 (FA1 loop order) instead of flash
+  int Br, Bc;                           // Br = 0: naive
+  FlashOrder order = FlashOrder::kFA2;  // kFA1: flash1's loop order
+  std::string name() const {
+    const char* fa = order == FlashOrder::kFA1 ? "fa1" : "fa2";
+    return Br == 0 ? "naive" : flashgpt::strformat("%s Br=%d Bc=%d", fa, Br, Bc);
+  }
 };
 
-void forward_d(std::vector<double>& out, std::vector<double>& saved, const std::vector<double>& qkv,
-               const AttnShape& s, Tiles tl) {
+// saved: P (naive) or LSE.
+template <typename real>
+void forward_any(std::vector<real>& out, std::vector<real>& saved, const std::vector<real>& qkv,
+                 const AttnShape& s, Tiles tl, const AttnMask& mask) {
   if (tl.Br == 0)
-    attention_naive_forward_ref(out.data(), saved.data(), qkv.data(), s);
-  else if (tl.fa1)
-    attention_flash1_forward_ref(out.data(), saved.data(), qkv.data(), s, tl.Br, tl.Bc);
+    attention_naive_forward_ref(out.data(), saved.data(), qkv.data(), s, mask);
   else
-    attention_flash_forward_ref(out.data(), saved.data(), qkv.data(), s, tl.Br, tl.Bc);
+    attention_flash_forward_ref(out.data(), saved.data(), qkv.data(), s, tl.Br, tl.Bc, mask,
+                                tl.order);
+}
+template <typename real>
+void backward_any(std::vector<real>& dqkv, const std::vector<real>& dout,
+                  const std::vector<real>& qkv, const std::vector<real>& out,
+                  const std::vector<real>& saved, const AttnShape& s, Tiles tl,
+                  const AttnMask& mask) {
+  if (tl.Br == 0)
+    attention_naive_backward_ref(dqkv.data(), dout.data(), qkv.data(), saved.data(), s, mask);
+  else
+    attention_flash_backward_ref(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(),
+                                 s, tl.Br, tl.Bc, mask, tl.order);
+}
+size_t saved_size(const AttnShape& s, Tiles tl) {
+  return tl.Br == 0 ? p_size(s) : lse_size(s);
 }
 
-void finite_difference_check(const AttnShape& s, Tiles tl) {
-  const bool naive = tl.Br == 0;
+// ---------------------------------------------------------------------------------------------
+// finite differences (double): loss = sum(out o W), so dL/dqkv is backward with dout = W.
+
+void finite_difference_check(const AttnShape& s, Tiles tl, const MaskCase* mc = nullptr) {
+  const AttnMask mask = mc ? mc->mask() : AttnMask{};
   std::vector<double> qkv = random_qkv<double>(s, 1.5), W = random_vec<double>(out_size(s));
   std::vector<double> out = poisoned<double>(out_size(s));
-  std::vector<double> saved = poisoned<double>(naive ? p_size(s) : lse_size(s));
+  std::vector<double> saved = poisoned<double>(saved_size(s, tl));
   std::vector<double> dqkv = poisoned<double>(qkv_size(s));
-  forward_d(out, saved, qkv, s, tl);
-  if (naive)
-    attention_naive_backward_ref(dqkv.data(), W.data(), qkv.data(), saved.data(), s);
-  else if (tl.fa1)
-    attention_flash1_backward_ref(dqkv.data(), W.data(), qkv.data(), out.data(), saved.data(), s,
-                                  tl.Br, tl.Bc);
-  else
-    attention_flash_backward_ref(dqkv.data(), W.data(), qkv.data(), out.data(), saved.data(), s,
-                                 tl.Br, tl.Bc);
+  forward_any(out, saved, qkv, s, tl, mask);
+  backward_any(dqkv, W, qkv, out, saved, s, tl, mask);
 
   // d(sum(out o W))/dqkv by central differences (ref_check.h, eps 1e-6).
   const std::vector<double> num = ref_check::numerical_grad(qkv, W, [&] {
     std::vector<double> o(out_size(s)), sv(saved.size());
-    forward_d(o, sv, qkv, s, tl);
+    forward_any(o, sv, qkv, s, tl, mask);
     return o;
   });
   // Split into the q, k and v parts of dqkv so each gradient is checked on its own.
@@ -231,13 +302,13 @@ void finite_difference_check(const AttnShape& s, Tiles tl) {
     }
     // Central differences with eps = 1e-6 in double: truncation ~eps^2 = 1e-12, rounding
     // ~1e-16 / eps = 1e-10 (relative). 1e-7 leaves room, and any real bug is O(1).
-    const std::string ctx =
-        str(s) + (naive ? " naive"
-                        : flashgpt::strformat(" %s Br=%d Bc=%d", tl.fa1 ? "fa1" : "fa2", tl.Br,
-                                              tl.Bc));
-    if (s.T == 1 && part < 2) {
-      // T = 1: a softmax over one key is constant, so dq and dk are exactly zero; relative
-      // error is meaningless, check the absolute (rounding, with FMA contraction, gives ~1e-16).
+    const std::string ctx = str(s) + " " + tl.name() + (mc ? " " + mc->name : "");
+    double ref_max = 0;
+    for (double r : ref) ref_max = std::max(ref_max, std::fabs(r));
+    if (ref_max == 0) {
+      // Every row sees only itself (T = 1, documents of length 1, window 1): a softmax over one
+      // key is constant, so dq and dk are exactly zero; relative error is meaningless, check
+      // the absolute (rounding, with FMA contraction, gives ~1e-16).
       Err e = compare(got.data(), ref.data(), got.size());
       std::printf("  %-8s %-44s max %.2e  tol 1e-12 (expected 0)\n", names[part], ctx.c_str(),
                   e.max_abs);
@@ -309,11 +380,20 @@ struct Tol<float> {
   static constexpr const char* name = "float";
 };
 
-// Each case is checked on its own (failures name the case); the output is one line per T with
-// the worst case of that T, to keep the log short.
-// fa1: flash1 (FA1 loop order) instead of flash.
+// The mask of sweep case n (masked sweeps): the layouts rotate, and the windows 0, 1, Bc - 1,
+// Bc + 1, > T and a random one rotate against them.
+MaskCase sweep_mask(int n, const Case& c) {
+  const int T = c.s.T;
+  const int windows[] = {0, 1, c.Bc - 1, c.Bc + 1, T + 3,
+                         1 + int(rng()() % uint64_t(T + 1))};
+  return mask_case(kLayouts[n % 5], windows[(n / 5) % 6], c.s.B, T, c.Bc);
+}
+
+// naive against the flash references of `orders`, case by case (failures name the case); the
+// output is one line per T and order with the worst case of that T, to keep the log short.
+// masked: each case under sweep_mask; else causal.
 template <typename real>
-void naive_vs_flash_sweep(bool fa1 = false) {
+void naive_vs_flash_sweep(const std::vector<FlashOrder>& orders, bool masked) {
   struct Worst {
     Err e;
     std::string ctx;
@@ -321,60 +401,47 @@ void naive_vs_flash_sweep(bool fa1 = false) {
   std::vector<Case> cases = sweep_cases();
   for (size_t k = 0; k < cases.size();) {
     const int T = cases[k].s.T;
-    Worst w_out, w_dqkv;
+    std::vector<Worst> w_out(orders.size()), w_dqkv(orders.size());
     int count = 0;
     for (; k < cases.size() && cases[k].s.T == T; k++, count++) {
       const Case& c = cases[k];
       const AttnShape& s = c.s;
-      const std::string ctx =
-          str(s) + flashgpt::strformat(" Br=%d Bc=%d amp=%g", c.Br, c.Bc, c.amp);
+      const MaskCase mc = masked ? sweep_mask(int(k), c) : MaskCase{"causal", {}, 0};
+      const AttnMask mask = mc.mask();
       std::vector<real> qkv = random_qkv<real>(s, c.amp), dout = random_vec<real>(out_size(s));
       std::vector<real> out_n = poisoned<real>(out_size(s)), P = poisoned<real>(p_size(s));
-      std::vector<real> out_f = poisoned<real>(out_size(s)), lse = poisoned<real>(lse_size(s));
-      std::vector<real> dqkv_n = poisoned<real>(qkv_size(s)), dqkv_f = poisoned<real>(qkv_size(s));
-      attention_naive_forward_ref(out_n.data(), P.data(), qkv.data(), s);
-      attention_naive_backward_ref(dqkv_n.data(), dout.data(), qkv.data(), P.data(), s);
-      if (fa1) {
-        attention_flash1_forward_ref(out_f.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
-        attention_flash1_backward_ref(dqkv_f.data(), dout.data(), qkv.data(), out_f.data(),
-                                      lse.data(), s, c.Br, c.Bc);
-      } else {
-        attention_flash_forward_ref(out_f.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
-        attention_flash_backward_ref(dqkv_f.data(), dout.data(), qkv.data(), out_f.data(),
-                                     lse.data(), s, c.Br, c.Bc);
+      std::vector<real> dqkv_n = poisoned<real>(qkv_size(s));
+      forward_any(out_n, P, qkv, s, Tiles{0, 0}, mask);
+      backward_any(dqkv_n, dout, qkv, out_n, P, s, Tiles{0, 0}, mask);
+      for (size_t o = 0; o < orders.size(); o++) {
+        const Tiles tl{c.Br, c.Bc, orders[o]};
+        const std::string ctx = str(s) + " " + tl.name() + flashgpt::strformat(" amp=%g", c.amp) +
+                                (masked ? " " + mc.name : "");
+        std::vector<real> out_f = poisoned<real>(out_size(s)), lse = poisoned<real>(lse_size(s));
+        std::vector<real> dqkv_f = poisoned<real>(qkv_size(s));
+        forward_any(out_f, lse, qkv, s, tl, mask);
+        backward_any(dqkv_f, dout, qkv, out_f, lse, s, tl, mask);
+        const Err eo = compare(out_f.data(), out_n.data(), out_f.size());
+        const Err ed = compare(dqkv_f.data(), dqkv_n.data(), dqkv_f.size());
+        EXPECT_LE(eo.rel, Tol<real>::out) << Tol<real>::name << " out " << ctx;
+        EXPECT_LE(ed.rel, Tol<real>::dqkv) << Tol<real>::name << " dqkv " << ctx;
+        // NaN: worst
+        if (w_out[o].ctx.empty() || !(eo.rel <= w_out[o].e.rel)) w_out[o] = {eo, ctx};
+        if (w_dqkv[o].ctx.empty() || !(ed.rel <= w_dqkv[o].e.rel)) w_dqkv[o] = {ed, ctx};
       }
-      const Err eo = compare(out_f.data(), out_n.data(), out_f.size());
-      const Err ed = compare(dqkv_f.data(), dqkv_n.data(), dqkv_f.size());
-      EXPECT_LE(eo.rel, Tol<real>::out) << Tol<real>::name << " out " << ctx;
-      EXPECT_LE(ed.rel, Tol<real>::dqkv) << Tol<real>::name << " dqkv " << ctx;
-      if (w_out.ctx.empty() || !(eo.rel <= w_out.e.rel)) w_out = {eo, ctx};  // NaN: worst
-      if (w_dqkv.ctx.empty() || !(ed.rel <= w_dqkv.e.rel)) w_dqkv = {ed, ctx};
     }
-    std::printf("  %s%s T=%d, %d cases: worst out rel %.2e (%.1f%% of tol %.0e) [%s]\n"
-                "  %*s worst dqkv rel %.2e (%.1f%% of tol %.0e) [%s]\n",
-                Tol<real>::name, fa1 ? " flash1" : "", T, count, w_out.e.rel, 100 * w_out.e.rel / Tol<real>::out,
-                Tol<real>::out, w_out.ctx.c_str(), int(std::strlen(Tol<real>::name)) + (fa1 ? 22 : 15), "",
-                w_dqkv.e.rel, 100 * w_dqkv.e.rel / Tol<real>::dqkv, Tol<real>::dqkv,
-                w_dqkv.ctx.c_str());
+    for (size_t o = 0; o < orders.size(); o++)
+      std::printf("  %s T=%d, %d cases: worst out rel %.2e (%.1f%% of tol %.0e) [%s]\n"
+                  "  %*s worst dqkv rel %.2e (%.1f%% of tol %.0e) [%s]\n",
+                  Tol<real>::name, T, count, w_out[o].e.rel, 100 * w_out[o].e.rel / Tol<real>::out,
+                  Tol<real>::out, w_out[o].ctx.c_str(), int(std::strlen(Tol<real>::name)) + 15, "",
+                  w_dqkv[o].e.rel, 100 * w_dqkv[o].e.rel / Tol<real>::dqkv, Tol<real>::dqkv,
+                  w_dqkv[o].ctx.c_str());
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // tests
-
-TEST(AttentionRef, NaiveForwardMatchesBruteForce) {
-  for (const AttnShape& s : {AttnShape{1, 1, 1, 1, 8}, AttnShape{2, 19, 6, 3, 8},
-                             AttnShape{1, 33, 4, 1, 16}}) {
-    std::vector<double> qkv = random_qkv<double>(s, 2.0);
-    std::vector<double> out = poisoned<double>(out_size(s)), P = poisoned<double>(p_size(s));
-    attention_naive_forward_ref(out.data(), P.data(), qkv.data(), s);
-    std::vector<double> out_b, lse_b, P_b;
-    brute_force(out_b, lse_b, P_b, qkv, s);
-    expect_close("out", str(s), compare(out.data(), out_b.data(), out.size()), 1e-13);
-    // P includes the zeros above the diagonal (poisoned before, so they must be written).
-    expect_close("P", str(s), compare(P.data(), P_b.data(), P.size()), 1e-13);
-  }
-}
 
 TEST(AttentionRef, NaiveBackwardFiniteDifferences) {
   for (const AttnShape& s : kFdShapes) finite_difference_check(s, {0, 0});
@@ -388,53 +455,50 @@ TEST(AttentionRef, FlashBackwardFiniteDifferences) {
   }
 }
 
-TEST(AttentionRef, FlashLseIsLogSumExp) {
-  struct {
-    AttnShape s;
-    int Br, Bc;
-  } cases[] = {{{1, 1, 1, 1, 8}, 4, 4}, {{2, 45, 6, 2, 16}, 8, 5}, {{1, 130, 4, 4, 32}, 32, 64}};
-  for (const auto& c : cases) {
-    const AttnShape& s = c.s;
-    const std::string ctx = str(s) + flashgpt::strformat(" Br=%d Bc=%d", c.Br, c.Bc);
-    std::vector<double> qkv = random_qkv<double>(s, 3.0);
-    std::vector<double> out_b, lse_b, P_b;
-    brute_force(out_b, lse_b, P_b, qkv, s);
-    {
-      std::vector<double> out = poisoned<double>(out_size(s)), lse = poisoned<double>(lse_size(s));
-      attention_flash_forward_ref(out.data(), lse.data(), qkv.data(), s, c.Br, c.Bc);
-      expect_close("lse f64", ctx, compare(lse.data(), lse_b.data(), lse.size()), 1e-13);
-      expect_close("out f64", ctx, compare(out.data(), out_b.data(), out.size()), 1e-13);
-    }
-    {
-      // float: inputs rounded to fp32 first, so the brute force sees the same numbers.
-      std::vector<float> qkv_f = convert<float>(qkv);
-      brute_force(out_b, lse_b, P_b, convert<double>(qkv_f), s);
-      std::vector<float> out = poisoned<float>(out_size(s)), lse = poisoned<float>(lse_size(s));
-      attention_flash_forward_ref(out.data(), lse.data(), qkv_f.data(), s, c.Br, c.Bc);
-      expect_close("lse f32", ctx, compare(lse.data(), lse_b.data(), lse.size()), 1e-6);
-      expect_close("out f32", ctx, compare(out.data(), out_b.data(), out.size()), 1e-6);
-    }
+// out and LSE of flash (both orders) against the brute force, in double and in float, causal
+// or under the mask of each layout (mc == nullptr: causal).
+void check_lse_against_brute_force(const AttnShape& s, int Br, int Bc, const MaskCase* mc) {
+  const AttnMask mask = mc ? mc->mask() : AttnMask{};
+  std::vector<double> qkv = random_qkv<double>(s, 3.0);
+  std::vector<double> out_b, lse_b, P_b;
+  brute_force(out_b, lse_b, P_b, qkv, s, mc);
+  // float: inputs rounded to fp32 first, so the brute force sees the same numbers.
+  std::vector<float> qkv_f = convert<float>(qkv);
+  std::vector<double> out_bf, lse_bf, P_bf;
+  brute_force(out_bf, lse_bf, P_bf, convert<double>(qkv_f), s, mc);
+  for (FlashOrder order : {FlashOrder::kFA2, FlashOrder::kFA1}) {
+    const Tiles tl{Br, Bc, order};
+    const std::string ctx = str(s) + " " + tl.name() + (mc ? " " + mc->name : "");
+    std::vector<double> out = poisoned<double>(out_size(s)), lse = poisoned<double>(lse_size(s));
+    forward_any(out, lse, qkv, s, tl, mask);
+    expect_close("lse f64", ctx, compare(lse.data(), lse_b.data(), lse.size()), 1e-13);
+    expect_close("out f64", ctx, compare(out.data(), out_b.data(), out.size()), 1e-13);
+    std::vector<float> out_f = poisoned<float>(out_size(s)), lse_f = poisoned<float>(lse_size(s));
+    forward_any(out_f, lse_f, qkv_f, s, tl, mask);
+    expect_close("lse f32", ctx, compare(lse_f.data(), lse_bf.data(), lse_f.size()), 1e-6);
+    expect_close("out f32", ctx, compare(out_f.data(), out_bf.data(), out_f.size()), 1e-6);
   }
 }
 
-TEST(AttentionRef, NaiveVsFlashDouble) { naive_vs_flash_sweep<double>(); }
-TEST(AttentionRef, NaiveVsFlashFloat) { naive_vs_flash_sweep<float>(); }
+TEST(AttentionRef, NaiveVsFlashDouble) { naive_vs_flash_sweep<double>({FlashOrder::kFA2}, false); }
+TEST(AttentionRef, NaiveVsFlashFloat) { naive_vs_flash_sweep<float>({FlashOrder::kFA2}, false); }
 
 // flash1 (FA1 loop order): the same checks as flash. Same arithmetic per element in a different
 // loop order, so the same tolerances.
 TEST(AttentionRef, Flash1BackwardFiniteDifferences) {
   for (const AttnShape& s : kFdShapes) {
-    finite_difference_check(s, {2, 3, true});
-    finite_difference_check(s, {3, 2, true});
-    finite_difference_check(s, {1, 1, true});
+    finite_difference_check(s, {2, 3, FlashOrder::kFA1});
+    finite_difference_check(s, {3, 2, FlashOrder::kFA1});
+    finite_difference_check(s, {1, 1, FlashOrder::kFA1});
   }
 }
-TEST(AttentionRef, Flash1VsNaiveDouble) { naive_vs_flash_sweep<double>(true); }
-TEST(AttentionRef, Flash1VsNaiveFloat) { naive_vs_flash_sweep<float>(true); }
+TEST(AttentionRef, Flash1VsNaiveDouble) { naive_vs_flash_sweep<double>({FlashOrder::kFA1}, false); }
+TEST(AttentionRef, Flash1VsNaiveFloat) { naive_vs_flash_sweep<float>({FlashOrder::kFA1}, false); }
 
 // flash1 and flash compute each output element with the same double arithmetic in a different
 // tile order: out and LSE agree to double rounding (observed bit-identical in float), and
-// flash1 saves LSE exactly as flash does, so either's LSE feeds either backward.
+// flash1 saves LSE exactly as flash does, so either's LSE feeds either backward. Causal and
+// under a document mask with a window.
 TEST(AttentionRef, Flash1MatchesFlash) {
   struct {
     AttnShape s;
@@ -442,23 +506,124 @@ TEST(AttentionRef, Flash1MatchesFlash) {
   } cases[] = {{{1, 1, 1, 1, 8}, 4, 4},      {{2, 45, 6, 2, 16}, 8, 5},
                {{1, 130, 4, 4, 32}, 32, 64}, {{3, 64, 4, 1, 16}, 64, 16},
                {{1, 99, 2, 2, 8}, 7, 32}};
+  for (const auto& c : cases)
+    for (bool masked : {false, true}) {
+      const AttnShape& s = c.s;
+      const MaskCase mc = masked ? mask_case("dense", c.Bc + 1, s.B, s.T, c.Bc)
+                                 : MaskCase{"causal", {}, 0};
+      const AttnMask mask = mc.mask();
+      const std::string ctx = str(s) + flashgpt::strformat(" Br=%d Bc=%d ", c.Br, c.Bc) + mc.name;
+      const Tiles fa1{c.Br, c.Bc, FlashOrder::kFA1}, fa2{c.Br, c.Bc, FlashOrder::kFA2};
+      std::vector<float> qkv = random_qkv<float>(s, 3.0), dout = random_vec<float>(out_size(s));
+      std::vector<float> out1 = poisoned<float>(out_size(s)), lse1 = poisoned<float>(lse_size(s));
+      std::vector<float> out2 = poisoned<float>(out_size(s)), lse2 = poisoned<float>(lse_size(s));
+      std::vector<float> d1 = poisoned<float>(qkv_size(s)), d2 = poisoned<float>(qkv_size(s));
+      forward_any(out1, lse1, qkv, s, fa1, mask);
+      forward_any(out2, lse2, qkv, s, fa2, mask);
+      // Cross-feed the saved LSE: flash1's backward on flash's forward state and vice versa.
+      backward_any(d1, dout, qkv, out2, lse2, s, fa1, mask);
+      backward_any(d2, dout, qkv, out1, lse1, s, fa2, mask);
+      expect_close("out", ctx, compare(out1.data(), out2.data(), out1.size()), 1e-6);
+      expect_close("lse", ctx, compare(lse1.data(), lse2.data(), lse1.size()), 1e-6);
+      expect_close("dqkv", ctx, compare(d1.data(), d2.data(), d1.size()), 1e-5);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// masks (mask.h)
+
+// The masks of the finite-difference checks, on sequences of T rows with K/V tiles of Bc:
+// documents of length 1 (every row sees only itself), one document spanning the window under
+// windows 2 and > T, documents starting mid-window under windows 0, 1, Bc - 1 and Bc + 1,
+// documents at tile edges, dense documents.
+std::vector<MaskCase> fd_masks(int B, int T, int Bc) {
+  return {mask_case("len1", 0, B, T, Bc),      mask_case("one", 2, B, T, Bc),
+          mask_case("one", T + 3, B, T, Bc),   mask_case("mid", 0, B, T, Bc),
+          mask_case("mid", 1, B, T, Bc),       mask_case("mid", Bc - 1, B, T, Bc),
+          mask_case("mid", Bc + 1, B, T, Bc),  mask_case("edges", 0, B, T, Bc),
+          mask_case("dense", 3, B, T, Bc)};
+}
+
+// Shapes with room for several documents: ragged T, GQA 2:1 and 4:1, odd HS.
+const AttnShape kMaskedFdShapes[] = {{2, 9, 4, 2, 3}, {1, 11, 4, 1, 4}};
+
+// Causal and under every mask of the finite-difference checks.
+TEST(AttentionRef, NaiveForwardMatchesBruteForce) {
+  for (const AttnShape& s : {AttnShape{1, 1, 1, 1, 8}, AttnShape{2, 19, 6, 3, 8},
+                             AttnShape{1, 33, 4, 1, 16}}) {
+    std::vector<MaskCase> masks = fd_masks(s.B, s.T, 4);
+    masks.insert(masks.begin(), MaskCase{"causal", {}, 0});
+    for (const MaskCase& mc : masks) {
+      const std::string ctx = str(s) + " " + mc.name;
+      std::vector<double> qkv = random_qkv<double>(s, 2.0);
+      std::vector<double> out = poisoned<double>(out_size(s)), P = poisoned<double>(p_size(s));
+      attention_naive_forward_ref(out.data(), P.data(), qkv.data(), s, mc.mask());
+      std::vector<double> out_b, lse_b, P_b;
+      brute_force(out_b, lse_b, P_b, qkv, s, &mc);
+      expect_close("out", ctx, compare(out.data(), out_b.data(), out.size()), 1e-13);
+      // P includes the zeros outside each row's visible keys (poisoned before, so they must be
+      // written).
+      expect_close("P", ctx, compare(P.data(), P_b.data(), P.size()), 1e-13);
+    }
+  }
+}
+
+// Causal and under every layout with windows 0, 1, Bc - 1, Bc + 1 and > T.
+TEST(AttentionRef, FlashLseIsLogSumExp) {
+  struct {
+    AttnShape s;
+    int Br, Bc;
+  } cases[] = {{{1, 1, 1, 1, 8}, 4, 4},
+               {{2, 45, 6, 2, 16}, 8, 5},
+               {{1, 130, 4, 4, 32}, 32, 64},
+               {{1, 130, 4, 4, 32}, 32, 16},
+               {{1, 64, 2, 1, 8}, 16, 16}};
   for (const auto& c : cases) {
-    const AttnShape& s = c.s;
-    const std::string ctx = str(s) + flashgpt::strformat(" Br=%d Bc=%d", c.Br, c.Bc);
-    std::vector<float> qkv = random_qkv<float>(s, 3.0), dout = random_vec<float>(out_size(s));
-    std::vector<float> out1 = poisoned<float>(out_size(s)), lse1 = poisoned<float>(lse_size(s));
-    std::vector<float> out2 = poisoned<float>(out_size(s)), lse2 = poisoned<float>(lse_size(s));
-    std::vector<float> d1 = poisoned<float>(qkv_size(s)), d2 = poisoned<float>(qkv_size(s));
-    attention_flash1_forward_ref(out1.data(), lse1.data(), qkv.data(), s, c.Br, c.Bc);
-    attention_flash_forward_ref(out2.data(), lse2.data(), qkv.data(), s, c.Br, c.Bc);
-    // Cross-feed the saved LSE: flash1's backward on flash's forward state and vice versa.
-    attention_flash1_backward_ref(d1.data(), dout.data(), qkv.data(), out2.data(), lse2.data(), s,
-                                  c.Br, c.Bc);
-    attention_flash_backward_ref(d2.data(), dout.data(), qkv.data(), out1.data(), lse1.data(), s,
-                                 c.Br, c.Bc);
-    expect_close("out", ctx, compare(out1.data(), out2.data(), out1.size()), 1e-6);
-    expect_close("lse", ctx, compare(lse1.data(), lse2.data(), lse1.size()), 1e-6);
-    expect_close("dqkv", ctx, compare(d1.data(), d2.data(), d1.size()), 1e-5);
+    check_lse_against_brute_force(c.s, c.Br, c.Bc, nullptr);
+    for (const char* layout : kLayouts)
+      for (int W : {0, 1, c.Bc - 1, c.Bc + 1, c.s.T + 1}) {
+        const MaskCase mc = mask_case(layout, W, c.s.B, c.s.T, c.Bc);
+        check_lse_against_brute_force(c.s, c.Br, c.Bc, &mc);
+      }
+  }
+}
+
+TEST(AttentionRef, MaskedBackwardFiniteDifferences) {
+  // naive; FA2 with ragged tiles (Br != Bc) and single rows; FA1 with ragged tiles.
+  const Tiles tiles[] = {{0, 0}, {2, 3}, {1, 1}, {3, 2, FlashOrder::kFA1}};
+  for (const AttnShape& s : kMaskedFdShapes)
+    for (const Tiles& tl : tiles)
+      for (const MaskCase& mc : fd_masks(s.B, s.T, tl.Br == 0 ? 3 : tl.Bc))
+        finite_difference_check(s, tl, &mc);
+}
+
+TEST(AttentionRef, MaskedNaiveVsFlashDouble) {
+  naive_vs_flash_sweep<double>({FlashOrder::kFA2, FlashOrder::kFA1}, true);
+}
+TEST(AttentionRef, MaskedNaiveVsFlashFloat) {
+  naive_vs_flash_sweep<float>({FlashOrder::kFA2, FlashOrder::kFA1}, true);
+}
+
+// A mask that changes nothing is the causal mask: documents that never start (no EOT) and a
+// window >= T give exactly the results of {}, in every oracle.
+TEST(AttentionRef, MaskThatHidesNothingIsCausal) {
+  const AttnShape s{2, 37, 4, 2, 8};
+  const std::vector<float> qkv = random_qkv<float>(s, 2.0), dout = random_vec<float>(out_size(s));
+  const MaskCase none = mask_case("one", s.T, s.B, s.T, 8);
+  for (const Tiles& tl : {Tiles{0, 0}, Tiles{8, 8}, Tiles{5, 8, FlashOrder::kFA1}}) {
+    std::vector<float> out[2], saved[2], dqkv[2];
+    int k = 0;
+    for (const AttnMask& mask : {AttnMask{}, none.mask()}) {
+      out[k] = poisoned<float>(out_size(s));
+      saved[k] = poisoned<float>(saved_size(s, tl));
+      dqkv[k] = poisoned<float>(qkv_size(s));
+      forward_any(out[k], saved[k], qkv, s, tl, mask);
+      backward_any(dqkv[k], dout, qkv, out[k], saved[k], s, tl, mask);
+      k++;
+    }
+    EXPECT_EQ(out[0], out[1]) << tl.name();
+    EXPECT_EQ(saved[0], saved[1]) << tl.name();
+    EXPECT_EQ(dqkv[0], dqkv[1]) << tl.name();
   }
 }
 
@@ -474,13 +639,14 @@ TEST(AttentionRef, Flash1AllocatesNothingTxT) {
     std::vector<float> dqkv = poisoned<float>(qkv_size(s));
     heap_probe::reset();
     heap_probe::on = true;
-    attention_flash1_forward_ref(out.data(), lse.data(), qkv.data(), s, kCpuFlashBr, kCpuFlashBc);
+    attention_flash_forward_ref(out.data(), lse.data(), qkv.data(), s, kCpuFlashBr, kCpuFlashBc,
+                                {}, FlashOrder::kFA1);
     heap_probe::on = false;
     bytes[k][0] = heap_probe::total;
     heap_probe::reset();
     heap_probe::on = true;
-    attention_flash1_backward_ref(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s,
-                                  kCpuFlashBr, kCpuFlashBc);
+    attention_flash_backward_ref(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s,
+                                 kCpuFlashBr, kCpuFlashBc, {}, FlashOrder::kFA1);
     heap_probe::on = false;
     bytes[k][1] = heap_probe::total;
     std::printf("  %s flash1: forward allocated %zu B, backward %zu B; T x T fp32 would be %zu B\n",
@@ -576,50 +742,45 @@ TEST(AttentionRef, Registry) {
   EXPECT_THROW(make_cpu_attention("Flash"), flashgpt::Error);
 
   // Each backend through the interface: its saved size, and the same numbers as the
-  // function it wraps (bit for bit: same code, each element written by one thread).
+  // function it wraps (bit for bit: same code, each element written by one thread); causal and
+  // under a document mask with a window.
   const AttnShape s{2, 37, 4, 2, 16};
   std::vector<float> qkv = random_qkv<float>(s, 2.0), dout = random_vec<float>(out_size(s));
-  std::vector<float> outs[3], dqkvs[3];
-  int idx = 0;
-  for (const std::string& name : cpu_attention_names()) {
-    SCOPED_TRACE(name);
-    std::unique_ptr<CpuAttention<float>> a = make_cpu_attention(name);
-    ASSERT_TRUE(a);
-    EXPECT_EQ(name, a->name());
-    const bool naive = name == "naive";
-    EXPECT_EQ(a->saved_floats(s), naive ? p_size(s) : lse_size(s));
-    std::vector<float> out = poisoned<float>(out_size(s)), dqkv = poisoned<float>(qkv_size(s));
-    std::vector<float> saved = poisoned<float>(a->saved_floats(s));
-    a->forward(out.data(), saved.data(), qkv.data(), s);
-    a->backward(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), s);
+  for (const MaskCase& mc : {MaskCase{"causal", {}, 0}, mask_case("mid", 9, s.B, s.T, 32)}) {
+    SCOPED_TRACE(mc.name);
+    const AttnMask mask = mc.mask();
+    std::vector<float> outs[3], dqkvs[3];
+    int idx = 0;
+    for (const std::string& name : cpu_attention_names()) {
+      SCOPED_TRACE(name);
+      std::unique_ptr<CpuAttention<float>> a = make_cpu_attention(name);
+      ASSERT_TRUE(a);
+      EXPECT_EQ(name, a->name());
+      const Tiles tl = name == "naive"    ? Tiles{0, 0}
+                       : name == "flash1" ? Tiles{kCpuFlashBr, kCpuFlashBc, FlashOrder::kFA1}
+                                          : Tiles{kCpuFlashBr, kCpuFlashBc, FlashOrder::kFA2};
+      EXPECT_EQ(a->saved_floats(s), saved_size(s, tl));
+      std::vector<float> out = poisoned<float>(out_size(s)), dqkv = poisoned<float>(qkv_size(s));
+      std::vector<float> saved = poisoned<float>(a->saved_floats(s));
+      a->forward(out.data(), saved.data(), qkv.data(), s, mask);
+      a->backward(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), s, mask);
 
-    std::vector<float> out_r(out_size(s)), saved_r(saved.size()), dqkv_r(qkv_size(s));
-    if (naive) {
-      attention_naive_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s);
-      attention_naive_backward_ref(dqkv_r.data(), dout.data(), qkv.data(), saved_r.data(), s);
-    } else if (name == "flash1") {
-      attention_flash1_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s, kCpuFlashBr,
-                                   kCpuFlashBc);
-      attention_flash1_backward_ref(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(),
-                                    saved_r.data(), s, kCpuFlashBr, kCpuFlashBc);
-    } else {
-      attention_flash_forward_ref(out_r.data(), saved_r.data(), qkv.data(), s, kCpuFlashBr,
-                                  kCpuFlashBc);
-      attention_flash_backward_ref(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(),
-                                   saved_r.data(), s, kCpuFlashBr, kCpuFlashBc);
+      std::vector<float> out_r(out_size(s)), saved_r(saved.size()), dqkv_r(qkv_size(s));
+      forward_any(out_r, saved_r, qkv, s, tl, mask);
+      backward_any(dqkv_r, dout, qkv, out_r, saved_r, s, tl, mask);
+      EXPECT_EQ(out, out_r);
+      EXPECT_EQ(dqkv, dqkv_r);
+      outs[idx] = out;
+      dqkvs[idx] = dqkv;
+      idx++;
     }
-    EXPECT_EQ(out, out_r);
-    EXPECT_EQ(dqkv, dqkv_r);
-    outs[idx] = out;
-    dqkvs[idx] = dqkv;
-    idx++;
-  }
-  for (int k = 1; k < 3; k++) {
-    const std::string ctx = "naive vs " + cpu_attention_names()[k] + " via CpuAttention";
-    expect_close("out", ctx, compare(outs[k].data(), outs[0].data(), outs[0].size()),
-                 Tol<float>::out);
-    expect_close("dqkv", ctx, compare(dqkvs[k].data(), dqkvs[0].data(), dqkvs[0].size()),
-                 Tol<float>::dqkv);
+    for (int k = 1; k < 3; k++) {
+      const std::string ctx = "naive vs " + cpu_attention_names()[k] + " " + mc.name;
+      expect_close("out", ctx, compare(outs[k].data(), outs[0].data(), outs[0].size()),
+                   Tol<float>::out);
+      expect_close("dqkv", ctx, compare(dqkvs[k].data(), dqkvs[0].data(), dqkvs[0].size()),
+                   Tol<float>::dqkv);
+    }
   }
 }
 
@@ -631,12 +792,12 @@ TEST(AttentionRef, BadShapeThrows) {
   EXPECT_THROW(
       attention_flash_forward_ref(out.data(), saved.data(), buf.data(), not_divisible, 4, 4),
       flashgpt::Error);
-  EXPECT_THROW(
-      attention_flash1_forward_ref(out.data(), saved.data(), buf.data(), not_divisible, 4, 4),
-      flashgpt::Error);
+  EXPECT_THROW(attention_flash_forward_ref(out.data(), saved.data(), buf.data(), not_divisible, 4,
+                                           4, {}, FlashOrder::kFA1),
+               flashgpt::Error);
   const AttnShape zero_T{1, 0, 2, 2, 8};
-  EXPECT_THROW(attention_flash1_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
-                                             saved.data(), zero_T, 4, 4),
+  EXPECT_THROW(attention_flash_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
+                                            saved.data(), zero_T, 4, 4, {}, FlashOrder::kFA1),
                flashgpt::Error);
   EXPECT_THROW(attention_flash_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
                                             saved.data(), zero_T, 4, 4),
@@ -647,6 +808,21 @@ TEST(AttentionRef, BadShapeThrows) {
   EXPECT_THROW(attention_flash_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
                                             saved.data(), ok, 4, -1),
                flashgpt::Error);
+  // A mask no document_starts makes (a document starting after row 0 without its own row), or
+  // a negative window.
+  const std::vector<int> bad_starts = {0, 0, 1, 1};
+  for (const AttnMask& bad : {AttnMask{bad_starts.data(), 0}, AttnMask{nullptr, -2}}) {
+    EXPECT_THROW(attention_naive_forward_ref(out.data(), saved.data(), buf.data(), ok, bad),
+                 flashgpt::Error);
+    EXPECT_THROW(attention_naive_backward_ref(out.data(), buf.data(), buf.data(), saved.data(),
+                                              ok, bad),
+                 flashgpt::Error);
+    EXPECT_THROW(attention_flash_forward_ref(out.data(), saved.data(), buf.data(), ok, 4, 4, bad),
+                 flashgpt::Error);
+    EXPECT_THROW(attention_flash_backward_ref(out.data(), buf.data(), buf.data(), buf.data(),
+                                              saved.data(), ok, 4, 4, bad),
+                 flashgpt::Error);
+  }
 }
 
 }  // namespace

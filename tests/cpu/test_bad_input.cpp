@@ -25,7 +25,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -44,26 +43,6 @@
 #include "train/train.h"
 
 namespace {
-
-std::vector<std::string> train_args(int steps) {
-  return {"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels",
-          "64", "--heads", "4", "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps),
-          "--lr", "3e-3", "--warmup", "2", "--eval-every", "0", "--eval-steps", "2",
-          "--sample-every", "0", "--device", "cpu", "--quiet"};
-}
-
-TrainOptions parse_train(std::vector<std::string> args) {
-  Argv a(args);
-  TrainOptions o;
-  parse_train_options(a.argc(), a.argv(), o);
-  return o;
-}
-
-TrainOptions train_opts(int steps, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = train_args(steps);
-  args.insert(args.end(), extra.begin(), extra.end());
-  return parse_train(args);
-}
 
 std::string slurp(const std::string& path) { return read_file_bytes(path, "test"); }
 
@@ -150,11 +129,11 @@ TEST(BadInputDataLoss, OutTokenizerIsNeverReplacedBesideCheckpoints) {
   TempDir dir;
   std::ofstream(dir / "b.txt") << synthetic_corpus(400, 5);
   prepare_into(dir / "other", dir / "b.txt", 290);  // another tokenizer (290 tokens)
-  TrainOptions o = train_opts(2);
+  TrainOptions o = small_train_options(2);
   o.out_dir = dir / "run";
   run_train(o);
   const std::string tok = slurp(dir / "run/tokenizer.bin");
-  TrainOptions fresh = train_opts(2);  // a fresh run with the other data into the same --out
+  TrainOptions fresh = small_train_options(2);  // a fresh run with the other data into the same --out
   fresh.data_dir = dir / "other";
   fresh.out_dir = dir / "run";
   expect_error([&] { run_train(fresh); }, "--resume");
@@ -170,20 +149,17 @@ TEST(BadInputDataLoss, LogCannotOverwriteAShardOrCheckpoint) {
   TempDir dir;
   const std::string shard = test_corpus_dir() + "/train_000000.bin";
   const std::string before = slurp(shard);
-  TrainOptions o = train_opts(2);
+  TrainOptions o = small_train_options(2);
   o.log_path = shard;
   expect_error([&] { run_train(o); }, "is a token shard");
   EXPECT_EQ(slurp(shard), before);
-  TrainOptions good = train_opts(2);
-  good.out_dir = dir / "run";
-  run_train(good);
-  o.log_path = model_checkpoint_path(dir / "run", 2);
+  o.log_path = train_small_model(dir / "run", 2);
   expect_error([&] { run_train(o); }, "is a model checkpoint");
 }
 
 TEST(BadInputDataLoss, FreshRunRefusesAnotherRunsCheckpoints) {
   TempDir dir;
-  TrainOptions o = train_opts(3);
+  TrainOptions o = small_train_options(3);
   o.out_dir = dir.path;
   run_train(o);
   expect_error([&] { run_train(o); }, "already holds checkpoints (state_00000003.bin");
@@ -196,7 +172,7 @@ TEST(BadInputDataLoss, FreshRunRefusesAnotherRunsCheckpoints) {
 TEST(BadInputDataLoss, SecondTrainIntoOneOutIsLockedOut) {
   TempDir dir;
   OutDirLock first(dir.path);  // another train holding --out
-  TrainOptions o = train_opts(2);
+  TrainOptions o = small_train_options(2);
   o.out_dir = dir.path;
   std::string msg = expect_error([&] { run_train(o); }, "in use by another flashgpt train");
   EXPECT_NE(msg.find("pid " + std::to_string(getpid())), std::string::npos) << msg;
@@ -205,7 +181,7 @@ TEST(BadInputDataLoss, SecondTrainIntoOneOutIsLockedOut) {
 
 TEST(BadInputDataLoss, LogHoldsEachStepOnceAfterCrashAndResume) {
   TempDir dir;
-  TrainOptions o = train_opts(8, {"--checkpoint-every", "4", "--out", dir / "run"});
+  TrainOptions o = small_train_options(8, {"--checkpoint-every", "4", "--out", dir / "run"});
   o.log_path = dir / "log.jsonl";
   {
     ScopedEnv crash("FLASHGPT_TEST_FAIL", "0:7");  // dies at the start of step 7
@@ -222,7 +198,7 @@ TEST(BadInputDataLoss, LogHoldsEachStepOnceAfterCrashAndResume) {
 
 TEST(BadInputSilent, RopeThetaIsStoredExactlyAndResumeIsBitIdentical) {
   TempDir dir;
-  TrainOptions o = train_opts(4, {"--pos", "rope", "--rope-theta", "500.5", "--checkpoint-every", "2",
+  TrainOptions o = small_train_options(4, {"--pos", "rope", "--rope-theta", "500.5", "--checkpoint-every", "2",
                                   "--out", dir.path});
   TrainResult full = run_train(o);
   EXPECT_EQ(read_model_config(model_checkpoint_path(dir.path, 4)).rope_theta, 500.5f);
@@ -237,10 +213,10 @@ TEST(BadInputSilent, RopeThetaIsStoredExactlyAndResumeIsBitIdentical) {
 
 TEST(BadInputSilent, ResumeRefusesWhatWouldChangeTheRun) {
   TempDir dir;
-  TrainOptions o = train_opts(4);
+  TrainOptions o = small_train_options(4);
   o.out_dir = dir.path;
   run_train(o);
-  TrainOptions r = train_opts(6, {"--no-shuffle", "--out", dir.path, "--resume"});
+  TrainOptions r = small_train_options(6, {"--no-shuffle", "--out", dir.path, "--resume"});
   expect_error([&] { run_train(r); }, "--no-shuffle");
   r = o;
   r.resume = true;
@@ -260,21 +236,21 @@ TEST(BadInputSilent, ResumeRefusesWhatWouldChangeTheRun) {
 
 TEST(BadInputSilent, ZeroSizesAndEmptyValPatternAreErrors) {
   for (const char* flag : {"--layers", "--heads", "--kv-heads", "--channels", "--max-seq-len"})
-    expect_error([&] { train_opts(2, {flag, "0"}); }, std::string(flag) + " must be at least 1");
-  expect_error([&] { train_opts(2, {"--vocab-size", "1"}); }, "--vocab-size");
-  TrainOptions o = train_opts(2, {"--val-pattern", "/nonexistent/val_*.bin"});
+    expect_error([&] { small_train_options(2, {flag, "0"}); }, std::string(flag) + " must be at least 1");
+  expect_error([&] { small_train_options(2, {"--vocab-size", "1"}); }, "--vocab-size");
+  TrainOptions o = small_train_options(2, {"--val-pattern", "/nonexistent/val_*.bin"});
   expect_error([&] { run_train(o); }, "--val-pattern '/nonexistent/val_*.bin' matches no files");
 }
 
 TEST(BadInputSilent, TokenizerOrVocabSizeDisagreeingWithData) {
   TempDir dir;
   Tokenizer::train(synthetic_corpus(300, 9), 290).save(dir / "other.bin");
-  TrainOptions o = train_opts(1);
+  TrainOptions o = small_train_options(1);
   o.tokenizer_path = dir / "other.bin";
   expect_error([&] { run_train(o); }, "is not the tokenizer --data");
-  o = train_opts(1, {"--vocab-size", "512"});
+  o = small_train_options(1, {"--vocab-size", "512"});
   expect_error([&] { run_train(o); }, "--vocab-size 512");
-  o = train_opts(1, {"--vocab-size", "300"});  // agreeing is fine, so is the same file named
+  o = small_train_options(1, {"--vocab-size", "300"});  // agreeing is fine, so is the same file named
   o.tokenizer_path = test_corpus_dir() + "/tokenizer.bin";
   EXPECT_EQ(run_train(o).losses.size(), 1u);
 }
@@ -284,15 +260,12 @@ TEST(BadInputSilent, TokenizerOrVocabSizeDisagreeingWithData) {
 
 TEST(BadInputExit, FullDeviceForLogAndSample) {
   if (!file_exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
-  TrainOptions o = train_opts(2);
+  TrainOptions o = small_train_options(2);
   o.log_path = "/dev/full";
   expect_error([&] { run_train(o); }, "--log '/dev/full'");
   TempDir dir;
-  TrainOptions good = train_opts(1);
-  good.out_dir = dir.path;
-  run_train(good);
   SampleOptions s;
-  s.checkpoint = model_checkpoint_path(dir.path, 1);
+  s.checkpoint = train_small_model(dir.path);
   s.tokens = 20;
   s.device = "cpu";
   std::unique_ptr<FILE, int (*)(FILE*)> full(std::fopen("/dev/full", "w"), std::fclose);
@@ -300,10 +273,11 @@ TEST(BadInputExit, FullDeviceForLogAndSample) {
 }
 
 TEST(BadInputExit, AbsurdWeightDecayIsRefused) {
-  expect_error([&] { train_opts(2, {"--weight-decay", "1e30"}); }, "--weight-decay");
-  expect_error([&] { train_opts(2, {"--lr", "0.01", "--weight-decay", "200"}); }, "--weight-decay 200");
-  expect_error([&] { train_opts(2, {"--weight-decay", "nan"}); }, "--weight-decay");
-  EXPECT_NO_THROW(train_opts(2, {"--weight-decay", "0.1"}));
+  expect_error([&] { small_train_options(2, {"--weight-decay", "1e30"}); }, "--weight-decay");
+  expect_error([&] { small_train_options(2, {"--lr", "0.01", "--weight-decay", "200"}); },
+               "--weight-decay 200");
+  expect_error([&] { small_train_options(2, {"--weight-decay", "nan"}); }, "--weight-decay");
+  EXPECT_NO_THROW(small_train_options(2, {"--weight-decay", "0.1"}));
 }
 
 TEST(BadInputExit, NanWeightsNameTheFile) {
@@ -313,7 +287,7 @@ TEST(BadInputExit, NanWeightsNameTheFile) {
   s.checkpoint = nan;
   s.device = "cpu";
   expect_error([&] { run_sample(s); }, "nan.bin' holds a non-finite weight (nan in fcw");
-  TrainOptions o = train_opts(1);
+  TrainOptions o = small_train_options(1);
   o.init_path = nan;
   expect_error([&] { run_train(o); }, "nan.bin' holds a non-finite weight");
   ExportOptions e;
@@ -327,8 +301,9 @@ TEST(BadInputExit, NanWeightsNameTheFile) {
 }
 
 TEST(BadInputExit, SizesThatOverflow) {
-  expect_error([&] { train_opts(2, {"--total-batch", "9223372036854775680"}); }, "--total-batch");
-  expect_error([&] { train_opts(2, {"--batch", "65536", "--seq-len", "65536"}); }, "--batch 65536 x --seq-len 65536");
+  expect_error([&] { small_train_options(2, {"--total-batch", "9223372036854775680"}); }, "--total-batch");
+  expect_error([&] { small_train_options(2, {"--batch", "65536", "--seq-len", "65536"}); },
+               "--batch 65536 x --seq-len 65536");
   Argv a({"sample", "--checkpoint", "m.bin", "--tokens", "2147483647"});
   SampleOptions s;
   std::string msg = expect_error([&] { parse_sample_options(a.argc(), a.argv(), s); }, "--tokens");
@@ -338,7 +313,7 @@ TEST(BadInputExit, SizesThatOverflow) {
 TEST(BadInputExit, FailedAllocationSaysSo) {
   // 2^31-1 tokens per micro-step on a 1024-channel layer: hundreds of TB of activations, more
   // than any address space, so the allocation fails at once (no overcommit can hide it).
-  TrainOptions o = parse_train({"train", "--bench", "--device", "cpu", "--model", "tiny", "--layers",
+  TrainOptions o = parsed(parse_train_options, {"train", "--bench", "--device", "cpu", "--model", "tiny", "--layers",
                                 "1", "--channels", "1024", "--heads", "16", "--pos", "rope", "--vocab-size", "300",
                                 "--batch", "32767", "--seq-len", "65536", "--quiet"});
   try {
@@ -352,14 +327,8 @@ TEST(BadInputExit, FailedAllocationSaysSo) {
 }
 
 TEST(BadInputExit, PrepareHelpListsInput) {
-  Argv a({"prepare", "--help"});
-  PrepareOptions p;
-  std::stringstream captured;
-  std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
-  bool ran = parse_prepare_options(a.argc(), a.argv(), p);
-  std::cout.rdbuf(old);
-  EXPECT_FALSE(ran);
-  EXPECT_NE(captured.str().find("--input"), std::string::npos) << captured.str();
+  const std::string help = help_text(parse_prepare_options, {"prepare", "--help"});
+  EXPECT_NE(help.find("--input"), std::string::npos) << help;
 }
 
 TEST(BadInputExit, PrepareErrorStartsOnItsOwnLine) {
@@ -408,12 +377,12 @@ TEST(BadInputFaults, SignalWritesACheckpointAndResumeIsExact) {
   sigaction(SIGINT, &dfl, &old_int);
   sigaction(SIGTERM, &dfl, &old_term);
   TempDir dir;
-  TrainOptions o = train_opts(8);
+  TrainOptions o = small_train_options(8);
   o.out_dir = dir / "full";
   TrainResult full = run_train(o);
   for (int sig : {SIGINT, SIGTERM}) {
     SCOPED_TRACE(sig == SIGINT ? "SIGINT" : "SIGTERM");
-    TrainOptions s = train_opts(8);
+    TrainOptions s = small_train_options(8);
     s.out_dir = dir / (sig == SIGINT ? "int" : "term");
     TrainResult stopped;
     {
@@ -432,7 +401,7 @@ TEST(BadInputFaults, SignalWritesACheckpointAndResumeIsExact) {
     for (int i = 0; i < 5; i++) EXPECT_EQ(rest.losses[i], full.losses[3 + i]) << "step " << 4 + i;
     EXPECT_EQ(slurp(model_checkpoint_path(s.out_dir, 8)), slurp(model_checkpoint_path(o.out_dir, 8)));
   }
-  TrainOptions no_out = train_opts(8);  // without --out: it stops all the same
+  TrainOptions no_out = small_train_options(8);  // without --out: it stops all the same
   {
     ScopedEnv hook("FLASHGPT_TEST_SIGNAL", "2:" + std::to_string(SIGTERM));
     EXPECT_EQ(run_train(no_out).interrupted, SIGTERM);
@@ -447,7 +416,7 @@ TEST(BadInputFaults, SignalWritesACheckpointAndResumeIsExact) {
 // where the uninterrupted run ends.
 TEST(BadInputFaults, CrashDuringCheckpointWriteThenResumeIsExact) {
   TempDir dir;
-  TrainOptions o = train_opts(8, {"--checkpoint-every", "4", "--out", dir / "full"});
+  TrainOptions o = small_train_options(8, {"--checkpoint-every", "4", "--out", dir / "full"});
   run_train(o);
   TrainOptions c = o;
   c.out_dir = dir / "crashed";
@@ -470,7 +439,7 @@ TEST(BadInputFaults, CrashDuringCheckpointWriteThenResumeIsExact) {
 TEST(BadInputFaults, FullDiskOnTmpfs) {
   SmallTmpfs fs(160 * 1024);  // room for the tokenizer and shards, not for a checkpoint pair
   if (!fs.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (" << strerror(errno) << ")";
-  TrainOptions o = train_opts(2);
+  TrainOptions o = small_train_options(2);
   o.out_dir = fs.dir / "run";
   std::string msg = expect_error([&] { run_train(o); }, "disk full");
   for (const std::string& f : checkpoint_files(o.out_dir)) ADD_FAILURE() << "left behind: " << f;

@@ -1,5 +1,5 @@
 // Data pipeline tests: shard files, the dataloader's window semantics (contents, epochs,
-// shuffling, ranks, exact resume), and prepare end to end.
+// shuffling, ranks, exact resume), document lengths (data/documents.h), and prepare end to end.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,10 +15,13 @@
 #include <vector>
 
 #include "data/dataloader.h"
+#include "data/documents.h"
 #include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "kernels/attention/mask.h"
 #include "kernels/common.h"
+#include "kernels/rng.h"
 
 namespace {
 
@@ -463,6 +466,19 @@ TEST(Prepare, EndToEnd) {
   std::vector<std::string> tdocs = decode_docs(tok, train), vdocs = decode_docs(tok, val);
   EXPECT_GE(vdocs.size(), 1u);
   EXPECT_GE(tdocs.size(), vdocs.size());
+  // The document lengths it reports are those of the shards it wrote, one per EOT.
+  for (const char* split : {"train", "val"}) {
+    SCOPED_TRACE(split);
+    const bool is_train = std::string(split) == "train";
+    const DocumentStats& got = is_train ? r.train_docs : r.val_docs;
+    const DocumentStats want =
+        shard_document_lengths(glob_files(opt.out_dir + "/" + split + "_*.bin", "test"),
+                               tok.eot_token())
+            .stats();
+    EXPECT_EQ(format_document_stats(got), format_document_stats(want));
+    EXPECT_EQ(got.count, (is_train ? tdocs : vdocs).size());
+    EXPECT_EQ(got.tokens, is_train ? r.train_tokens : r.val_tokens);
+  }
   // Each split keeps the input order; together they are exactly the documents.
   std::vector<std::string> want = expected_docs(), got = tdocs;
   got.insert(got.end(), vdocs.begin(), vdocs.end());
@@ -558,4 +574,112 @@ TEST(Prepare, BadOptionsWriteNothing) {
   expect_error_containing([&] { prepare_corpus(o); }, {"--val-fraction"});
   o.val_fraction = 0;
   EXPECT_EQ(prepare_corpus(o).train_tokens, 1u + 18u);  // EOT + 18 bytes
+}
+
+// ---------------------------------------------------------------------------------------------
+// document lengths (data/documents.h)
+
+namespace {
+constexpr uint16_t kE = 9;  // the EOT of these streams
+}  // namespace
+
+TEST(Documents, LengthsFollowTheEotRule) {
+  struct {
+    std::vector<uint16_t> stream;
+    std::vector<uint64_t> lengths;
+  } cases[] = {
+      {{kE, 1, 2, kE, 3, kE, kE, 4, 5, 6}, {3, 2, 1, 4}},  // the EOT counts in its document
+      {{1, 2, kE, 3}, {2, 2}},                          // starts mid-document
+      {{kE}, {1}},
+      {{1, 2, 3}, {3}},                                 // no EOT: one document
+      {{}, {}},
+  };
+  for (const auto& c : cases) {
+    DocumentLengths d(kE);
+    d.add(c.stream.data(), c.stream.size());
+    EXPECT_EQ(d.lengths(), c.lengths);
+  }
+  // Nearest-rank percentiles of {3, 2, 1, 4}: p50 = 2, p90 = 4.
+  DocumentLengths d(kE);
+  d.add(cases[0].stream.data(), cases[0].stream.size());
+  const DocumentStats s = d.stats();
+  EXPECT_EQ(s.count, 4u);
+  EXPECT_EQ(s.tokens, 10u);
+  EXPECT_DOUBLE_EQ(s.mean, 2.5);
+  EXPECT_EQ(s.p50, 2u);
+  EXPECT_EQ(s.p90, 4u);
+  EXPECT_EQ(s.max, 4u);
+  EXPECT_EQ(format_document_stats(s),
+            "4 documents in 10 tokens; tokens per document: mean 2.5, p50 2, p90 4, max 4");
+  EXPECT_EQ(format_document_stats(DocumentLengths(kE).stats()), "no documents");
+}
+
+// A random stream fed in random pieces, and written as shards, is the same stream: documents
+// that straddle pieces and shards are counted once. Stats against sorting by hand.
+TEST(Documents, PiecesAndShardsAreOneStream) {
+  Rng rng(11);
+  std::vector<uint16_t> stream(5000);
+  for (uint16_t& t : stream) t = rng.uniform() < 0.02 ? kE : uint16_t(rng.next_u64() % kE);
+  DocumentLengths whole(kE), pieces(kE);
+  whole.add(stream.data(), stream.size());
+  for (size_t i = 0; i < stream.size();) {
+    const size_t n = std::min<size_t>(1 + rng.next_u64() % 300, stream.size() - i);
+    pieces.add(stream.data() + i, n);
+    i += n;
+  }
+  EXPECT_EQ(pieces.lengths(), whole.lengths());
+
+  std::vector<uint64_t> len;  // by hand
+  for (size_t i = 0; i < stream.size(); i++)
+    if (i == 0 || stream[i] == kE) len.push_back(1);
+    else len.back()++;
+  EXPECT_EQ(whole.lengths(), len);
+  std::sort(len.begin(), len.end());
+  const DocumentStats s = whole.stats();
+  EXPECT_EQ(s.count, len.size());
+  EXPECT_EQ(s.tokens, stream.size());
+  EXPECT_EQ(s.p50, len[(len.size() + 1) / 2 - 1]);
+  EXPECT_EQ(s.p90, len[(len.size() * 9 + 9) / 10 - 1]);
+  EXPECT_EQ(s.max, len.back());
+
+  DataTempDir dir;
+  std::vector<std::string> files;
+  for (size_t i = 0, k = 0; i < stream.size(); i += 1234, k++) {
+    files.push_back(dir.file(flashgpt::strformat("train_%06zu.bin", k)));
+    const size_t end = std::min<size_t>(i + 1234, stream.size());
+    write_shard(files.back(), std::vector<uint16_t>(stream.begin() + i, stream.begin() + end));
+  }
+  EXPECT_EQ(shard_document_lengths(files, kE).lengths(), whole.lengths());
+  // A cap reads the first max_tokens tokens only, across shards.
+  DocumentLengths first(kE);
+  first.add(stream.data(), 3000);
+  EXPECT_EQ(shard_document_lengths(files, kE, 3000).lengths(), first.lengths());
+  expect_error_containing([&] { shard_document_lengths({dir.file("missing.bin")}, kE); },
+                          {"missing.bin"});
+}
+
+// The work fraction against the mask itself: each window's document starts (mask.h) and its
+// visible pairs, over the causal pairs.
+TEST(Documents, WorkFractionMatchesTheMask) {
+  Rng rng(12);
+  std::vector<uint16_t> stream(3000);
+  for (uint16_t& t : stream) t = rng.uniform() < 0.01 ? kE : uint16_t(rng.next_u64() % kE);
+  DocumentLengths docs(kE);
+  docs.add(stream.data(), stream.size());
+  for (int T : {1, 7, 64, 300, 3000, 4000})
+    for (int W : {0, 1, 5, 100}) {
+      const size_t windows = stream.size() / T;
+      double visible = 0;
+      for (size_t w = 0; w < windows; w++) {
+        const std::vector<int> tok(stream.begin() + w * T, stream.begin() + (w + 1) * T);
+        const std::vector<int> ds = document_starts(tok.data(), 1, T, kE);
+        visible += double(visible_pairs(AttnMask{ds.data(), W}, 1, T));
+      }
+      const double want = windows ? visible / (windows * (double(T) * (T + 1) / 2)) : 1.0;
+      EXPECT_NEAR(document_mask_work_fraction(docs.lengths(), T, W), want, 1e-12 * want)
+          << "T=" << T << " W=" << W;
+    }
+  // One document: no saving without a window.
+  const std::vector<uint64_t> one = {100000};
+  EXPECT_DOUBLE_EQ(document_mask_work_fraction(one, 1024, 0), 1.0);
 }

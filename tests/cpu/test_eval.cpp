@@ -1,7 +1,9 @@
 // flashgpt eval (train/eval.cpp): its loss is train's val loss on the same windows; its token
 // and byte counts and the whole-split batch count against an independent reading of the shard;
-// bits per byte from them; the JSON file; bad input.
+// bits per byte from them; the JSON file and what it may replace; bad input.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -21,12 +23,8 @@
 namespace {
 
 TrainOptions eval_train_options() {
-  TrainOptions o;
-  Argv a({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels",
-          "64", "--heads", "4", "--seq-len", "32", "--batch", "4", "--steps", "6", "--lr", "3e-3",
-          "--warmup", "2", "--eval-every", "0", "--eval-steps", "5", "--sample-every", "0",
-          "--device", "cpu", "--quiet"});
-  EXPECT_TRUE(parse_train_options(a.argc(), a.argv(), o));
+  TrainOptions o = small_train_options(6);
+  o.eval_steps = 5;
   return o;
 }
 
@@ -119,4 +117,46 @@ TEST(Eval, BadInput) {
   Tokenizer::train(synthetic_corpus(200, 3), 280).save(out / "other.bin");
   e.tokenizer_path = out / "other.bin";
   expect_error([&] { eval_quietly(e); }, "other.bin");
+}
+
+// --json replaces only an earlier eval JSON (its "producer" says "flashgpt eval"); a checkpoint,
+// a shard, a text file or a pipe there is refused before the evaluation and stays as it was;
+// a symbolic link is written through.
+TEST(Eval, JsonReplacesOnlyAnEarlierEvalJson) {
+  TempDir out;
+  TrainOptions o = eval_train_options();
+  o.steps = 1;
+  o.out_dir = out / "run";
+  run_train(o);
+  const std::string ckpt = model_checkpoint_path(o.out_dir, 1);
+  EvalOptions e = parse_eval({"--checkpoint", ckpt, "--data", test_corpus_dir(), "--steps", "1",
+                              "--device", "cpu"});
+  std::ofstream(out / "shard.bin", std::ios::binary)
+      << read_file_bytes(test_corpus_dir() + "/val_000000.bin", "shard");
+  std::ofstream(out / "notes.txt") << "my notes\n";
+  const struct {
+    std::string path, what;
+  } others[] = {{ckpt, "is a model checkpoint"}, {out / "shard.bin", "is a token shard"},
+                {out / "notes.txt", "is a file"}};
+  for (const auto& other : others) {
+    SCOPED_TRACE(other.path);
+    const std::string before = read_file_bytes(other.path, "x");
+    e.json_path = other.path;
+    expect_error([&] { eval_quietly(e); }, "--json '" + other.path + "' " + other.what);
+    EXPECT_EQ(read_file_bytes(other.path, "x"), before);
+  }
+  ASSERT_EQ(mkfifo((out / "fifo").c_str(), 0644), 0);
+  e.json_path = out / "fifo";
+  expect_error([&] { eval_quietly(e); }, "is not a regular file");
+  struct stat st;
+  EXPECT_TRUE(lstat((out / "fifo").c_str(), &st) == 0 && S_ISFIFO(st.st_mode));
+
+  e.json_path = out / "eval.json";
+  eval_quietly(e);
+  eval_quietly(e);  // its own earlier JSON
+  EXPECT_EQ(parse_json(read_file_bytes(e.json_path, "x"), "x").find("producer")->str, "flashgpt eval");
+  ASSERT_EQ(symlink("eval.json", (out / "link.json").c_str()), 0);
+  e.json_path = out / "link.json";
+  eval_quietly(e);
+  EXPECT_TRUE(lstat(e.json_path.c_str(), &st) == 0 && S_ISLNK(st.st_mode));
 }

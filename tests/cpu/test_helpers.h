@@ -4,14 +4,20 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "data/prepare.h"
 #include "kernels/common.h"
 #include "kernels/rng.h"
+#include "model/checkpoint.h"
+#include "train/options.h"
+#include "train/train.h"
 
 struct TempDir {
   std::string path;
@@ -42,6 +48,24 @@ Options parsed(bool (*parse)(int, char**, Options&), std::vector<std::string> ar
   Options o;
   EXPECT_TRUE(parse(a.argc(), a.argv(), o));
   return o;
+}
+
+// What a parser prints for `args` (ending in --help), each whitespace run as one space (cxxopts
+// wraps lines); expects it not to run the command.
+template <typename Options>
+std::string help_text(bool (*parse)(int, char**, Options&), std::vector<std::string> args) {
+  Argv a(std::move(args));
+  Options o;
+  std::stringstream captured;
+  std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+  const bool ran = parse(a.argc(), a.argv(), o);
+  std::cout.rdbuf(old);
+  EXPECT_FALSE(ran);
+  std::string text;
+  for (char ch : captured.str())
+    if (!(isspace((unsigned char)ch) && !text.empty() && text.back() == ' '))
+      text += isspace((unsigned char)ch) ? ' ' : ch;
+  return text;
 }
 
 // Runs fn, expects flashgpt::Error whose message contains `needle`; returns the message.
@@ -102,4 +126,27 @@ inline const std::string& test_corpus_dir() {
   };
   static Corpus c;
   return c.data;
+}
+
+// The small CPU run the file and bad-input tests share (L=2, C=64, T=32, batch 4 on
+// test_corpus_dir(), no evaluation or samples during the run), with `extra` flags appended.
+inline TrainOptions small_train_options(int steps, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {
+      "train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels", "64",
+      "--heads", "4", "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps), "--lr",
+      "3e-3", "--warmup", "2", "--eval-every", "0", "--eval-steps", "2", "--sample-every", "0",
+      "--device", "cpu", "--quiet"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Argv a(args);
+  TrainOptions o;
+  parse_train_options(a.argc(), a.argv(), o);
+  return o;
+}
+
+// small_train_options(steps) trained into out_dir; returns its model file of the last step.
+inline std::string train_small_model(const std::string& out_dir, int steps = 1) {
+  TrainOptions o = small_train_options(steps);
+  o.out_dir = out_dir;
+  run_train(o);
+  return model_checkpoint_path(out_dir, steps);
 }

@@ -5,7 +5,8 @@
 //    config.json's numbers;
 //  - export -> --init gives the same parameters and bit-identical logits; training from the
 //    export starts at the same loss; a Hub-style file (no "transformer." prefix, F16/BF16);
-//  - RoPE and grouped-query models refused; corrupt files refused naming the file.
+//  - RoPE and grouped-query models refused; corrupt files refused naming the file; a config
+//    (or layer count) that disagrees with the tensors refused naming a tensor.
 // transformers itself reads the export on the GPU machine: scripts/check_hf_export.py.
 #include <gtest/gtest.h>
 
@@ -31,15 +32,27 @@
 
 namespace {
 
+// The tiny preset at 2 layers of 32 channels, 4 heads, 300 tokens, 24 positions.
 GPTConfig hf_config() {
-  GPTConfig c;
-  c.max_seq_len = 24;
-  c.vocab_size = 300;
-  c.padded_vocab_size = pad_vocab(300);
+  GPTConfig c = gpt_preset("tiny", 300, 24);
   c.num_layers = 2;
-  c.num_heads = c.num_kv_heads = 4;
   c.channels = 32;
   return c;
+}
+
+// The parameters load_hf_gpt2 reads from path.
+std::vector<float> hf_params(const std::string& path) {
+  GPTConfig c;
+  std::vector<float> p;
+  load_hf_gpt2(path, c, p);
+  return p;
+}
+
+// load_hf_gpt2(path) fails with an error that mentions needle.
+void expect_load_error(const std::string& path, const std::string& needle) {
+  GPTConfig c;
+  std::vector<float> p;
+  expect_error([&] { load_hf_gpt2(path, c, p); }, needle);
 }
 
 std::vector<float> random_params(const GPTConfig& c, uint64_t seed) {
@@ -115,7 +128,7 @@ TEST(Safetensors, HalfFormatsAndBadFiles) {
   SafetensorsFile f = read_safetensors(dir / "h.safetensors");
   EXPECT_EQ(f.to_float("h"), (std::vector<float>{1.0f, -2.5f, 65504.0f, std::ldexp(1.0f, -24)}));
   EXPECT_EQ(f.to_float("b"), (std::vector<float>{1.0f, -3.0f}));
-  // truncated, a gap, overlapping, a wrong size, not a safetensors file at all
+  // truncated, a gap, overlapping, a wrong size, not a safetensors file at all, a size past 2^64
   auto bad = [&](const std::string& name, const std::string& content, const std::string& needle) {
     std::ofstream(dir / name, std::ios::binary) << content;
     std::string msg = expect_error([&] { read_safetensors(dir / name); }, needle);
@@ -130,6 +143,13 @@ TEST(Safetensors, HalfFormatsAndBadFiles) {
   bad("size.safetensors", size, "bytes");
   bad("tiny.safetensors", "abc", "8-byte");
   bad("json.safetensors", std::string("\x04\0\0\0\0\0\0\0{\"a\"", 12), "header");
+  // 2^32 x 2^32 F32 elements: the byte count wraps 2^64 to 0, which must not match an empty
+  // data range.
+  const std::string wrap = "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+                           "\"data_offsets\":[0,0]}}";
+  std::string wrapped(8, '\0');
+  wrapped[0] = (char)wrap.size();
+  bad("wrap.safetensors", wrapped + wrap, "tensor 'w' has a shape whose size overflows 64 bits");
 }
 
 TEST(HfExport, LayoutByHandAndRoundTrip) {
@@ -206,10 +226,7 @@ TEST(HfExport, HubStyleNames) {
   std::system(("mkdir -p '" + dir.path + "/hub'").c_str());
   write_safetensors(dir / "hub/model.safetensors", hub, {{"format", "pt"}});
   std::ofstream(dir / "hub/config.json") << read_file_bytes(dir / "ours/config.json", "x");
-  GPTConfig c2;
-  std::vector<float> p2;
-  load_hf_gpt2(dir / "hub", c2, p2);
-  EXPECT_EQ(p2, p);
+  EXPECT_EQ(hf_params(dir / "hub"), p);
 }
 
 TEST(HfExport, RefusesWhatGpt2CannotExpress) {
@@ -226,13 +243,11 @@ TEST(HfExport, RefusesWhatGpt2CannotExpress) {
   std::vector<float> p = random_params(c, 3);
   export_hf_gpt2(dir / "hf", c, p);
   const std::string cfg = read_file_bytes(dir / "hf/config.json", "x");
-  GPTConfig c2;
-  std::vector<float> p2;
   auto with_config = [&](const std::string& from, const std::string& to, const std::string& needle) {
     std::string edited = cfg;
     edited.replace(edited.find(from), from.size(), to);
     std::ofstream(dir / "hf/config.json") << edited;
-    expect_error([&] { load_hf_gpt2(dir / "hf", c2, p2); }, needle);
+    expect_load_error(dir / "hf", needle);
   };
   with_config("\"gelu_new\"", "\"relu\"", "activation_function");
   with_config("\"n_positions\": 24", "\"n_positions\": 25", "n_positions");
@@ -248,24 +263,62 @@ TEST(HfExport, RefusesWhatGpt2CannotExpress) {
     t.push_back({name, e.shape, keep.back().data()});
   }
   write_safetensors(dir / "hf/model.safetensors", t, {{"format", "pt"}});
-  expect_error([&] { load_hf_gpt2(dir / "hf", c2, p2); }, "lm_head.weight differs");
-  expect_error([&] { load_hf_gpt2(dir / "nothing", c2, p2); }, "nothing");
+  expect_load_error(dir / "hf", "lm_head.weight differs");
+  expect_load_error(dir / "nothing", "nothing");
 }
+
+// A config.json (or, without one, the layers counted from the tensors) that disagrees with the
+// tensors is refused with one line naming a tensor: fewer layers than the file holds (they were
+// once dropped silently), more, a head count other than the export's, a tensor GPT-2 does not
+// have.
+TEST(HfExport, ShapeThatDisagreesWithTheTensorsIsRefused) {
+  TempDir dir;
+  const GPTConfig c = hf_config();
+  export_hf_gpt2(dir / "hf", c, random_params(c, 4));
+  const std::string cfg = read_file_bytes(dir / "hf/config.json", "x");
+  auto with_config = [&](const std::string& from, const std::string& to, const std::string& needle) {
+    SCOPED_TRACE(to);
+    std::string edited = cfg;
+    edited.replace(edited.find(from), from.size(), to);
+    std::ofstream(dir / "hf/config.json") << edited;
+    expect_load_error(dir / "hf", needle);
+  };
+  with_config("\"n_layer\": 2", "\"n_layer\": 1",
+              "tensor 'transformer.h.1.attn.c_attn.bias' is not part of a GPT-2 of 1 layers");
+  with_config("\"n_layer\": 2", "\"n_layer\": 3", "no tensor 'transformer.h.2.ln_1.weight'");
+  with_config("\"n_head\": 4", "\"n_head\": 8", "n_head 8 disagrees with the 4 heads");
+  with_config("\"n_embd\": 32", "\"n_embd\": 64", "n_embd");
+  with_config("\"vocab_size\": 300", "\"vocab_size\": 299", "vocab_size");
+  std::ofstream(dir / "hf/config.json") << cfg;
+
+  // A tensor GPT-2 does not have; and, in a file without config.json (its layers counted from
+  // h.N.ln_1.weight, its heads from the export's metadata), a layer 1 without ln_1.weight.
+  const SafetensorsFile f = read_safetensors(dir / "hf/model.safetensors");
+  auto rewritten = [&](const std::string& file, const std::string& drop, const std::string& add) {
+    std::vector<std::vector<float>> keep;
+    std::vector<TensorToWrite> t;
+    for (const auto& [name, e] : f.tensors) {
+      if (name == drop) continue;
+      keep.push_back(f.to_float(name));
+      t.push_back({name, e.shape, keep.back().data()});
+    }
+    if (!add.empty()) t.push_back({add, {1}, keep.back().data()});
+    write_safetensors(file, t, {{"format", "pt"}, {"n_head", "4"}});
+  };
+  rewritten(dir / "hf/model.safetensors", "", "transformer.h.0.attn.c_attn.lora");
+  expect_load_error(dir / "hf", "tensor 'transformer.h.0.attn.c_attn.lora' is not part of");
+  rewritten(dir / "alone.safetensors", "transformer.h.1.ln_1.weight", "");
+  expect_load_error(dir / "alone.safetensors",
+                    "tensor 'transformer.h.1.attn.c_attn.bias' is not part of a GPT-2 of 1 layers");
+}
+
 
 // `flashgpt export` from a trained checkpoint, then `train --init DIR`: the first step's loss
 // is the one of `--init model_*.bin` (same weights, same data).
 TEST(HfExport, ExportCommandAndInit) {
   TempDir out;
-  auto opts = [&](int steps) {
-    TrainOptions o;
-    Argv a({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels",
-            "64", "--heads", "4", "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps),
-            "--lr", "3e-3", "--warmup", "2", "--eval-every", "0", "--sample-every", "0",
-            "--device", "cpu", "--quiet"});
-    EXPECT_TRUE(parse_train_options(a.argc(), a.argv(), o));
-    return o;
-  };
-  TrainOptions o = opts(3);
+  auto opts = small_train_options;
+  TrainOptions o = opts(3, {});
   o.out_dir = out / "run";
   run_train(o);
   ExportOptions e;
@@ -274,10 +327,14 @@ TEST(HfExport, ExportCommandAndInit) {
   std::unique_ptr<FILE, int (*)(FILE*)> sink(std::tmpfile(), std::fclose);
   run_export(e, sink.get());
   EXPECT_TRUE(file_exists(out / "hf/tokenizer.bin"));  // sample --checkpoint DIR finds it
-  TrainOptions from_bin = opts(1), from_hf = opts(1);
+  TrainOptions from_bin = opts(1, {}), from_hf = opts(1, {});
   from_bin.init_path = model_checkpoint_path(out / "run", 3);
   from_hf.init_path = out / "hf";
   EXPECT_EQ(run_train(from_bin).losses[0], run_train(from_hf).losses[0]);
   Argv bad({"export", "--checkpoint", "m.bin", "--out", "x", "--format", "onnx"});
   expect_error([&] { parse_export_options(bad.argc(), bad.argv(), e); }, "--format 'onnx'");
+  // --checkpoint takes what load_any_model reads, a Hugging Face directory included
+  const std::string help = help_text(parse_export_options, {"export", "--help"});
+  EXPECT_NE(help.find("--checkpoint arg model: flashgpt or llm.c file, or Hugging Face GPT-2 "
+                      "directory"), std::string::npos) << help;
 }

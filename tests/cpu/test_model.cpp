@@ -38,7 +38,7 @@ void random_tokens(std::vector<int>& v, int V, uint64_t seed) {
 // Compares analytic gradients of the mean loss with central differences on every parameter
 // of every tensor (the model is small enough), reporting the worst relative error per tensor.
 void check_model_gradients(const std::string& attn, int NKV, bool rope = false,
-                           Recompute recompute = Recompute::kNone) {
+                           Recompute recompute = Recompute::kNone, MaskSpec mask = {}) {
   GPTConfig c = tiny_config();
   c.num_kv_heads = NKV;
   c.rope = rope;
@@ -49,6 +49,7 @@ void check_model_gradients(const std::string& attn, int NKV, bool rope = false,
   mo.T = T;
   mo.attn = attn;
   mo.recompute = recompute;
+  mo.mask = mask;
   GptCpu<double> model(mo);
   // Non-trivial LayerNorm/bias values so every path carries gradient.
   Rng rng(7);
@@ -56,6 +57,8 @@ void check_model_gradients(const std::string& attn, int NKV, bool rope = false,
   std::vector<int> in(B * T), tg(B * T);
   random_tokens(in, c.vocab_size, 1);
   random_tokens(tg, c.vocab_size, 2);
+  if (mask.kind == MaskKind::kDocument)  // documents that start mid-window in each row
+    in[2] = in[T + 4] = mask.eot_token(c.vocab_size);
   model.zero_grad();
   model.forward(in.data(), tg.data(), B, T);
   model.backward(1.0f);
@@ -97,6 +100,13 @@ TEST(ModelGradients, FiniteDifferencesFlashAttention) { check_model_gradients("f
 TEST(ModelGradients, FiniteDifferencesMultiQuery) { check_model_gradients("flash", 1); }
 TEST(ModelGradients, FiniteDifferencesRope) { check_model_gradients("flash", 1, true); }
 TEST(ModelGradients, FiniteDifferencesRopeNaive) { check_model_gradients("naive", 2, true); }
+// Under the document mask (with a window of 3), and through recompute with RoPE.
+TEST(ModelGradients, FiniteDifferencesDocumentMaskWindow) {
+  check_model_gradients("flash", 1, false, Recompute::kNone, {MaskKind::kDocument, 3, -1});
+}
+TEST(ModelGradients, FiniteDifferencesDocumentMaskRecomputeNaive) {
+  check_model_gradients("naive", 2, true, Recompute::kLayer, {MaskKind::kDocument, 0, -1});
+}
 // Through a recompute mode's backward (model/recompute.h): the whole block remade from its input.
 TEST(ModelGradients, FiniteDifferencesRecomputeLayer) {
   check_model_gradients("flash", 1, true, Recompute::kLayer);

@@ -38,8 +38,7 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Fresh inputs for every check: one generator for the file, from the base seed.
 std::mt19937_64& rng() {
-  static std::mt19937_64 g(base_seed() ^ 0x726f7065ull);
-  return g;
+  return iteration_rng(0x726f7065ull);
 }
 Vec normal(size_t n, double sd = 1.0) {
   std::normal_distribution<double> d(0.0, sd);

@@ -62,18 +62,6 @@ struct DeviceBuffer {
 inline void random_floatX(size_t n, float sd, std::mt19937_64& rng, std::vector<float>& f,
                           std::vector<floatX>& x);
 
-// Elements of a (B, T, NH + 2*NKV, HS) qkv-shaped array (dqkv) that belong to heads [h0, h1)
-// of every token: [0, NH) the queries, [NH, NH + NKV) the keys, then the values.
-inline std::vector<float> qkv_heads(const std::vector<float>& x, const AttnShape& s, int h0,
-                                    int h1) {
-  const size_t H3 = size_t(s.NH) + 2 * s.NKV, tokens = size_t(s.B) * s.T;
-  std::vector<float> r;
-  r.reserve(tokens * (h1 - h0) * s.HS);
-  for (size_t t = 0; t < tokens; ++t)
-    r.insert(r.end(), x.begin() + (t * H3 + h0) * s.HS, x.begin() + (t * H3 + h1) * s.HS);
-  return r;
-}
-
 // Fresh inputs of one attention call on shape s, N(0, 1) rounded to bf16 (what the kernels read,
 // so the CPU reference sees the same values): qkv (B, T, NH + 2*NKV, HS), dout (B, T, NH, HS).
 // From test_rng(): FLASHGPT_SEED repeats them.

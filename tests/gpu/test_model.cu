@@ -131,7 +131,7 @@ void check_forward_backward(const ModelOptions& o) {
     const double lerr = std::fabs(loss_gpu - loss_cpu) / std::fabs(loss_cpu);
     std::printf("B=%d T=%d loss cpu %.6f gpu %.6f rel err %.2e (tol %.0e)\n", b, t, loss_cpu,
                 loss_gpu, lerr, kLossTol);
-    EXPECT_LE(lerr, kLossTol);
+    EXPECT_WITHIN(lerr, kLossTol);
     // Logits at every position of row 0 (before the CPU backward overwrites its logits).
     std::vector<float> lc(Vp), lg(Vp), all_c, all_g;
     for (int tt = 0; tt < t; tt++) {
@@ -144,7 +144,7 @@ void check_forward_backward(const ModelOptions& o) {
     const double le = rel_l2(all_g.data(), all_c.data(), all_c.size(), &mx);
     std::printf("  logits rows 0..%d   rel_l2 %.2e max %.2e (tol %.0e, %.0f%%)\n", t - 1, le, mx,
                 kLogitTol, 100 * le / kLogitTol);
-    EXPECT_LE(le, kLogitTol);
+    EXPECT_WITHIN(le, kLogitTol);
 
     // Backward with a loss scale (as gradient accumulation over 2 micro-batches would).
     cpu->backward(0.5f);
@@ -159,11 +159,11 @@ void check_forward_backward(const ModelOptions& o) {
       const double e = rel_l2(g_gpu.data() + off, g_cpu.data() + off, n, &mx);
       std::printf("  grad %-9s n=%-7zu rel_l2 %.2e max %.2e (tol %.0e, %5.1f%%)\n",
                   ParamLayout::name(i), n, e, mx, kGradTol, 100 * e / kGradTol);
-      EXPECT_LE(e, kGradTol) << ParamLayout::name(i);
+      EXPECT_WITHIN(e, kGradTol) << ParamLayout::name(i);
     }
     const double ne = std::fabs(gpu->grad_norm() - cpu->grad_norm()) / cpu->grad_norm();
     std::printf("  grad norm rel err %.2e\n", ne);
-    EXPECT_LE(ne, kGradTol);
+    EXPECT_WITHIN(ne, kGradTol);
   }
 }
 
@@ -222,8 +222,8 @@ TEST_F(CudaModel, TrainingMatchesCpu) {
     const double e = std::fabs(loss[1] - loss[0]) / std::fabs(loss[0]);
     std::printf("step %2d loss cpu %.6f gpu %.6f rel err %.2e (tol %.0e)  norm cpu %.5f gpu %.5f\n",
                 step, loss[0], loss[1], e, kLossTol, norm[0], norm[1]);
-    EXPECT_LE(e, kLossTol) << "step " << step;
-    EXPECT_LE(std::fabs(norm[1] - norm[0]) / norm[0], kGradTol) << "step " << step;
+    EXPECT_WITHIN(e, kLossTol) << "step " << step;
+    EXPECT_WITHIN(std::fabs(norm[1] - norm[0]) / norm[0], kGradTol) << "step " << step;
     if (step == 1) first = loss[0];
     last = loss[0];
   }
@@ -250,7 +250,7 @@ TEST_F(CudaModel, TrainingMatchesCpu) {
   const double pe = rel_l2(pg_m.data(), pc_m.data(), pc_m.size());
   std::printf("parameters after 10 steps (key biases left out): rel_l2 %.2e (tol %.0e)\n", pe,
               kParamTol);
-  EXPECT_LE(pe, kParamTol);
+  EXPECT_WITHIN(pe, kParamTol);
   // Round trip of the optimizer state and the parameters through the host (checkpoints).
   gpu->get_adam_state(mg, vg);
   gpu->set_adam_state(mg, vg);
@@ -337,12 +337,12 @@ void expect_same_step(const char* what, const ModelOptions& o, const StepResult&
     const size_t off = layout.offsets[i], n = layout.sizes[i];
     const double e = rel_l2(got.grads.data() + off, ref.grads.data() + off, n);
     worst = std::max(worst, e);
-    EXPECT_LE(e, tol) << what << " " << ParamLayout::name(i);
+    EXPECT_WITHIN(e, tol) << what << " " << ParamLayout::name(i);
   }
   std::printf("  %-34s loss %.7f vs %.7f, worst gradient rel_l2 %.2e (tol %.0e)\n", what,
               got.loss, ref.loss, worst, tol);
   if (tol == 0) EXPECT_EQ(got.loss, ref.loss) << what;
-  else EXPECT_LE(std::fabs(got.loss - ref.loss), tol * std::fabs(ref.loss)) << what;
+  else EXPECT_WITHIN(std::fabs(got.loss - ref.loss), tol * std::fabs(ref.loss)) << what;
 }
 
 TEST_F(CudaModel, ChunkedClassifierMatchesOneChunk) {
@@ -469,7 +469,7 @@ void check_kv_cache(bool rope) {
   }
   std::printf("%s: KV-cache logits vs full forward, positions %d..63: worst rel_l2 %.2e (tol %.0e)\n",
               rope ? "rope" : "learned", prompt - 1, worst, kLogitTol);
-  EXPECT_LE(worst, kLogitTol);
+  EXPECT_WITHIN(worst, kLogitTol);
 
   const std::vector<int> pr(toks.begin(), toks.begin() + prompt);
   for (float temperature : {0.0f}) {

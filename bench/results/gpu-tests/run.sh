@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# gpu-tests/run.sh — the GPU test suites and the sanitizers: build/test_gpu (every CUDA op against
+# its CPU reference, the CUDA model against the CPU model, the ring, the trainer); compute-sanitizer
+# memcheck, synccheck and initcheck on flash3's ragged shapes; racecheck on the racecheck build
+# (-DFLASHGPT_FLASH3_RACECHECK, built into OUT); the FP32 build's tests (built into OUT); and with
+# 2 GPUs scripts/test_multigpu.sh (data and context parallel against one GPU, resume, a failing
+# rank) on DATA (default: the fortunes package's text). Needs a Hopper GPU and `make`; the two
+# extra builds take minutes each (SKIP_BUILDS=1 leaves them out).
+#   bench/results/gpu-tests/run.sh [OUT_DIR]   (default: a new runs/results/gpu-tests-<time>)
+set -euo pipefail
+source "$(dirname "$0")/../../../scripts/results_lib.sh"
+results_start gpu-tests "${1:-}"
+results_need_binary build/test_gpu || exit 1
+ragged='*flash3_B3_T17_*:*flash3_B1_T1000_NH6*'
+suites=()
+build/test_gpu > "$OUT/test_gpu.log" 2>&1 || true
+suites+=("bf16=$OUT/test_gpu.log")
+compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$ragged:*flash3*T4097*:Flash3.*" \
+  > "$OUT/memcheck.log" 2>&1 || true
+suites+=("memcheck, flash3 ragged=$OUT/memcheck.log")
+for tool in synccheck initcheck; do
+  compute-sanitizer --tool "$tool" build/test_gpu --gtest_filter="$ragged" > "$OUT/$tool.log" 2>&1 || true
+  suites+=("$tool, flash3 ragged=$OUT/$tool.log")
+done
+if [ -z "${SKIP_BUILDS:-}" ]; then
+  NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make -j"$(nproc)" BUILD="$OUT/build-racecheck" \
+    "$OUT/build-racecheck/test_gpu" > "$OUT/build-racecheck.log" 2>&1
+  compute-sanitizer --tool racecheck "$OUT/build-racecheck/test_gpu" --gtest_filter="$ragged" \
+    > "$OUT/racecheck.log" 2>&1 || true
+  suites+=("racecheck, racecheck build=$OUT/racecheck.log")
+  make -j"$(nproc)" PRECISION=FP32 BUILD="$OUT/build-fp32" "$OUT/build-fp32/test_gpu" > "$OUT/build-fp32.log" 2>&1
+  "$OUT/build-fp32/test_gpu" > "$OUT/test_gpu_fp32.log" 2>&1 || true
+  suites+=("fp32 build=$OUT/test_gpu_fp32.log")
+fi
+if results_need_gpus 2 2>/dev/null; then
+  data=$(results_corpus "$OUT")
+  OUT="$OUT/multigpu" DATA="$data" scripts/test_multigpu.sh > "$OUT/test_multigpu.log" 2>&1 || true
+  suites+=("test_multigpu.sh=$OUT/multigpu/summary.txt")
+fi
+results_table "GPU tests and sanitizers" \
+  "see run.sh" "${suites[@]}"

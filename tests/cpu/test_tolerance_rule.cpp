@@ -1,0 +1,244 @@
+// test_tolerance_rule — the self-calibrating rule of the bf16 attention checks
+// (calibrated_check, tests/test_common.h; its floor from plain_bf16_attention.h), on the CPU:
+//
+//   ToleranceRule.AcceptsFlashRounding  a correct bf16 attention that rounds where flash's
+//       kernels do (below) passes the rule for out, dQ, dK, dV on 2000 seeds at the ring tests'
+//       tiny shapes and 50 at T = 17 and 64. Without the floor, 2x the baseline's error alone
+//       fails 3 to 5 seeds in 100 at T = 4 (the count is printed).
+//   ToleranceRule.RejectsWrongResults   the same correct result made wrong, at T = 4 and
+//       T = 1000: one element off by 10% of the tensor's largest value, two rows swapped, every
+//       value too large by a wrong scale (3% at T = 1000; 25% at T = 4, where dQ and dK can be
+//       small beside their terms, and one rounding of a term worth a few percent of them);
+//       each must fail, the correct one must pass.
+//   TestSeeds.IterationSeedRepeatsInputs  what --gtest_repeat relies on (tests/main.cpp): each
+//       iteration's seed is new, and iteration_rng() and test_rng() give the inputs a run
+//       started with that seed (FLASHGPT_SEED) would give.
+//
+// Flash's rounding points (kernels/attention/flash*.cu; FlashAttention-2, Dao 2023): S in fp32,
+// the un-normalised P~ = exp(S - m) rounded to bf16 for P~V, O = (P~V) / l rounded to bf16 with
+// l the fp32 sum of P~; backward: D = rowsum(dO * O) from the bf16 O, P = exp(S - LSE) in fp32,
+// rounded to bf16 for dV += P^T dO, dP = dO V^T in fp32, dS = P (dP - D) rounded to bf16 for
+// dQ and dK; fp32 accumulators, each output rounded once. The baseline rounds elsewhere (S, the
+// normalised P, dP; D from its own P and dP), which is what makes the two errors independent
+// draws.
+//
+// Run: make test-cpu, or build/test_cpu --gtest_filter='ToleranceRule*:TestSeeds*'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention/attention_ref.h"
+#include "tests/gpu/plain_bf16_attention.h"
+#include "tests/test_common.h"
+
+namespace {
+
+using VecF = std::vector<float>;
+
+// Causal attention forward and backward with flash's rounding points (see the file comment).
+// Layout as attention_ref.h; inputs already bf16.
+void flash_rounding_attention(VecF& out, VecF& dqkv, const VecF& qkv, const VecF& dout,
+                              const AttnShape& s) {
+  const int T = s.T, NH = s.NH, NKV = s.NKV, HS = s.HS, G = NH / NKV;
+  const size_t H3 = size_t(NH) + 2 * NKV;
+  const float scale = float(1.0 / std::sqrt(double(HS)));
+  auto at = [&](int b, int t, int head) { return &qkv[((size_t(b) * T + t) * H3 + head) * HS]; };
+  out.assign(size_t(s.B) * T * NH * HS, 0.f);
+  dqkv.assign(size_t(s.B) * T * H3 * HS, 0.f);
+  std::vector<float> dk(size_t(T) * HS), dv(size_t(T) * HS), S(T), P(T), dq(HS), acc(HS);
+  for (int b = 0; b < s.B; b++)
+    for (int g = 0; g < NKV; g++) {
+      std::fill(dk.begin(), dk.end(), 0.f);
+      std::fill(dv.begin(), dv.end(), 0.f);
+      for (int h = g * G; h < (g + 1) * G; h++)
+        for (int t = 0; t < T; t++) {
+          const float* q = at(b, t, h);
+          float m = -INFINITY, l = 0;
+          for (int u = 0; u <= t; u++) {
+            float dot = 0;
+            for (int d = 0; d < HS; d++) dot += q[d] * at(b, u, NH + g)[d];
+            S[u] = dot * scale;
+            m = std::max(m, S[u]);
+          }
+          std::fill(acc.begin(), acc.end(), 0.f);
+          for (int u = 0; u <= t; u++) {
+            const float p = std::exp(S[u] - m);
+            l += p;
+            const float pb = bf16_round(p);
+            for (int d = 0; d < HS; d++) acc[d] += pb * at(b, u, NH + NKV + g)[d];
+          }
+          float* o = &out[((size_t(b) * T + t) * NH + h) * HS];
+          for (int d = 0; d < HS; d++) o[d] = bf16_round(acc[d] / l);
+          const float lse = m + std::log(l);
+          const float* dO = &dout[((size_t(b) * T + t) * NH + h) * HS];
+          float D = 0;
+          for (int d = 0; d < HS; d++) D += dO[d] * o[d];
+          std::fill(dq.begin(), dq.end(), 0.f);
+          for (int u = 0; u <= t; u++) {
+            P[u] = std::exp(S[u] - lse);
+            const float* v = at(b, u, NH + NKV + g);
+            float dP = 0;
+            for (int d = 0; d < HS; d++) dP += dO[d] * v[d];
+            const float pb = bf16_round(P[u]), ds = bf16_round(P[u] * (dP - D));
+            const float* k = at(b, u, NH + g);
+            for (int d = 0; d < HS; d++) {
+              dq[d] += ds * k[d];
+              dk[size_t(u) * HS + d] += ds * q[d];
+              dv[size_t(u) * HS + d] += pb * dO[d];
+            }
+          }
+          float* dqo = &dqkv[((size_t(b) * T + t) * H3 + h) * HS];
+          for (int d = 0; d < HS; d++) dqo[d] = bf16_round(dq[d] * scale);
+        }
+      for (int u = 0; u < T; u++) {
+        float* dko = &dqkv[((size_t(b) * T + u) * H3 + NH + g) * HS];
+        float* dvo = &dqkv[((size_t(b) * T + u) * H3 + NH + NKV + g) * HS];
+        for (int d = 0; d < HS; d++) {
+          dko[d] = bf16_round(dk[size_t(u) * HS + d] * scale);
+          dvo[d] = bf16_round(dv[size_t(u) * HS + d]);
+        }
+      }
+    }
+}
+
+// One problem's four tensors: the correct bf16 result, the baseline, the reference and the floor.
+struct Tensors {
+  VecF got, base, ref;
+  RoundingFloor floor;
+};
+struct Problem {
+  AttnShape s;
+  std::vector<Tensors> parts;  // out, dQ, dK, dV
+};
+const char* const kParts[4] = {"out", "dQ", "dK", "dV"};
+
+Problem make_problem(const AttnShape& s, std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  VecF qkv(size_t(s.B) * s.T * (s.NH + 2 * s.NKV) * s.HS), dout(size_t(s.B) * s.T * s.NH * s.HS);
+  for (float& x : qkv) x = bf16_round(nd(rng));
+  for (float& x : dout) x = bf16_round(nd(rng));
+  VecF ref_out(dout.size()), lse(size_t(s.B) * s.NH * s.T), ref_dqkv(qkv.size());
+  attention_flash_forward_ref<float>(ref_out.data(), lse.data(), qkv.data(), s, 64, 64);
+  attention_flash_backward_ref<float>(ref_dqkv.data(), dout.data(), qkv.data(), ref_out.data(),
+                                      lse.data(), s, 64, 64);
+  VecF base_out, base_dqkv, got_out, got_dqkv;
+  const AttentionFloors f = plain_bf16_attention(base_out, base_dqkv, qkv, dout, s);
+  flash_rounding_attention(got_out, got_dqkv, qkv, dout, s);
+  Problem p{s, {}};
+  p.parts.push_back({got_out, base_out, ref_out, f.out});
+  const int ranges[3][2] = {{0, s.NH}, {s.NH, s.NH + s.NKV}, {s.NH + s.NKV, s.NH + 2 * s.NKV}};
+  const RoundingFloor floors[3] = {f.dq, f.dk, f.dv};
+  for (int i = 0; i < 3; i++) {
+    const int h0 = ranges[i][0], h1 = ranges[i][1];
+    p.parts.push_back({qkv_heads(got_dqkv, s, h0, h1), qkv_heads(base_dqkv, s, h0, h1),
+                       qkv_heads(ref_dqkv, s, h0, h1), floors[i]});
+  }
+  return p;
+}
+
+std::string shape_name(const AttnShape& s) {
+  return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_NH" + std::to_string(s.NH) +
+         "_NKV" + std::to_string(s.NKV) + "_HS" + std::to_string(s.HS);
+}
+
+TEST(ToleranceRule, AcceptsFlashRounding) {
+  SEED_TRACE();
+  std::mt19937_64 rng = test_rng();
+  struct Sweep {
+    AttnShape s;
+    int seeds;
+  };
+  // The ring tests' tiny shapes (cp 2 at T 4, cp 3 at T 6), then the smallest AttentionGpu one.
+  const Sweep sweeps[] = {{{1, 4, 2, 2, 64}, 2000},
+                          {{1, 6, 2, 1, 128}, 2000},
+                          {{3, 17, 6, 3, 64}, 50},
+                          {{1, 64, 2, 2, 64}, 50}};
+  for (const Sweep& w : sweeps) {
+    double worst[4] = {0, 0, 0, 0};
+    int fails = 0, fails_without_floor = 0;
+    for (int i = 0; i < w.seeds; i++) {
+      const Problem p = make_problem(w.s, rng);
+      bool failed = false, failed_without_floor = false;
+      for (int k = 0; k < 4; k++) {
+        const Tensors& t = p.parts[k];
+        const CalibratedCheck c = calibrated_check(t.got, t.base, t.ref, t.floor);
+        worst[k] = std::max(worst[k], c.share());
+        failed |= !c.passed();
+        failed_without_floor |= c.got.l2 > 2 * c.base.l2 || c.got.max > 2 * c.base.max;
+      }
+      fails += failed;
+      fails_without_floor += failed_without_floor;
+    }
+    std::printf("  %-22s %4d seeds: %d fail (without the floor: %d); worst share of tolerance "
+                "out %.0f%% dQ %.0f%% dK %.0f%% dV %.0f%%\n",
+                shape_name(w.s).c_str(), w.seeds, fails, fails_without_floor, 100 * worst[0],
+                100 * worst[1], 100 * worst[2], 100 * worst[3]);
+    for (int k = 0; k < 4; k++) note_tolerance_share(worst[k], 1.0);
+    EXPECT_EQ(fails, 0) << shape_name(w.s);
+  }
+}
+
+TEST(ToleranceRule, RejectsWrongResults) {
+  SEED_TRACE();
+  std::mt19937_64 rng = test_rng();
+  for (const AttnShape& s : {AttnShape{1, 4, 2, 2, 64}, AttnShape{1, 1000, 4, 2, 64}}) {
+    const Problem p = make_problem(s, rng);
+    const float wrong_scale = s.T == 4 ? 1.25f : 1.03f;
+    const std::string scale_name = s.T == 4 ? "every value x1.25" : "every value x1.03";
+    const size_t row_len = s.HS;
+    for (int k = 0; k < 4; k++) {
+      const Tensors& t = p.parts[k];
+      const std::string what = shape_name(s) + " " + kParts[k];
+      const CalibratedCheck correct = calibrated_check(t.got, t.base, t.ref, t.floor);
+      EXPECT_TRUE(correct.passed()) << what << ": the correct result, share " << correct.share();
+      // The wrong versions: the element of largest |ref|, the rows of the first and the last
+      // token of the first head (row 0 of dQ is zero: one key, dS = 0), every value.
+      size_t top = 0;
+      for (size_t i = 0; i < t.ref.size(); i++)
+        if (std::fabs(t.ref[i]) > std::fabs(t.ref[top])) top = i;
+      const size_t rows_per_token = t.ref.size() / (size_t(s.T) * row_len);
+      const size_t last = (size_t(s.T) - 1) * rows_per_token * row_len;
+      VecF one = t.got, swapped = t.got, scaled = t.got;
+      one[top] += 0.1f * std::fabs(t.ref[top]);
+      std::swap_ranges(swapped.begin(), swapped.begin() + row_len, swapped.begin() + last);
+      for (float& x : scaled) x *= wrong_scale;
+      const std::pair<const char*, const VecF*> wrong[3] = {
+          {"one element +10% of max", &one}, {"rows of tokens 0 and T-1 swapped", &swapped},
+          {scale_name.c_str(), &scaled}};
+      for (const auto& w : wrong) {
+        const CalibratedCheck c = calibrated_check(*w.second, t.base, t.ref, t.floor);
+        std::printf("  %-26s %-34s share of tolerance %6.0f%% (correct: %3.0f%%)\n", what.c_str(),
+                    w.first, 100 * c.share(), 100 * correct.share());
+        EXPECT_FALSE(c.passed()) << what << ": " << w.first << " passed the rule";
+      }
+    }
+  }
+}
+
+TEST(TestSeeds, IterationSeedRepeatsInputs) {
+  const uint64_t run_seed = base_seed();
+  auto draws = [] {
+    std::mt19937_64& g = iteration_rng(0x5eed);
+    std::mt19937_64 t = test_rng();
+    return std::vector<uint64_t>{g(), g(), t(), t()};
+  };
+  test_seed::set(12345);
+  const std::vector<uint64_t> first = draws();
+  test_seed::set(test_seed::next(12345));  // the next iteration
+  const std::vector<uint64_t> second = draws();
+  test_seed::set(12345);  // a run started with FLASHGPT_SEED=12345
+  const std::vector<uint64_t> again = draws();
+  test_seed::set(run_seed);
+  EXPECT_NE(test_seed::next(12345), 12345u);
+  EXPECT_NE(first, second) << "a new iteration must draw new inputs";
+  EXPECT_EQ(first, again) << "the seed alone must repeat an iteration's inputs";
+}
+
+}  // namespace
