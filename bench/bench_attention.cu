@@ -37,7 +37,7 @@
 #include "bench/bench_util.cuh"
 #include "kernels/attention/attention.cuh"
 #include "kernels/cuda_timer.cuh"
-#include "train/run_files.h"
+#include "model/output_files.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/memory_plan.h"
-#include "train/run_files.h"
+#include "model/output_files.h"
 
 namespace {
 
