@@ -22,12 +22,11 @@ int profile_batch(const ProfileOptions& opt, int T) {
 }
 
 bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
-  opt = ProfileOptions{};
-  std::string recompute = recompute_name(opt.recompute), pos = pos_name(opt.pos);
-  cli::Table t("profile",
+  cli::Table t(opt, "profile",
                "flashgpt profile: sweep the context length for a model and attention backends; "
                "measured peak memory, step time and attention time beside the memory plan and a "
                "roofline");
+  std::string recompute = recompute_name(opt.recompute), pos = pos_name(opt.pos);
   t.add("model", "model preset: tiny|d6|d12|d24|d36|d48", opt.model)
     .add("attn", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.attn)
     .add("seq-lens", "sequence lengths T, comma-separated", opt.seq_lens)
@@ -35,8 +34,6 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
     .add("batch", "batch size B at every T (overrides --tokens); 0 = from --tokens", opt.batch)
     .add("warmup", "untimed training steps per point", opt.warmup)
     .add("steps", "timed training steps per point (median reported)", opt.steps)
-    .add("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", recompute)
-    .add("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", pos)
     .add("cp", "context-parallel degree of `train --cp`: plan one GPU of a cp group, which holds T/cp tokens of each sequence (with --plan-only)", opt.cp)
     .add("vocab", "vocabulary size", opt.vocab)
     .add("out", "output directory (profile.csv, profile.json, PNG plots)", opt.out_dir)
@@ -44,7 +41,9 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
     .add("plot", "make the PNG plots with scripts/plot_profile.py (--plot=false: no plots)", opt.plot)
     .add("gpu-memory", "GiB of device memory for --plan-only (0: the GPU's, else 80)", opt.gpu_memory_gib)
     .add("max-step-seconds", "skip a backend's larger T once its predicted step time exceeds this", opt.max_step_seconds)
-    .add("seed", "random seed (parameters and tokens)", opt.seed);
+    .add("seed", "random seed (parameters and tokens)", opt.seed)
+    .add("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", recompute)
+    .add("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", pos);
   if (!t.parse(argc, argv)) return false;
   opt.attn = parse_attn_list("--attn", opt.attn);
   opt.recompute = parse_recompute(recompute);
@@ -80,8 +79,7 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
 }
 
 bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions& opt) {
-  opt = BenchAttentionOptions{};
-  cli::Table t("bench-attention",
+  cli::Table t(opt, "bench-attention",
                "flashgpt bench-attention: time the GPU attention backends (forward, backward, "
                "forward+backward; TFLOP/s and extra memory)");
   t.add("backends", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.backends)
@@ -119,9 +117,8 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
 }
 
 bool parse_bench_kernels_options(int argc, char** argv, BenchKernelsOptions& opt) {
-  opt = BenchKernelsOptions{};
   const BenchKernelsOptions d;
-  cli::Table t("bench-kernels",
+  cli::Table t(opt, "bench-kernels",
                "flashgpt bench-kernels: time the model's kernels (besides attention), decode "
                "attention and a d12 training step on the GPU");
   t.add("only", "sections, comma-separated: " + join(d.only), opt.only)

@@ -71,10 +71,16 @@ bool parse_command_line(cxxopts::Options& o, const char* cmd, int argc, char** a
 }
 
 bool Table::parse(int argc, char** argv, cxxopts::ParseResult* result) {
-  o_.add_options(group_)("h,help", "this help");
+  std::string group;
+  for (const Flag& f : flags_) {
+    for (const auto& [first, name] : sections_)
+      if (first == f.name) group = name;
+    f.declare(o_.add_options(group));
+  }
+  o_.add_options(group)("h,help", "this help");
   cxxopts::ParseResult r;
   if (!parse_command_line(o_, cmd_, argc, argv, r)) return false;
-  for (const auto& read : readers_) read(r);
+  for (const Flag& f : flags_) f.read(r);
   if (result) *result = r;
   return true;
 }

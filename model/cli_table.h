@@ -45,35 +45,42 @@ std::string join(const std::vector<T>& v) {  // a list's default value: "a,b,c"
 // is named once, with its help and its field; the field's value before parsing is the default
 // --help shows and what it keeps when the flag is not given. A string field that is empty, or
 // a switch, shows no default.
-//   cli::Table t("sample", "flashgpt sample: ...");
+//   cli::Table t(opt, "sample", "flashgpt sample: ...");
 //   t.add("tokens", "tokens to generate", opt.tokens).on("no-kv-cache", "...", opt.kv_cache, false);
+//   t.section("tokens", "generation");  // --help lists --tokens and what follows it under it
 //   if (!t.parse(argc, argv)) return false;  // --help
 class Table {
  public:
-  Table(const char* cmd, const std::string& about) : cmd_(cmd), o_(cmd, about) {}
-  // The options added after this are listed under `name` in --help.
-  Table& group(const std::string& name) {
-    group_ = name;
-    return *this;
+  // The table of subcommand `cmd` filling `opt`, which starts from its defaults.
+  template <typename Options>
+  Table(Options& opt, const char* cmd, const std::string& about) : cmd_(cmd), o_(cmd, about) {
+    opt = Options{};
   }
   // --name VALUE sets field.
   template <typename T>
   Table& add(const std::string& name, const std::string& help, T& field) {
-    auto value = cxxopts::value<T>();
     const std::string shown = default_text(field);
-    if (!shown.empty()) value->default_value(shown);
-    o_.add_options(group_)(name, help, value);
-    readers_.push_back([name, &field](const cxxopts::ParseResult& r) {
-      if (r.count(name)) field = get<T>(r, name.c_str());
-    });
+    flags_.push_back({name, [=](cxxopts::OptionAdder&& adder) {
+                        auto value = cxxopts::value<T>();
+                        if (!shown.empty()) value->default_value(shown);
+                        adder(name, help, value);
+                      },
+                      [name, &field](const cxxopts::ParseResult& r) {
+                        if (r.count(name)) field = get<T>(r, name.c_str());
+                      }});
     return *this;
   }
   // --name (a switch) sets field to `when_given`.
   Table& on(const std::string& name, const std::string& help, bool& field, bool when_given = true) {
-    o_.add_options(group_)(name, help);
-    readers_.push_back([name, &field, when_given](const cxxopts::ParseResult& r) {
-      if (r.count(name)) field = when_given;
-    });
+    flags_.push_back({name, [=](cxxopts::OptionAdder&& adder) { adder(name, help); },
+                      [name, &field, when_given](const cxxopts::ParseResult& r) {
+                        if (r.count(name)) field = when_given;
+                      }});
+    return *this;
+  }
+  // In --help, the flags from --first on (in the order added) are listed under `group`.
+  Table& section(const std::string& first, const std::string& group) {
+    sections_.push_back({first, group});
     return *this;
   }
   cxxopts::Options& cxx() { return o_; }  // positional arguments and the like
@@ -95,10 +102,15 @@ class Table {
       return join(v);
     }
   }
+  struct Flag {
+    std::string name;
+    std::function<void(cxxopts::OptionAdder&&)> declare;  // into cxxopts, in its help group
+    std::function<void(const cxxopts::ParseResult&)> read;
+  };
   const char* cmd_;
   cxxopts::Options o_;
-  std::string group_;
-  std::vector<std::function<void(const cxxopts::ParseResult&)>> readers_;
+  std::vector<Flag> flags_;
+  std::vector<std::pair<std::string, std::string>> sections_;  // first flag, help group
 };
 
 }  // namespace cli

@@ -80,17 +80,14 @@ void check_total_batch(const TrainOptions& opt, int world, int dp, int64_t micro
 // train
 
 bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
-  opt = TrainOptions{};
+  cli::Table t(opt, "train", "flashgpt train: train a GPT-2 model on token shards");
   std::string pos = pos_name(opt.pos), recompute = recompute_name(opt.recompute), dist_init;
   int rank = -1, world_size = -1, local_rank = -1;
-  cli::Table t("train", "flashgpt train: train a GPT-2 model on token shards");
-  t.group("data")
-    .add("data", "directory made by `flashgpt prepare` (train_*.bin, val_*.bin, tokenizer.bin)", opt.data_dir)
+  t.add("data", "directory made by `flashgpt prepare` (train_*.bin, val_*.bin, tokenizer.bin)", opt.data_dir)
     .add("train-pattern", "glob of training shards (llm.c format), overrides --data", opt.train_pattern)
     .add("val-pattern", "glob of validation shards", opt.val_pattern)
     .add("tokenizer", "tokenizer file (flashgpt's, or llm.c's gpt2_tokenizer.bin) to decode samples", opt.tokenizer_path)
-    .add("vocab-size", "vocabulary size when there is no tokenizer and no --init", opt.vocab_size);
-  t.group("model")
+    .add("vocab-size", "vocabulary size when there is no tokenizer and no --init", opt.vocab_size)
     .add("model", "preset: tiny|d6|d12|d24|d36|d48 (d12 = GPT-2 124M)", opt.model)
     .add("layers", "override the preset's layers", opt.layers)
     .add("heads", "override the preset's attention heads", opt.heads)
@@ -99,13 +96,12 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .add("max-seq-len", "position-embedding rows (default: --seq-len)", opt.max_seq_len)
     .add("init", "start from this model: a flashgpt or llm.c (version 3/5) file, or a Hugging Face GPT-2 directory / .safetensors file", opt.init_path)
     .add("attn", "attention: " + attn_help(AttnAuto::allowed), opt.attn)
-    .add("device", kDeviceHelp, opt.device)
     .add("pos", "positions: learned (GPT-2's wpe, caps the context at --max-seq-len) | rope (rotary, no wpe)", pos)
     .add("rope-theta", "RoPE base", opt.rope_theta)
     .add("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", recompute)
     .add("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", opt.classifier_chunk)
-    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)", opt.deterministic);
-  t.group("optimisation")
+    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)", opt.deterministic)
+    .add("device", kDeviceHelp, opt.device)
     .add("seq-len", "sequence length T", opt.seq_len)
     .add("batch", "micro-batch B (sequences per forward pass)", opt.batch)
     .add("total-batch", "tokens per optimizer step (gradient accumulation when > batch*seq-len); 0 = batch*seq-len", opt.total_batch)
@@ -116,8 +112,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .add("weight-decay", "AdamW decoupled weight decay (matrices only)", opt.weight_decay)
     .add("grad-clip", "clip the global gradient norm to this (0 = off)", opt.grad_clip)
     .add("seed", "random seed (initialisation, data order, samples)", opt.seed)
-    .on("no-shuffle", "read the training shards in order", opt.shuffle, false);
-  t.group("output")
+    .on("no-shuffle", "read the training shards in order", opt.shuffle, false)
     .add("eval-every", "evaluate on val every N steps (0 = only at the end)", opt.eval_every)
     .add("eval-steps", "validation batches per evaluation", opt.eval_steps)
     .add("sample-every", "print a sample every N steps (0 = off)", opt.sample_every)
@@ -129,8 +124,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .on("bench", "benchmark: random tokens, no data; prints median ms/step, tokens/s, MFU", opt.bench)
     .add("bench-steps", "timed steps in --bench (after the warm-up steps)", opt.bench_steps)
     .add("bench-warmup", "untimed warm-up steps in --bench before the timed ones", opt.bench_warmup)
-    .on("quiet", "print only eval lines and the summary", opt.quiet);
-  t.group("multi-GPU (one process per GPU; default from RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, SLURM_*)")
+    .on("quiet", "print only eval lines and the summary", opt.quiet)
     .add("rank", "this process's rank (-1: from the environment, else 0)", rank)
     .add("world-size", "number of processes (-1: from the environment, else 1)", world_size)
     .add("local-rank", "GPU index on this node, for cudaSetDevice (-1: from the environment, else the rank)", local_rank)
@@ -139,6 +133,11 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .on("no-overlap", "all-reduce the gradients once after the backward, not per layer during it", opt.overlap_comm, false)
     .add("dist-timeout", "seconds to wait for the other ranks (id exchange, collectives)", opt.dist_timeout)
     .add("cp", "context parallelism: split each sequence over N GPUs (zigzag ring attention, CUDA only; --seq-len >= 2N). world = dp x cp, rank = dp_index * cp + cp_index: a cp group is N consecutive ranks (one node's GPUs); --batch and --total-batch count each dp group's sequences once", opt.cp);
+  t.section("data", "data")
+      .section("model", "model")
+      .section("seq-len", "optimisation")
+      .section("eval-every", "output")
+      .section("rank", "multi-GPU (one process per GPU; default from RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*, SLURM_*)");
   cxxopts::ParseResult r;
   if (!t.parse(argc, argv, &r)) return false;
   for (const cxxopts::KeyValue& kv : r.arguments()) opt.given.insert(kv.key());
@@ -225,8 +224,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
 constexpr int kMaxSampleTokens = 100000000;
 
 bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
-  opt = SampleOptions{};
-  cli::Table t("sample", "flashgpt sample: generate text from a checkpoint");
+  cli::Table t(opt, "sample", "flashgpt sample: generate text from a checkpoint");
   add_checkpoint_options(t, opt, "tokenizer file (default: tokenizer.bin beside the checkpoint)", "attention for the prompt: ")
     .add("prompt", "text to continue", opt.prompt)
     .add("tokens", "tokens to generate", opt.tokens)
@@ -247,8 +245,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
 }
 
 bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
-  opt = EvalOptions{};
-  cli::Table t("eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
+  cli::Table t(opt, "eval", "flashgpt eval: loss, perplexity and bits per byte of a checkpoint on token shards");
   t.add("data", "directory made by `flashgpt prepare`: its val_*.bin", opt.data_dir)
     .add("val-pattern", "glob of shards to evaluate on (overrides --data's)", opt.val_pattern);
   add_checkpoint_options(t, opt, "for bits per byte (default: tokenizer.bin beside the checkpoint, else --data's)", "attention: ")
@@ -266,8 +263,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
 }
 
 bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
-  opt = ExportOptions{};
-  cli::Table t("export", "flashgpt export: write a checkpoint in another model format");
+  cli::Table t(opt, "export", "flashgpt export: write a checkpoint in another model format");
   t.add("checkpoint", "model: flashgpt or llm.c file, or Hugging Face GPT-2 directory", opt.checkpoint)
     .add("out", "output directory (created if missing)", opt.out_dir)
     .add("format", "hf: Hugging Face GPT2LMHeadModel (model.safetensors + config.json)", opt.format);
@@ -281,8 +277,7 @@ bool parse_export_options(int argc, char** argv, ExportOptions& opt) {
 // The values themselves (vocabulary size, validation share) are checked by prepare_corpus,
 // which tests and scripts also call directly.
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt) {
-  opt = PrepareOptions{};
-  cli::Table t("prepare", "flashgpt prepare: text files -> BPE tokenizer + token shards");
+  cli::Table t(opt, "prepare", "flashgpt prepare: text files -> BPE tokenizer + token shards");
   t.add("input", "text file(s); repeat the flag or list them after it", opt.inputs)
     .add("out", "output directory", opt.out_dir)
     .add("vocab-size", "BPE vocabulary size (257..65536)", opt.vocab_size)
