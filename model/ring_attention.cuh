@@ -43,7 +43,8 @@
 // Limits: bf16 (the ring hooks are bf16 kernels); the backend's own (HS 64/128); T >= 2N;
 // kArrival dQ order (not bitwise reproducible: --deterministic with --cp > 1 is refused).
 //
-// Test:  ./build/test_gpu --gtest_filter='RingAttention*' (2 GPUs; tests/gpu/test_ring_attention.cu)
+// Test:  ./build/test_gpu --gtest_filter='*RingAttention*' (tests/gpu/test_ring_attention.cu;
+//        its NCCL cases need N GPUs)
 // Bench: scripts/bench_cp.sh (d12 on 2 GPUs, cp 1 vs cp 2)
 #pragma once
 #include <condition_variable>
