@@ -6,8 +6,7 @@
 // averages the two ranks' gradients itself, which is what the all-reduce over dp x cp does
 // (context_parallel.h: each rank seeds dloss = cp / (B*T)).
 //
-//   CudaModelCp/CudaModelCp.MatchesCpu/<pos>_<recompute>, CudaModelCpFlash3.*
-//                             rank 0 and rank 1 losses equal the CPU model's loss of the whole
+//   CudaModelCp.*MatchesCpu   rank 0 and rank 1 losses equal the CPU model's loss of the whole
 //                             sequences; the mean of their gradients equals the CPU model's
 //                             gradients, every tensor (wpe's rows at global positions, RoPE at
 //                             global positions, the ring's dQ, dK, dV)
@@ -16,8 +15,7 @@
 // where the GPU runs it), --recompute none and layer-but-attn and layer, learned and rotary positions.
 // Tolerances: test_model.cu's (bf16 build: 5e-3 loss, 5e-2 gradients).
 //
-// Run (GPU machine): ./build/test_gpu --gtest_filter='*CudaModelCp*'
-#include <algorithm>
+// Run (GPU machine): ./build/test_gpu --gtest_filter='CudaModelCp*'
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -121,6 +119,7 @@ ModelOptions cp_options(bool rope, Recompute rc) {
 }
 
 void check_cp2(const ModelOptions& o) {
+  SEED_TRACE();
   if (sizeof(floatX) != 2) GTEST_SKIP() << "the ring is bf16";
   const int N = 2, B = o.B, T = o.T, V = o.config.vocab_size;
   std::mt19937_64 rng(base_seed() + 11);
@@ -189,30 +188,14 @@ void check_cp2(const ModelOptions& o) {
 
 // Positions (learned wpe rows, or RoPE) at global positions, with what the backward keeps or
 // recomputes.
-struct CpCase {
-  bool rope;
-  Recompute recompute;
-};
-class CudaModelCp : public GpuTest, public ::testing::WithParamInterface<CpCase> {};
-TEST_P(CudaModelCp, MatchesCpu) {
-  SEED_TRACE();
-  check_cp2(cp_options(GetParam().rope, GetParam().recompute));
-}
-INSTANTIATE_TEST_SUITE_P(
-    CudaModelCp, CudaModelCp,
-    ::testing::Values(CpCase{false, Recompute::kNone}, CpCase{true, Recompute::kNone},
-                      CpCase{true, Recompute::kLayerButAttn}, CpCase{false, Recompute::kLayer}),
-    [](const ::testing::TestParamInfo<CpCase>& i) {
-      std::string name = std::string(i.param.rope ? "rope_" : "learned_") +
-                         recompute_name(i.param.recompute);
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
-    });
+class CudaModelCp : public GpuTest {};
+TEST_F(CudaModelCp, LearnedPositionsMatchCpu) { check_cp2(cp_options(false, Recompute::kNone)); }
+TEST_F(CudaModelCp, RopeMatchesCpu) { check_cp2(cp_options(true, Recompute::kNone)); }
+TEST_F(CudaModelCp, RopeRecomputeLayerButAttnMatchesCpu) { check_cp2(cp_options(true, Recompute::kLayerButAttn)); }
+TEST_F(CudaModelCp, LearnedRecomputeLayerMatchesCpu) { check_cp2(cp_options(false, Recompute::kLayer)); }
 
 // flash3 (sm_90a only): its own forward and backward kernels on every ring pair.
-class CudaModelCpFlash3 : public GpuTest {};
-TEST_F(CudaModelCpFlash3, RopeRecomputeLayerMatchesCpu) {
-  SEED_TRACE();
+TEST_F(CudaModelCp, Flash3RopeRecomputeLayerMatchesCpu) {
   ModelOptions o = cp_options(true, Recompute::kLayer);
   o.attn = "flash3";
   const std::string why = attention_unsupported_reason(attention_spec("flash3"),
