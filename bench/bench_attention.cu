@@ -8,8 +8,8 @@
 // runs (fewer when one run is long: at most --budget-ms per measurement, at least 3 runs).
 // Before each measurement the runs go on untimed until --warmup-ms (500) of GPU time has passed:
 // under this load an H100 falls from its 1980 MHz boost to about 1600 MHz at its 700 W cap
-// within ~100 ms (nvidia-smi every 50 ms, bench/results/flash3_bwd_nvidia-h100_2026-11-26_
-// session12/run100), so a median of 10 runs of a 5-50 ms kernel measured whatever ran before it
+// within ~100 ms (nvidia-smi sampled every 50 ms), so a median of 10 runs of a 5-50 ms kernel
+// measured whatever ran before it
 // (an idle gap or another sweep). The warm-up times every backend at the clocks of sustained
 // load, which a training run sees; scripts/bench_attention.py warms PyTorch the same way.
 // FLOPs (DESIGN.md): forward = 4 B NH T^2 HS, halved when causal; backward = 2.5 x forward.
@@ -24,7 +24,7 @@
 //
 //   flashgpt bench-attention --backends naive,flash --hs 64,128 --seq-lens 512,1024,4096 \
 //       --tokens 16384 --csv bench.csv
-// Options: BenchAttentionOptions, parsed by train/options.cpp.
+// Options: BenchAttentionOptions, parsed by bench/options.cpp.
 #include "bench/bench_attention.h"
 
 #include <algorithm>
@@ -37,7 +37,7 @@
 #include "bench/bench_util.cuh"
 #include "kernels/attention/attention.cuh"
 #include "kernels/cuda_timer.cuh"
-#include "train/run_files.h"
+#include "model/output_files.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 //   flashgpt bench-kernels                          all sections
 //   flashgpt bench-kernels --only decode,rope
 //   flashgpt bench-kernels --only step --attn flash --batch 16
-// Options: BenchKernelsOptions, parsed by train/options.cpp.
+// Options: BenchKernelsOptions, parsed by bench/options.cpp.
 #include "bench/bench_kernels.h"
 
 #include <algorithm>

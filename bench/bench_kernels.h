@@ -2,7 +2,7 @@
 // backends (those are `flashgpt bench-attention`'s), decode attention over a KV cache, and a
 // whole d12 training step, on the GPU. CUDA builds only (the CPU build says so).
 #pragma once
-#include "train/options.h"  // BenchKernelsOptions, parse_bench_kernels_options
+#include "bench/options.h"  // BenchKernelsOptions, parse_bench_kernels_options
 
 // Runs the sections that opt names (parsed and validated). Errors throw flashgpt::Error; the
 // CPU-only build's stub (bench/cuda_unavailable.cpp) says it needs the CUDA build.

@@ -1,5 +1,5 @@
 // bench_ring.cu — `flashgpt bench-attention --cp N`: the context-parallel ring
-// (kernels/attention/ring_attention.cuh) with N virtual ranks on this one GPU.
+// (model/ring_attention.cuh) with N virtual ranks on this one GPU.
 //
 // The N ranks are host threads of this process, each with its own stream, buffers and
 // RingAttention; their hops are device copies (LocalRingHub). They share one GPU, so the time
@@ -16,8 +16,8 @@
 
 #include "bench/bench_ring.h"
 #include "bench/bench_util.cuh"
-#include "kernels/attention/context_parallel.h"
-#include "kernels/attention/ring_attention.cuh"
+#include "model/context_parallel.h"
+#include "model/ring_attention.cuh"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // profile.cpp — `flashgpt profile`: the predicted half of each point (memory plan, attention
 // cost, roofline) and the measured half (training steps on the GPU); profile.h says what each
-// is. Its options: train/options.cpp. The files and tables it writes: profile_report.cpp.
+// is. Its options: bench/options.cpp. The files and tables it writes: profile_report.cpp.
 #include "bench/profile.h"
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/memory_plan.h"
-#include "train/run_files.h"
+#include "model/output_files.h"
 
 namespace {
 

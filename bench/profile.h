@@ -6,7 +6,7 @@
 //   flashgpt profile --plan-only                      the predicted table only; no GPU needed
 //   flashgpt profile --attn flash,naive,flash1 --seq-lens 1024,4096,16384 --tokens 16384
 //
-// Options (flashgpt profile --help; ProfileOptions and its parser are in train/options.h):
+// Options (flashgpt profile --help; ProfileOptions and its parser are in bench/options.h):
 //   --model d12            preset (model/config.h); --vocab 50257
 //   --attn flash3,flash,naive  backends, comma-separated (registry names, backends.h)
 //   --seq-lens 1024,...,131072   T values (default: powers of two 1K..128K)
@@ -68,7 +68,7 @@
 #include "kernels/attention/backends.h"
 #include "model/model.h"
 #include "bench/ceilings.h"
-#include "train/options.h"  // ProfileOptions, parse_profile_options
+#include "bench/options.h"  // ProfileOptions, parse_profile_options
 
 struct ProfilePoint {
   std::string backend;

@@ -35,7 +35,7 @@
 #include "data/tokenizer.h"
 #include "kernels/common.h"
 #include "kernels/rng.h"
-#include "train/run_files.h"
+#include "model/output_files.h"
 
 namespace {
 

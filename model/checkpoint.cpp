@@ -36,6 +36,15 @@ float bf16_to_float(uint16_t b) {
   return f;
 }
 
+// The model header's plain fields, slot by slot (checkpoint.h); the others are special cases.
+struct ModelSlot {
+  int slot;
+  int GPTConfig::*field;
+};
+constexpr ModelSlot kModelSlots[] = {{2, &GPTConfig::max_seq_len}, {3, &GPTConfig::vocab_size},
+                                     {4, &GPTConfig::num_layers}, {5, &GPTConfig::num_heads},
+                                     {6, &GPTConfig::channels}, {7, &GPTConfig::padded_vocab_size}};
+
 GPTConfig config_from_header(const int* h, const std::string& path) {
   CHECK(h[0] == kModelMagic, "'%s' is not a model checkpoint (magic %d, expected %d)",
         path.c_str(), h[0], kModelMagic);
@@ -43,12 +52,8 @@ GPTConfig config_from_header(const int* h, const std::string& path) {
         "'%s' has checkpoint version %d; flashgpt reads versions 3 (fp32) and 5 (bf16)",
         path.c_str(), h[1]);
   GPTConfig c;
-  c.max_seq_len = h[2];
-  c.vocab_size = h[3];
-  c.num_layers = h[4];
-  c.num_heads = h[5];
-  c.channels = h[6];
-  c.padded_vocab_size = h[7] > 0 ? h[7] : h[3];
+  for (const ModelSlot& s : kModelSlots) c.*s.field = h[s.slot];
+  if (c.padded_vocab_size <= 0) c.padded_vocab_size = c.vocab_size;
   c.num_kv_heads = h[8] > 0 ? h[8] : h[5];
   CHECK(h[9] == 0 || h[9] == 1, "'%s' has an unknown position-embedding kind %d in its header",
         path.c_str(), h[9]);
@@ -75,12 +80,7 @@ void save_model_file(const std::string& path, const GPTConfig& c, const std::vec
   int h[256] = {0};
   h[0] = kModelMagic;
   h[1] = 3;
-  h[2] = c.max_seq_len;
-  h[3] = c.vocab_size;
-  h[4] = c.num_layers;
-  h[5] = c.num_heads;
-  h[6] = c.channels;
-  h[7] = c.padded_vocab_size;
+  for (const ModelSlot& s : kModelSlots) h[s.slot] = c.*s.field;
   h[8] = c.num_kv_heads == c.num_heads ? 0 : c.num_kv_heads;
   h[9] = c.rope;                              // 1: RoPE, no wpe rows (llm.c cannot read it)
   h[10] = c.rope ? (int)c.rope_theta : 0;     // RoPE base, rounded (older readers)
@@ -138,23 +138,37 @@ void check_finite_params(const std::vector<float>& params, const GPTConfig& c,
   }
 }
 
+// The state header's fields, slot by slot (checkpoint.h): integers as they are, reals as the
+// bits of a double, --attn as kAttnBytes of text.
+struct StateSlot {
+  int slot;
+  int64_t TrainState::*field;
+};
+constexpr StateSlot kStateSlots[] = {
+    {2, &TrainState::step},          {4, &TrainState::loader_epoch},  {5, &TrainState::loader_shard},
+    {6, &TrainState::loader_window}, {7, &TrainState::B},             {8, &TrainState::T},
+    {9, &TrainState::total_batch},   {10, &TrainState::seed},         {11, &TrainState::world_size},
+    {12, &TrainState::zero},         {13, &TrainState::data_order},   {14, &TrainState::cp},
+    {15, &TrainState::steps},        {16, &TrainState::schedule_steps}, {17, &TrainState::warmup}};
+struct StateRealSlot {
+  int slot;
+  double TrainState::*field;
+};
+constexpr StateRealSlot kStateRealSlots[] = {{18, &TrainState::lr}, {19, &TrainState::lr_final_frac},
+                                             {20, &TrainState::weight_decay}, {21, &TrainState::grad_clip}};
+constexpr int kAttnSlot = 22;
+constexpr size_t kAttnBytes = 32;  // slots 22..25
+
 void save_state_file(const std::string& path, const TrainState& s) {
+  CHECK(s.attn.size() < kAttnBytes, "internal: --attn name '%s' too long for the state file",
+        s.attn.c_str());
   int64_t h[64] = {0};
   h[0] = kStateMagic;
   h[1] = 1;
-  h[2] = s.step;
   h[3] = (int64_t)s.m.size();
-  h[4] = s.loader_epoch;
-  h[5] = s.loader_shard;
-  h[6] = s.loader_window;
-  h[7] = s.B;
-  h[8] = s.T;
-  h[9] = s.total_batch;
-  h[10] = s.seed;
-  h[11] = s.world_size;
-  h[12] = s.zero;
-  h[13] = s.data_order;
-  h[14] = s.cp;
+  for (const StateSlot& f : kStateSlots) h[f.slot] = s.*f.field;
+  for (const StateRealSlot& f : kStateRealSlots) std::memcpy(&h[f.slot], &(s.*f.field), sizeof(double));
+  std::memcpy(&h[kAttnSlot], s.attn.data(), s.attn.size());
   write_file_atomically(path, [&](FILE* f) {
     return fwrite(h, sizeof(int64_t), 64, f) == 64 &&
            fwrite(s.m.data(), sizeof(float), s.m.size(), f) == s.m.size() &&
@@ -162,55 +176,64 @@ void save_state_file(const std::string& path, const TrainState& s) {
   });
 }
 
-// Opens a state file and reads and checks its 64 x int64 header.
-static void open_state_file(File& in, const std::string& path, int64_t h[64]) {
+namespace {
+
+// Opens a state file and reads its 64 x int64 header into s (all but m and v); h[3] is the
+// number of parameters the moments are for.
+void read_state_header(File& in, const std::string& path, int64_t h[64], TrainState& s) {
   in.f = fopen(path.c_str(), "rb");
   CHECK(in.f, "cannot open optimizer state '%s': %s", path.c_str(), strerror(errno));
   CHECK(fread(h, sizeof(int64_t), 64, in.f) == 64, "'%s' is truncated", path.c_str());
   CHECK(h[0] == kStateMagic && h[1] == 1, "'%s' is not a flashgpt optimizer-state file",
         path.c_str());
+  for (const StateSlot& f : kStateSlots) s.*f.field = h[f.slot];
+  for (const StateRealSlot& f : kStateRealSlots) std::memcpy(&(s.*f.field), &h[f.slot], sizeof(double));
+  const char* attn = reinterpret_cast<const char*>(&h[kAttnSlot]);
+  s.attn.assign(attn, strnlen(attn, kAttnBytes));
+  if (s.world_size <= 0) s.world_size = 1;  // older files
+  if (s.cp <= 0) s.cp = 1;
 }
+
+// The AdamW moments of a file: finite, and the second moment (an average of squares) >= 0;
+// anything else is a corrupt file, which would turn the first step's update into NaN.
+void check_moments(const TrainState& s, const std::string& path) {
+  for (size_t i = 0; i < s.m.size(); i++)
+    CHECK(std::isfinite(s.m[i]), "optimizer state '%s' is corrupt: its first moment m holds %g "
+          "(element %zu); remove that checkpoint pair (model and state file of its step) to "
+          "resume from the one before", path.c_str(), s.m[i], i);
+  for (size_t i = 0; i < s.v.size(); i++)
+    CHECK(std::isfinite(s.v[i]) && s.v[i] >= 0, "optimizer state '%s' is corrupt: its second "
+          "moment v holds %g (element %zu); remove that checkpoint pair (model and state file of "
+          "its step) to resume from the one before", path.c_str(), s.v[i], i);
+}
+
+}  // namespace
 
 TrainState load_state_header(const std::string& path) {
   File in;
   int64_t h[64];
-  open_state_file(in, path, h);
   TrainState s;
-  s.step = h[2];
-  s.world_size = h[11] > 0 ? h[11] : 1;
-  s.zero = h[12];
-  s.cp = h[14] > 0 ? h[14] : 1;
+  read_state_header(in, path, h, s);
   return s;
 }
 
 TrainState load_state_file(const std::string& path, size_t expected_params) {
   File in;
   int64_t h[64];
-  open_state_file(in, path, h);
+  TrainState s;
+  read_state_header(in, path, h, s);
   CHECK((size_t)h[3] == expected_params,
         "'%s' holds optimizer state for %lld parameters but the model has %zu", path.c_str(),
         (long long)h[3], expected_params);
   size_t want = 64 * sizeof(int64_t) + 2 * expected_params * sizeof(float);
   CHECK(file_size(in.f) == want, "'%s' is truncated or corrupt (size %zu, expected %zu)",
         path.c_str(), file_size(in.f), want);
-  TrainState s;
-  s.step = h[2];
-  s.loader_epoch = h[4];
-  s.loader_shard = h[5];
-  s.loader_window = h[6];
-  s.B = h[7];
-  s.T = h[8];
-  s.total_batch = h[9];
-  s.seed = h[10];
-  s.world_size = h[11] > 0 ? h[11] : 1;
-  s.zero = h[12];
-  s.data_order = h[13];
-  s.cp = h[14] > 0 ? h[14] : 1;
   s.m.resize(expected_params);
   s.v.resize(expected_params);
   CHECK(fread(s.m.data(), 4, expected_params, in.f) == expected_params &&
             fread(s.v.data(), 4, expected_params, in.f) == expected_params,
         "read error in '%s'", path.c_str());
+  check_moments(s, path);
   return s;
 }
 

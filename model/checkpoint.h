@@ -14,8 +14,13 @@
 //   [3] number of parameters, [4..6] data-loader epoch/shard/window, [7] batch B, [8] seq-len T,
 //   [9] total batch, [10] seed, [11] world size, [12] ZeRO stage, [13] data order (1 shuffled,
 //   2 in order, 0 unknown: older files), [14] context-parallel degree --cp (0 in older files:
-//   read as 1); then AdamW m and v, fp32,
-//   ParamLayout order (with --zero 1: this rank's shard of them, see model/zero_shard.h).
+//   read as 1), [15] --steps (where the run was to stop), [16] the step where its cosine decay
+//   ends (--steps of its first start), [17] --warmup, [18..21] --lr, --lr-final-frac,
+//   --weight-decay, --grad-clip (the bits of a double each), [22..25] --attn as given (text,
+//   NUL-padded); [15..25] are 0 in older files, which --resume reads as "not recorded"
+//   (train/resume.h); then AdamW m and v, fp32, ParamLayout order (with --zero 1: this rank's
+//   shard of them, see model/zero_shard.h). A reader refuses moments that are not finite (or
+//   a negative v), naming the file.
 // Both are written to NAME.tmp and renamed, so a crash never leaves a half-written file under
 // the real name. In an --out directory they are model_00000100.bin and state_00000100.bin
 // (step 100); with several processes rank R > 0 writes its own state_00000100_rank<R>.bin.
@@ -45,11 +50,16 @@ struct TrainState {
   int64_t B = 0, T = 0, total_batch = 0, seed = 0, world_size = 1, zero = 0;
   int64_t data_order = 0;  // kDataShuffled, kDataInOrder (--no-shuffle), 0 unknown (older files)
   int64_t cp = 1;          // --cp of the run (the model file does not depend on it)
+  // The run's schedule and attention, which --resume continues with (train/resume.h);
+  // schedule_steps 0: an older file that does not record them.
+  int64_t steps = 0, schedule_steps = 0, warmup = 0;
+  double lr = 0, lr_final_frac = 0, weight_decay = 0, grad_clip = 0;
+  std::string attn;  // --attn as given: a backend name or auto
   std::vector<float> m, v;
 };
 void save_state_file(const std::string& path, const TrainState& s);
 TrainState load_state_file(const std::string& path, size_t expected_params);
-// Only step, world_size, zero and cp (no size checks): to explain a mismatch before loading.
+// The header only (no m, v; no size checks): the run's settings, read before the model exists.
 TrainState load_state_header(const std::string& path);
 
 std::string model_checkpoint_path(const std::string& dir, int64_t step);

@@ -3,6 +3,7 @@
 // finds the ranks and exchanges the NCCL id). Free of CUDA and NCCL types, so g++-compiled code
 // can hold it; make_nccl_comm() in a CPU-only build throws.
 #pragma once
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,6 +19,13 @@ class DistComm {
   virtual void set_stream(void* stream) = 0;
   // Mean of x over the ranks (collective: every rank calls it).
   virtual float all_reduce_mean(float x) = 0;
+  // Point to point, on a cudaStream_t (given as void*): sends send_bytes of device memory
+  // `send` to rank `to` and receives recv_bytes into `recv` from rank `from`, as one group, so
+  // that a ring of ranks each sending to the next and receiving from the previous cannot
+  // deadlock (the context-parallel ring's hops, model/ring_attention.cuh). Every rank of the
+  // ring calls it at the same point; the stream's later work sees `recv` filled.
+  virtual void send_recv(const void* send, size_t send_bytes, int to, void* recv,
+                         size_t recv_bytes, int from, void* stream) = 0;
   // Waits for a cudaStream_t (given as void*) to drain, watching for NCCL errors, a failed peer
   // (peer_failed() returns its message) and the timeout; throws flashgpt::Error on any.
   // timeout_s < 0: the communicator's own timeout.

@@ -139,7 +139,7 @@ void GptCuda::init(const ModelOptions& opt) {
     ring_ = std::make_unique<RingAttention>(
         *cp_, cp_rank_,
         opt.cp_transport ? borrow_ring_transport(opt.cp_transport)
-                         : make_nccl_ring_transport(opt.cp_comm->nccl_comm()));
+                         : make_dist_ring_transport(*opt.cp_comm));
     ring_->set_timing(opt.time_attention);
   }
   comm_->attach(b_.grads, b_.params, b_.master, stream_);
@@ -178,7 +178,7 @@ void GptCuda::release() {
   // then the memory is left to the process exit that follows rather than waited on here.
   // After an error, a ring transfer to a failed peer may still spin on this GPU, and the drain's
   // abort of the world's communicator frees memory, which waits for the whole device: the cp
-  // group's communicator is aborted first (on 2 GPUs rank 0 hung there, 2026-11-25).
+  // group's communicator is aborted first (without it rank 0 of 2 GPUs hangs there).
   if (cp_comm_ && std::uncaught_exceptions() > 0) {
     cp_comm_->abort();
     cp_comm_ = nullptr;

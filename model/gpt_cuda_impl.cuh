@@ -10,8 +10,8 @@
 
 #include "kernels/adamw.cuh"
 #include "kernels/attention/attention.cuh"
-#include "kernels/attention/context_parallel.h"
-#include "kernels/attention/ring_attention.cuh"
+#include "model/context_parallel.h"
+#include "model/ring_attention.cuh"
 #include "kernels/attention/decode.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/cuda_common.cuh"
@@ -73,28 +73,37 @@ class GptCuda : public Model {
   const char* device_name() const override { return device_name_.c_str(); }
   const char* attention_name() const override { return attn_->name(); }
   size_t num_parameters() const override { return layout_.total; }
+
+  // A training step (gpt_cuda_step.cu); with peers, GradComm averages the gradients.
   float forward(const int* inputs, const int* targets, int B, int T) override;
   void backward(float loss_scale) override;
+  void mark_last_micro_step() override { comm_->mark_last_micro_step(); }
+  void reduce_grads() override { comm_->reduce_grads(); }
   void zero_grad() override;
   float grad_norm() override;
   void adamw_step(const AdamWHyper& h, float grad_scale, int step) override;
-  void logits_at(int t, float* out) override;
+
+  // State in and out (gpt_cuda.cu); with ZeRO-1 this rank's shard of the AdamW moments.
   void get_params(std::vector<float>& out) const override;
   void set_params(const std::vector<float>& in) override;
+  size_t adam_state_size() const override { return comm_->opt_size(); }
   void get_adam_state(std::vector<float>& m, std::vector<float>& v) const override;
   void set_adam_state(const std::vector<float>& m, const std::vector<float>& v) override;
+  void get_grads(std::vector<float>& out) const { download(out, b_.grads, layout_.total); }
+
+  // Measurements.
   std::vector<MemoryLine> memory_plan() const override { return plan_.lines; }
   size_t peak_memory_bytes() const override;
   double attention_ms() override;
   RingStepTimes cp_times() override { return ring_ && att_timer_ ? ring_->take_times() : RingStepTimes{}; }
+
+  // Generation: a row of the last forward's logits, or the KV cache.
+  void logits_at(int t, float* out) override;
   void prefill(const int* tokens, int n, float* logits) override;
   void decode(int token, float* logits) override;
   int cached_positions() const override { return kv_len_; }
 
-  void get_grads(std::vector<float>& out) const { download(out, b_.grads, layout_.total); }
-  void reduce_grads() override { comm_->reduce_grads(); }
-  void mark_last_micro_step() override { comm_->mark_last_micro_step(); }
-  size_t adam_state_size() const override { return comm_->opt_size(); }
+  // Tests: the guard bytes after every buffer (memory_plan.h).
   std::vector<std::string> guard_violations() const;
   void write_past_end(const std::string& name, size_t bytes);
   static constexpr unsigned char kGuardByte = 0xA5;
@@ -149,16 +158,10 @@ class GptCuda : public Model {
   // consecutive: (b*T, 0, T) per batch row, or with cp one run per chunk (global positions).
   template <class Fn>
   void for_each_run(int B, int T, Fn fn) const {
-    for (int b = 0; b < B; b++) {
-      if (!cp_) {
-        fn((size_t)b * T, 0, T);
-        continue;
-      }
-      for (int which = 0; which < 2; which++) {
-        const CpChunk c = cp_->chunk(cp_rank_, which);
-        fn((size_t)b * T + c.local_begin, c.global_begin, c.len);
-      }
-    }
+    if (cp_)
+      cp_for_each_chunk(*cp_, cp_rank_, B, [&](size_t row, size_t, int pos, int len) { fn(row, pos, len); });
+    else
+      for (int b = 0; b < B; b++) fn((size_t)b * T, 0, T);
   }
   void encode(int B, int T);                          // encoded = wte[inp] (+ wpe at positions)
   void rope(floatX* x, bool backward, int B, int T);  // x (B, T, QKV): RoPE at positions

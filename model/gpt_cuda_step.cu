@@ -177,7 +177,8 @@ void GptCuda::rope(floatX* x, bool backward, int B, int T) {
 }
 
 float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
-  if (cp_) {  // the caller gives this rank's rows of sequences of length cp_->T()
+  const int Tseq = T;  // the caller's sequence length; with cp this rank holds Tl of its rows
+  if (cp_) {
     CHECK(T == cp_->T(), "context parallel: this model splits sequences of --seq-len %d; got %d",
           cp_->T(), T);
     T = cp_->local_len(cp_rank_);
@@ -188,18 +189,23 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
             Vp = cfg_.padded_vocab_size;
   const int N = B * T;
   const size_t NC = maxN() * C;
-  for (int i = 0; i < N; i++)
+  for (int i = 0; i < B * Tseq; i++)
     CHECK(inputs[i] >= 0 && inputs[i] < V, "token id %d at position %d is outside the vocabulary "
           "(%d); the data does not match the model's tokenizer", inputs[i], i, V);
   if (targets)
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < B * Tseq; i++)
       CHECK(targets[i] >= 0 && targets[i] < V, "target id %d is outside the vocabulary (%d)",
             targets[i], V);
   attach();
-  // The staging buffer may still feed the previous forward's copy.
+  // The staging buffer may still feed the previous forward's copy. With cp it takes this
+  // rank's zigzag rows of the (B, Tseq) batch.
   CUDA_CHECK(cudaEventSynchronize(inputs_copied_));
-  std::memcpy(h_tokens_, inputs, N * sizeof(int));
-  if (targets) std::memcpy(h_tokens_ + maxN(), targets, N * sizeof(int));
+  auto stage = [&](int* dst, const int* src) {
+    if (cp_) cp_scatter<int>(dst, src, *cp_, cp_rank_, B, 1);
+    else std::memcpy(dst, src, N * sizeof(int));
+  };
+  stage(h_tokens_, inputs);
+  if (targets) stage(h_tokens_ + maxN(), targets);
   CUDA_CHECK(cudaMemcpyAsync(b_.inputs, h_tokens_, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
   if (targets)
     CUDA_CHECK(cudaMemcpyAsync(b_.targets, h_tokens_ + maxN(), N * sizeof(int),
@@ -239,11 +245,11 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   sync();
   measure();
   if (!cp_) return *h_loss_;
-  // The sequence's mean over all B*T tokens: this rank's sum x cp / (B*T), averaged over the
-  // ranks (each dp group's cp ranks hold one set of sequences: their mean is the dp mean of the
-  // sequence means, which every rank returns).
+  // The sequence's mean over all B*T tokens: this rank's share, averaged over the ranks (each
+  // dp group's cp ranks hold one set of sequences: their mean is the dp mean of the sequence
+  // means, which every rank returns).
   const double sum = (double)*h_loss_ * N;
-  return world_comm_->all_reduce_mean((float)(sum * cp_->cp() / ((double)B * cp_->T())));
+  return world_comm_->all_reduce_mean((float)cp_loss_share(sum, cp_->cp(), B, cp_->T()));
 }
 
 void GptCuda::backward(float loss_scale) {

@@ -21,7 +21,7 @@
 //     (gather_master; every rank calls it).
 // Host waits go through DistComm::wait (sync), which notices failed peers instead of hanging.
 // Test (2+ GPUs): scripts/test_multigpu.sh; the shard arithmetic: build/test_cpu
-// --gtest_filter='Zero*' (tests/cpu/test_dist.cpp).
+// --gtest_filter='Dist.Zero*' (tests/cpu/test_dist.cpp).
 #pragma once
 #include <vector>
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "kernels/attention/backends.h"
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
 #include "kernels/attention/decode.h"
 #include "kernels/common.h"
 #include "kernels/encoder.h"

@@ -21,7 +21,7 @@
 // kernels' scratch sizes from their CUDA-free headers.
 // Context parallel (--cp > 1): every per-token buffer holds this rank's rows (B x Tl, Tl the
 // largest zigzag share, about T/cp), plus the ring's K/V blocks, dK/dV accumulators and running
-// O ("context parallel" lines; kernels/attention/ring_attention.cuh).
+// O ("context parallel" lines; model/ring_attention.cuh).
 // Each buffer is rounded up to 256 bytes. Not in the plan: the CUDA context, cuBLAS handles and
 // library code (the measured peak counts them; they are tens of MiB).
 #pragma once

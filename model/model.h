@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention/context_parallel.h"
 #include "kernels/attention/mask.h"
+#include "model/context_parallel.h"
 #include "model/config.h"
 #include "model/recompute.h"
 
@@ -87,7 +87,7 @@ class Model {
 };
 
 class DistComm;  // the multi-GPU process group: model/dist_comm.h
-class RingTransport;  // how the context-parallel ring moves its blocks: kernels/attention/ring_attention.cuh
+class RingTransport;  // how the context-parallel ring moves its blocks: model/ring_attention.cuh
 
 struct ModelOptions {
   GPTConfig config;
@@ -111,12 +111,13 @@ struct ModelOptions {
   // the document mask's documents come from each batch's input tokens. CPU model only so far.
   MaskSpec mask;
   size_t guard_bytes = 0;          // tests: guards after every device buffer (memory_plan.h)
-  // Context parallelism (--cp, CUDA model only; kernels/attention/context_parallel.h): each
+  // Context parallelism (--cp, CUDA model only; model/context_parallel.h): each
   // sequence of T tokens (T above is the GLOBAL length) is split in 2*cp zigzag chunks; this
-  // process holds chunks cp_rank and 2*cp-1-cp_rank. forward() then takes this rank's local
-  // rows (B, CpLayout(cp, T).local_len(cp_rank)), laid out by cp_scatter, and returns the mean
-  // loss over all B*T tokens of the cp group. cp_comm: the cp group's communicator (cp
-  // consecutive ranks); the gradient all-reduce stays on `comm` (the whole dp x cp world).
+  // process holds chunks cp_rank and 2*cp-1-cp_rank. forward() still takes the whole (B, T)
+  // batch (every cp rank of a dp group the same one), keeps its own rows of it (cp_scatter)
+  // and returns the mean loss over all B*T tokens of the cp group. cp_comm: the cp group's
+  // communicator (cp consecutive ranks); the gradient all-reduce stays on `comm` (the whole
+  // dp x cp world).
   int cp = 1;
   int cp_rank = 0;
   DistComm* cp_comm = nullptr;

@@ -107,6 +107,16 @@ class NcclComm : public DistComm {
     return *h_scalar_;
   }
 
+  void send_recv(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+                 int from, void* stream) override {
+    CHECK(comm_, "the NCCL communicator was aborted after an error");
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, to, comm_, s));
+    NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, s));
+    NCCL_CHECK(ncclGroupEnd());
+  }
+
   void wait(void* stream, double timeout_s = -1) override {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const double limit = timeout_s >= 0 ? timeout_s : timeout_s_;
@@ -180,4 +190,9 @@ std::unique_ptr<DistComm> make_nccl_comm(int rank, int world, int local_rank,
                                          const std::function<std::string()>& peer_failed,
                                          double timeout_s) {
   return std::make_unique<NcclComm>(rank, world, local_rank, exchange_id, peer_failed, timeout_s);
+}
+
+std::unique_ptr<DistComm> adopt_nccl_comm(ncclComm_t comm, double timeout_s) {
+  CHECK(comm != nullptr, "internal: no NCCL communicator to adopt");
+  return std::make_unique<NcclComm>(comm, nullptr, timeout_s);
 }

@@ -15,4 +15,9 @@
                   ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : "");                 \
   } while (0)
 
+// A DistComm over a communicator made elsewhere (ncclCommInitAll: one process driving several
+// GPUs, as the ring's GPU tests do), which it destroys with itself. Make it, and destroy it,
+// with the communicator's GPU current.
+std::unique_ptr<DistComm> adopt_nccl_comm(ncclComm_t comm, double timeout_s);
+
 inline ncclComm_t as_nccl(const DistComm* c) { return static_cast<ncclComm_t>(c->nccl_comm()); }

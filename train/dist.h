@@ -59,7 +59,7 @@ std::string read_failure_marker(const DistConfig& d);
 void check_resume_world(int64_t saved_world, int64_t saved_zero, int64_t saved_cp, int world,
                         int zero, int cp, const std::string& state_path);
 
-// The rank grid of context parallelism (--cp; kernels/attention/context_parallel.h). Launch
+// The rank grid of context parallelism (--cp; model/context_parallel.h). Launch
 // convention: world = dp x cp and rank = dp_index * cp + cp_index, cp innermost, so a cp group
 // is cp consecutive ranks (the GPUs of one node, on NVLink; launchers number a node's
 // processes consecutively). The cp ranks of one dp group read the same windows: the data

@@ -12,8 +12,8 @@
 #include "model/checkpoint.h"
 #include "model/hf_gpt2.h"
 #include "model/json.h"
+#include "model/output_files.h"
 #include "train/options.h"
-#include "train/run_files.h"
 #include "train/sample.h"
 
 void eval_batches(Model& model, DataLoader& loader, int64_t n, int B, int T,

@@ -1,35 +1,21 @@
-// options — the command line of every flashgpt subcommand, in one module: the options of
-// `train`, `sample`, `eval`, `export`, `prepare`, `profile`, `bench-attention` and
-// `bench-kernels`, their cxxopts parsers, and the validators they share (--device, --attn,
-// --pos, --batch and --seq-len). A bad value is one clear error line naming the flag before any
-// work starts. train/main.cpp dispatches: each command (train/, data/prepare.h, bench/)
-// receives its parsed struct and parses nothing itself.
+// options — the command line of the training-side subcommands, in one module: the options of
+// `train`, `sample`, `eval`, `export` and `prepare`, and their cxxopts parsers (the reading and
+// validators they share with the benchmarks' parsers, bench/options.h: model/cli_table.h). A bad
+// value is one clear error line naming the flag before any work starts. train/main.cpp
+// dispatches: each command (train/, data/prepare.h, bench/) receives its parsed struct and
+// parses nothing itself.
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "model/cli.h"
 #include "model/recompute.h"
 #include "train/dist.h"
 
 struct PrepareOptions;  // data/prepare.h
-
-// --pos: how the model knows where a token stands.
-enum class PosEncoding {
-  learned,  // GPT-2's position table wpe (max_seq_len, C): caps the context at --max-seq-len
-  rope,     // rotary embeddings on Q and K: no table, any length
-};
-PosEncoding parse_pos(const std::string& value);  // unknown: throws naming --pos
-const char* pos_name(PosEncoding pos);            // "learned" | "rope"
-
-// --attn values are backend names from the CUDA-free registry (kernels/attention/backends.h),
-// validated here once, or "auto" where the subcommand takes it (the first backend that
-// supports the model: attention_auto). A validated string rather than a closed enum: a backend
-// is added by one spec line in the registry, and the options, the help text and the model
-// learn it from there with no edit here.
-enum class AttnAuto { allowed, refused };
-std::string parse_attn(const std::string& value, AttnAuto autos);  // unknown: throws listing names
 
 struct TrainOptions {
   // data
@@ -56,6 +42,9 @@ struct TrainOptions {
   int steps = 500;
   float lr = 6e-4f, lr_final_frac = 0.1f, weight_decay = 0.1f, grad_clip = 1.0f;
   int warmup = 20;
+  // The step where the cosine decay ends: 0 = --steps. --resume sets it to the checkpoint's
+  // (--steps of the run's first start), so a longer resumed run keeps its schedule.
+  int schedule_steps = 0;
   // eval, sampling, checkpoints, logging
   int eval_every = 100, eval_steps = 10, sample_every = 200, sample_tokens = 64;
   int checkpoint_every = 0;
@@ -68,6 +57,9 @@ struct TrainOptions {
   int bench_steps = 20;
   int bench_warmup = 3;  // untimed steps before them (allocators, caches, autotuning)
   bool quiet = false;  // fewer lines (tests)
+  // The flags on the command line, without "--": --resume takes each setting whose flag is not
+  // here from the checkpoint (train/resume.h).
+  std::set<std::string> given;
   // multi-GPU (train/dist.h): resolved from --rank/--world-size/--local-rank/--dist-init and
   // the environment (torchrun, mpirun, srun)
   DistConfig dist;
@@ -103,57 +95,6 @@ struct ExportOptions {  // `flashgpt export` (train/export.h)
   std::string checkpoint, out_dir, format = "hf";
 };
 
-struct ProfileOptions {  // `flashgpt profile` (bench/profile.h says what each does)
-  std::string model = "d12";
-  std::vector<std::string> attn = {"flash3", "flash", "naive"};  // parse_attn names, no auto
-  std::vector<int> seq_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
-  int tokens = 16384;  // per step; B = max(1, tokens / T)
-  int batch = 0;       // > 0: overrides --tokens
-  int warmup = 1, steps = 3;
-  Recompute recompute = Recompute::kNone;
-  // rope by default: learned positions would add a (maxT, C) table per point, mixing a
-  // position-table effect into a sweep about attention (bench/profile.h).
-  PosEncoding pos = PosEncoding::rope;
-  int cp = 1;  // --cp: plan and measure one GPU of a cp group (ModelOptions cp_rank 0)
-  int vocab = 50257;
-  std::string out_dir = "runs/profile";
-  bool plan_only = false;
-  bool plot = true;           // run scripts/plot_profile.py at the end
-  double gpu_memory_gib = 0;  // --plan-only capacity; 0: the GPU's, else 80
-  double max_step_seconds = 60;
-  uint64_t seed = 1337;
-  std::string command_line;  // for the CSV/JSON metadata
-};
-// Batch size of a profile point at sequence length T: --batch, else max(1, --tokens / T).
-int profile_batch(const ProfileOptions& opt, int T);
-// The largest --gpu-memory (1 PiB): far beyond any device, and within what a byte count holds.
-constexpr double kMaxGpuMemoryGiB = double(1 << 20);
-
-struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_attention.h)
-  std::vector<std::string> backends = {"naive", "flash"};  // parse_attn names, no auto
-  std::vector<int> head_sizes = {64, 128};                 // --hs
-  std::vector<int> seq_lens = {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
-  std::vector<int> causal = {1};  // 1 and/or 0 (0 rows are reported skipped: causal only)
-  int tokens = 16384;             // per batch: B = max(1, tokens / T)
-  int heads = 0;                  // NH; 0: 12 for HS 64, 16 for HS 128, else 768 / HS
-  int kv_heads = 0;               // NKV; 0: NH
-  int warmup = 5, iters = 20;
-  float budget_ms = 3000;  // GPU time per measurement at the most (at least 3 runs)
-  float warmup_ms = 500;   // untimed GPU time before each measurement (bench_attention.cu: why)
-  bool deterministic = false;
-  // --cp N > 1: also time each backend's context-parallel ring (ring_attention.cuh) with N
-  // virtual ranks on this one GPU (threads; the hops are device copies): the ring's compute
-  // overhead against the whole-sequence backend, an upper bound on the efficiency of N GPUs.
-  int cp = 1;
-  std::string csv_path;  // "" = no CSV
-};
-
-struct BenchKernelsOptions {  // `flashgpt bench-kernels` (bench/bench_kernels.h)
-  std::vector<std::string> only = {"kernels", "rope", "decode", "step"};  // sections
-  std::string attn = "naive";  // the step section's backend (parse_attn, no auto)
-  int batch = 32;              // sequences of 1024 tokens in the step section
-};
-
 // The parsers. argv[0] is the subcommand's name. A bad flag or value throws flashgpt::Error with
 // one line naming the flag; false means --help was printed and the command stops.
 bool parse_train_options(int argc, char** argv, TrainOptions& opt);
@@ -161,9 +102,6 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt);
 bool parse_eval_options(int argc, char** argv, EvalOptions& opt);
 bool parse_export_options(int argc, char** argv, ExportOptions& opt);
 bool parse_prepare_options(int argc, char** argv, PrepareOptions& opt);
-bool parse_profile_options(int argc, char** argv, ProfileOptions& opt);
-bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions& opt);
-bool parse_bench_kernels_options(int argc, char** argv, BenchKernelsOptions& opt);
 
 // The error line `main` prints for an exception out of a command (without "flashgpt: error: "):
 // our errors as they are; a failed allocation says so and which flags lower the memory.

@@ -10,14 +10,15 @@
 //   SIGINT / SIGTERM: the step in progress finishes, a checkpoint is written (with --out) and
 //   run_train returns with TrainResult.interrupted set (`flashgpt train` exits 128 + signal).
 //   Files around the run (the --out lock, fresh runs, the tokenizer copy, --log): run_files.h.
+//   --resume continues the latest checkpoint in --out with its run's settings: resume.h.
 //   Multi-GPU (opt.dist.world_size > 1, train/dist.h): only rank 0 prints, logs, samples and
 //   writes the model file; every rank writes its optimizer state; an error on any rank is
 //   reported as "rank R: cause" after aborting the communicators (the others stop too).
 //   Context parallel (--cp N > 1, CUDA only): world = dp x cp (train/dist.h cp_grid); the cp
-//   ranks of a dp group read the same (B, T) batch and each feeds the model its zigzag rows
-//   (cp_scatter, kernels/attention/context_parallel.h); micro-batches and tokens/s count each
-//   token once (B*T*dp per micro-step); the ring runs on a communicator of its own (split of
-//   the world's by dp index); sampling during training is off (the model needs its cp group).
+//   ranks of a dp group read the same (B, T) batch and each model keeps its zigzag rows of it
+//   (model/context_parallel.h); micro-batches and tokens/s count each token once (B*T*dp per
+//   micro-step); the ring runs on a communicator of its own (split of the world's by dp index);
+//   sampling during training is off (the model needs its cp group).
 #pragma once
 #include <vector>
 
@@ -32,7 +33,10 @@ struct TrainResult {
   int interrupted = 0;  // SIGINT or SIGTERM when the run stopped early on a signal, else 0
 };
 
+// The step where the cosine decay ends: schedule_steps, or --steps.
+int schedule_end(const TrainOptions& opt);
 // Learning rate at step (1-based): linear warm-up to lr over `warmup` steps, then cosine decay
-// to lr * lr_final_frac at the last step.
+// to lr * lr_final_frac at schedule_end(opt), and that final lr after it (a resumed run that
+// goes past its first --steps).
 float lr_at_step(const TrainOptions& opt, int step);
 TrainResult run_train(const TrainOptions& opt);

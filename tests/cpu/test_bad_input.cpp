@@ -216,10 +216,7 @@ TEST(BadInputSilent, ResumeRefusesWhatWouldChangeTheRun) {
   TrainOptions o = small_train_options(4);
   o.out_dir = dir.path;
   run_train(o);
-  TrainOptions r = o;
-  r.resume = true;
-  r.steps = 6;
-  r.shuffle = false;
+  TrainOptions r = small_train_options(6, {"--no-shuffle", "--out", dir.path, "--resume"});
   expect_error([&] { run_train(r); }, "--no-shuffle");
   r = o;
   r.resume = true;

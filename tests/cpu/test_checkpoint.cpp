@@ -2,25 +2,46 @@
 // file, atomic writes, and the clear errors for bad files.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "model/checkpoint.h"
+#include "model/config.h"
 #include "model/layout.h"
 #include "model/model.h"
 #include "tests/cpu/test_helpers.h"
 
 namespace {
-GPTConfig small() {
-  GPTConfig c;
-  c.max_seq_len = 16;
-  c.vocab_size = 100;
-  c.padded_vocab_size = 128;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 4;
-  c.channels = 32;
-  return c;
+// maxT 16, V 100 (padded 128), L 2, NH = NKV 4, C 32 (GPTConfig's field order).
+GPTConfig small() { return GPTConfig{16, 100, 128, 2, 4, 4, 32}; }
+
+// c's model, with parameters from `seed`, written and read back: the config read; the
+// parameters must come back exactly.
+GPTConfig round_trip(const GPTConfig& c, uint64_t seed) {
+  TempDir dir;
+  const std::vector<float> p = gpt_init_params(c, seed);
+  save_model_file(dir / "m.bin", c, p);
+  GPTConfig back;
+  std::vector<float> read;
+  load_model_file(dir / "m.bin", back, read);
+  EXPECT_EQ(read, p);
+  return back;
+}
+
+// A state with every header field set to a value of its own.
+TrainState full_state() {
+  TrainState s;
+  int64_t next = 1;
+  for (int64_t* f : {&s.step, &s.loader_epoch, &s.loader_shard, &s.loader_window, &s.B, &s.T,
+                     &s.total_batch, &s.seed, &s.world_size, &s.zero, &s.data_order, &s.cp,
+                     &s.steps, &s.schedule_steps, &s.warmup})
+    *f = 10 * next++;
+  s.lr = 3e-4, s.lr_final_frac = 0.15, s.weight_decay = 0.01, s.grad_clip = 0.75;
+  s.attn = "flash3";
+  s.m = {1, 2, 3};
+  s.v = {4, 5, 6};
+  return s;
 }
 }  // namespace
 
@@ -53,32 +74,19 @@ TEST(Checkpoint, ModelRoundTripIsExactAndLlmcLayout) {
 }
 
 TEST(Checkpoint, GroupedQueryRoundTrip) {
-  TempDir dir;
   GPTConfig c = small();
   c.num_kv_heads = 2;
-  std::vector<float> p = gpt_init_params(c, 5);
-  save_model_file(dir / "m.bin", c, p);
-  GPTConfig c2;
-  std::vector<float> p2;
-  load_model_file(dir / "m.bin", c2, p2);
-  EXPECT_EQ(c2.num_kv_heads, 2);
-  EXPECT_EQ(p, p2);
+  EXPECT_EQ(round_trip(c, 5).num_kv_heads, 2);
 }
 
 TEST(Checkpoint, RopeRoundTrip) {
-  TempDir dir;
   GPTConfig c = small();
   c.rope = 1;
   c.rope_theta = 500000.0f;
-  std::vector<float> p = gpt_init_params(c, 6);
-  save_model_file(dir / "m.bin", c, p);
-  GPTConfig c2;
-  std::vector<float> p2;
-  load_model_file(dir / "m.bin", c2, p2);
-  EXPECT_EQ(c2.rope, 1);
-  EXPECT_EQ(c2.rope_theta, 500000.0f);
-  EXPECT_EQ(p, p2);  // no wpe rows
-  EXPECT_EQ(ParamLayout(c2).sizes[P_WPE], 0u);
+  const GPTConfig back = round_trip(c, 6);  // no wpe rows
+  EXPECT_EQ(back.rope, 1);
+  EXPECT_EQ(back.rope_theta, 500000.0f);
+  EXPECT_EQ(ParamLayout(back).sizes[P_WPE], 0u);
 }
 
 TEST(Checkpoint, ReadsLlmcBf16Version5) {
@@ -100,9 +108,10 @@ TEST(Checkpoint, ReadsLlmcBf16Version5) {
   fwrite(h, 4, 256, f);
   fwrite(raw.data(), 2, raw.size(), f);
   fclose(f);
-  GPTConfig c2;
+  GPTConfig read;
   std::vector<float> p;
-  load_model_file(dir / "v5.bin", c2, p);
+  load_model_file(dir / "v5.bin", read, p);
+  EXPECT_EQ(read.num_layers, c.num_layers);
   EXPECT_EQ(p, want);
 }
 
@@ -125,17 +134,8 @@ TEST(Checkpoint, BadFilesGiveClearErrors) {
 
 TEST(Checkpoint, StateRoundTripAndLatest) {
   TempDir dir;
-  TrainState s;
+  TrainState s = full_state();
   s.step = 30;
-  s.loader_epoch = 1;
-  s.loader_shard = 2;
-  s.loader_window = 3;
-  s.B = 4;
-  s.T = 64;
-  s.total_batch = 512;
-  s.seed = 9;
-  s.m = {1, 2, 3};
-  s.v = {4, 5, 6};
   save_state_file(state_checkpoint_path(dir.path, 30), s);
   EXPECT_EQ(latest_checkpoint_step(dir.path), -1);  // the model file is missing
   GPTConfig c = small();
@@ -145,14 +145,39 @@ TEST(Checkpoint, StateRoundTripAndLatest) {
   std::system(("touch '" + model_checkpoint_path(dir.path, 50) + ".tmp' '" +
                state_checkpoint_path(dir.path, 50) + "'").c_str());
   EXPECT_EQ(latest_checkpoint_step(dir.path), 30);
-  TrainState r = load_state_file(state_checkpoint_path(dir.path, 30), 3);
-  EXPECT_EQ(r.step, 30);
-  EXPECT_EQ(r.loader_shard, 2);
-  EXPECT_EQ(r.loader_window, 3);
-  EXPECT_EQ(r.total_batch, 512);
+  for (const TrainState& r : {load_state_file(state_checkpoint_path(dir.path, 30), 3),
+                              load_state_header(state_checkpoint_path(dir.path, 30))}) {
+    for (int64_t TrainState::*f :
+         {&TrainState::step, &TrainState::loader_epoch, &TrainState::loader_shard,
+          &TrainState::loader_window, &TrainState::B, &TrainState::T, &TrainState::total_batch,
+          &TrainState::seed, &TrainState::world_size, &TrainState::zero, &TrainState::data_order,
+          &TrainState::cp, &TrainState::steps, &TrainState::schedule_steps, &TrainState::warmup})
+      EXPECT_EQ(r.*f, s.*f);
+    EXPECT_EQ(r.lr, s.lr);
+    EXPECT_EQ(r.lr_final_frac, s.lr_final_frac);
+    EXPECT_EQ(r.weight_decay, s.weight_decay);
+    EXPECT_EQ(r.grad_clip, s.grad_clip);
+    EXPECT_EQ(r.attn, "flash3");
+  }
+  const TrainState r = load_state_file(state_checkpoint_path(dir.path, 30), 3);
   EXPECT_EQ(r.m, s.m);
   EXPECT_EQ(r.v, s.v);
   expect_error([&] { load_state_file(state_checkpoint_path(dir.path, 30), 4); }, "parameters");
+}
+
+// Moments that are not finite, or a negative second moment, are a corrupt file: refused naming it.
+TEST(Checkpoint, StateWithNonFiniteMomentsIsRefused) {
+  TempDir dir;
+  const std::string path = state_checkpoint_path(dir.path, 5);
+  for (int which = 0; which < 3; which++) {
+    TrainState s = full_state();
+    if (which == 0) s.m[1] = NAN;
+    if (which == 1) s.v[2] = INFINITY;
+    if (which == 2) s.v[0] = -1e-12f;
+    save_state_file(path, s);
+    const std::string msg = expect_error([&] { load_state_file(path, 3); }, path);
+    EXPECT_NE(msg.find(which == 0 ? "first moment m" : "second moment v"), std::string::npos) << msg;
+  }
 }
 
 TEST(Checkpoint, UnwritableDirectoryFailsWithoutLeavingFiles) {
@@ -164,8 +189,7 @@ TEST(Checkpoint, UnwritableDirectoryFailsWithoutLeavingFiles) {
 // The state header records --cp (slot 14); files written before it (slot 14 = 0) read as cp 1.
 TEST(Checkpoint, StateRecordsCp) {
   TempDir dir;
-  TrainState s;
-  s.step = 5;
+  TrainState s = full_state();
   s.world_size = 4;
   s.cp = 2;
   s.m = {1, 2};

@@ -18,9 +18,10 @@
 //   ContextParallel.RingBackwardFiniteDifferences  ring + RoPE backward vs central differences
 //   ContextParallel.WrongRingIsDetected         a dropped block, an LSE-blind merge and a
 //                                               wrong key offset all fail the comparison
-//   ContextParallel.LoaderSplitsWindows         each rank's inputs and targets from the T+1
-//                                               window (targets shifted by one across chunks)
-//   ContextParallel.LossIsMeanOverAllTokens     cp_mean_loss and cp_token_dloss through the real
+//   ContextParallel.LoaderSplitsWindows         each rank's rows (cp_scatter) of the loader's
+//                                               inputs and targets: every (input, target) pair
+//                                               of the T+1 window on exactly one rank
+//   ContextParallel.LossIsMeanOverAllTokens     cp_loss_share and cp_token_dloss through the real
 //                                               classifier: loss and replicated-parameter
 //                                               gradient equal the single-GPU ones
 //
@@ -42,11 +43,11 @@
 #include <vector>
 
 #include "kernels/attention/attention_ref.h"
-#include "kernels/attention/context_parallel.h"
-#include "kernels/attention/ring_attention_ref.h"
 #include "kernels/classifier.h"
 #include "kernels/common.h"
 #include "kernels/rope.h"
+#include "model/context_parallel.h"
+#include "model/ring_attention_ref.h"
 #include "tests/cpu/ref_check.h"
 #include "tests/cpu/test_helpers.h"
 
@@ -251,41 +252,44 @@ std::mt19937_64& rng() {
   static std::mt19937_64 g(20261124);
   return g;
 }
-// N(0, 1); query and key heads scaled by amp (2: scores with std ~4, peaked softmax rows).
-template <typename real>
-std::vector<real> random_qkv(const AttnShape& s, double amp) {
+// count N(0, 1) numbers, element i times amp(i).
+template <typename real, typename Amp>
+std::vector<real> normal(size_t count, Amp amp) {
   std::normal_distribution<double> n(0.0, 1.0);
-  std::vector<real> x(qkv_size(s));
-  const size_t H3 = s.NH + 2 * s.NKV;
-  for (size_t i = 0; i < x.size(); i++)
-    x[i] = real(n(rng()) * ((i / s.HS) % H3 < size_t(s.NH + s.NKV) ? amp : 1.0));
+  std::vector<real> x(count);
+  for (size_t i = 0; i < count; i++) x[i] = real(amp(i) * n(rng()));
   return x;
 }
 template <typename real>
 std::vector<real> random_vec(size_t count) {
-  std::normal_distribution<double> n(0.0, 1.0);
-  std::vector<real> x(count);
-  for (auto& v : x) v = real(n(rng()));
-  return x;
+  return normal<real>(count, [](size_t) { return 1.0; });
 }
+// Query and key heads scaled by amp (2: scores with std ~4, peaked softmax rows).
+template <typename real>
+std::vector<real> random_qkv(const AttnShape& s, double amp) {
+  const size_t H3 = s.NH + 2 * s.NKV, QK = s.NH + s.NKV;
+  return normal<real>(qkv_size(s), [&](size_t i) { return (i / s.HS) % H3 < QK ? amp : 1.0; });
+}
+// Outputs start as NaN: an element nothing writes fails every comparison.
 template <typename real>
 std::vector<real> poisoned(size_t count) {
   return std::vector<real>(count, std::numeric_limits<real>::quiet_NaN());
 }
 
-// Relative L2 error ||got - ref|| / ||ref|| (NaN anywhere gives NaN) and max |got - ref|.
 struct Err {
-  double rel = 0, max_abs = 0;
+  double rel = 0, max_abs = 0;  // ||got - ref|| / ||ref|| and max |got - ref|; NaN if any is
 };
 template <typename A, typename B>
 Err compare(const A* got, const B* ref, size_t n) {
-  double num = 0, den = 0, mx = 0;
+  double diff2 = 0, ref2 = 0, worst = 0;
   for (size_t i = 0; i < n; i++) {
-    const double d = double(got[i]) - double(ref[i]);
-    if (std::isnan(d)) return {d, d};
-    num += d * d, den += double(ref[i]) * double(ref[i]), mx = std::max(mx, std::fabs(d));
+    const double g = double(got[i]), r = double(ref[i]);
+    if (std::isnan(g - r)) return {NAN, NAN};
+    diff2 += (g - r) * (g - r);
+    ref2 += r * r;
+    worst = std::max(worst, std::fabs(g - r));
   }
-  return {std::sqrt(num / std::max(den, 1e-300)), mx};
+  return {std::sqrt(diff2 / std::max(ref2, 1e-300)), worst};
 }
 void expect_close(const char* what, const std::string& ctx, Err e, double tol) {
   std::printf("    %-4s %-42s rel %.2e  max %.2e  tol %.0e (%5.1f%% of tol)\n", what,
@@ -599,13 +603,17 @@ TEST(ContextParallel, LoaderSplitsWindows) {
     for (int T : {2 * N, 2 * N * 5, 2 * N * 5 + 3}) {
       const CpLayout L(N, T);
       const std::string ctx = flashgpt::strformat("N=%d T=%d", N, T);
-      std::vector<uint16_t> window(T + 1);  // the loader's (T+1)-token window of one sequence
-      for (auto& w : window) w = uint16_t(tok(rng()));
+      std::vector<int> window(T + 1);  // the loader's (T+1)-token window of one sequence
+      for (int& w : window) w = tok(rng());
+      // The loader's batch of that one sequence: inputs window[0..T), targets window[1..T].
+      const std::vector<int> inputs(window.begin(), window.end() - 1),
+          targets(window.begin() + 1, window.end());
       std::vector<int> pairs_seen(T, 0);
       for (int r = 0; r < N; r++) {
         const int Tl = L.local_len(r);
         std::vector<int> in(Tl, -1), tg(Tl, -1);
-        cp_split_window(in.data(), tg.data(), window.data(), L, r);
+        cp_scatter(in.data(), inputs.data(), L, r, 1, 1);  // as the model keeps its rows
+        cp_scatter(tg.data(), targets.data(), L, r, 1, 1);
         for (int i = 0; i < Tl; i++) {
           const int p = L.global_pos(r, i);
           // The pair the single-GPU loader gives position p: input window[p], target window[p+1].
@@ -613,22 +621,8 @@ TEST(ContextParallel, LoaderSplitsWindows) {
           EXPECT_EQ(tg[i], window[p + 1]) << ctx << " rank " << r << " row " << i;
           pairs_seen[p]++;
         }
-        // The spans a rank reads: each chunk's rows plus the next token.
-        for (int which = 0; which < 2; which++) {
-          const CpChunk c = L.chunk(r, which);
-          const CpSpan sp = cp_window_span(L, r, which);
-          EXPECT_EQ(sp.begin, c.global_begin) << ctx;
-          EXPECT_EQ(sp.end - sp.begin, c.len + 1) << ctx << ": inputs plus the next token";
-        }
       }
       for (int p = 0; p < T; p++) EXPECT_EQ(pairs_seen[p], 1) << ctx << " position " << p;
-      // Neighbouring chunks' spans overlap by exactly one token; the last ends at window[T].
-      for (int k = 0; k + 1 < 2 * N; k++) {
-        const int r = k < N ? k : 2 * N - 1 - k, rn = k + 1 < N ? k + 1 : 2 * N - 2 - k;
-        EXPECT_EQ(cp_window_span(L, r, k < N ? 0 : 1).end - 1,
-                  cp_window_span(L, rn, k + 1 < N ? 0 : 1).begin) << ctx << " chunk " << k;
-      }
-      EXPECT_EQ(cp_window_span(L, 0, 1).end, T + 1) << ctx;
     }
   std::printf("  N = 1..4: every (input, target) pair of the window on exactly one rank\n");
 }
@@ -657,9 +651,10 @@ TEST(ContextParallel, LossIsMeanOverAllTokens) {
   mean /= B * T;
   const double grad = param_grad(dlogits, X);
 
-  // cp ranks: local rows, dloss = cp_token_dloss, loss sums combined by cp_mean_loss,
+  // cp ranks: local rows, dloss = cp_token_dloss, the mean of the ranks' cp_loss_share,
   // gradients averaged over the group (as the dp x cp all-reduce will).
   std::vector<double> sums(N), rank_means(N);
+  double cp_mean = 0;
   double grad_avg = 0, grad_avg_wrong = 0;
   for (int r = 0; r < N; r++) {
     const int Tl = L.local_len(r);
@@ -672,6 +667,7 @@ TEST(ContextParallel, LossIsMeanOverAllTokens) {
                    V, Vp);
     for (double l : ls) sums[r] += l;
     rank_means[r] = sums[r] / (B * Tl);
+    cp_mean += cp_loss_share(sums[r], N, B, T) / N;
     grad_avg += param_grad(dl, x) / N;
     // The tempting wrong seed: each rank's own mean, dloss = 1 / (B*Tl).
     std::vector<double> dl_wrong(lg.size());
@@ -679,7 +675,6 @@ TEST(ContextParallel, LossIsMeanOverAllTokens) {
                    B * Tl, V, Vp);
     grad_avg_wrong += param_grad(dl_wrong, x) / N;
   }
-  const double cp_mean = cp_mean_loss(sums.data(), N, size_t(B) * T);
   const double mean_of_means = (rank_means[0] + rank_means[1] + rank_means[2]) / N;
   std::printf("  loss: one GPU %.12f  cp %.12f  mean of rank means %.12f (wrong)\n", mean, cp_mean,
               mean_of_means);

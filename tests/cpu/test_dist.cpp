@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "data/dataloader.h"
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
 #include "model/checkpoint.h"
 #include "model/layout.h"
 #include "model/zero_shard.h"
@@ -521,8 +521,8 @@ TEST(Dist, CpRankGrid) {
 
 // The loader split of --cp: loaders built as the trainer builds them (rank = dp_index,
 // world = dp) give the cp ranks of a dp group the same windows and different dp groups
-// different ones; each cp rank's rows (cp_scatter, as run_train feeds the model) gathered back
-// are the batch, and they are the window split cp_split_window describes.
+// different ones; each cp rank's rows (cp_scatter, as the model keeps them) gathered back are
+// the batch, and each row's input and target are its global position's in the window.
 TEST(Dist, CpLoaderSplitGathersBackToTheBatch) {
   const std::string pattern = test_corpus_dir() + "/train_*.bin";
   for (int T : {16, 17, 30}) {
@@ -551,10 +551,11 @@ TEST(Dist, CpLoaderSplitGathersBackToTheBatch) {
         for (int b = 0; b < B; b++) {  // the window of row b: inputs then the last target
           std::vector<int> window(in[rank].begin() + b * T, in[rank].begin() + (b + 1) * T);
           window.push_back(tg[rank][(size_t)b * T + T - 1]);
-          std::vector<int> win(Tl), wtg(Tl);
-          cp_split_window(win.data(), wtg.data(), window.data(), L, c);
-          ASSERT_EQ(std::vector<int>(lin.begin() + b * Tl, lin.begin() + (b + 1) * Tl), win);
-          ASSERT_EQ(std::vector<int>(ltg.begin() + b * Tl, ltg.begin() + (b + 1) * Tl), wtg);
+          for (size_t i = 0; i < Tl; i++) {
+            const int p = L.global_pos(c, (int)i);
+            ASSERT_EQ(lin[b * Tl + i], window[p]) << "T " << T << " row " << i;
+            ASSERT_EQ(ltg[b * Tl + i], window[p + 1]) << "T " << T << " row " << i;
+          }
         }
       }
       EXPECT_EQ(gin, in[dp_index * cp]) << "T " << T;

@@ -1,15 +1,17 @@
-// The command-line module (train/options.h): every subcommand's parser, including profile's and
-// the benchmarks', reads its flags into its struct and refuses a bad value with one line naming
-// the flag; the validators shared by several subcommands (--device, --attn, --pos, --batch and
-// --seq-len) say the same thing wherever they run; --attn takes exactly the registry's names
-// (and auto where the subcommand does), so a backend added to the registry is accepted and
-// listed in --help with no edit to the options. More per-subcommand cases: test_train.cpp
-// (BadInput.TrainOptions, SampleOptions, PrepareOptions), test_eval.cpp, test_profile.cpp.
+// The command-line modules (train/options.h, bench/options.h, model/cli.h): every
+// subcommand's parser, including profile's and the benchmarks', reads its flags into its struct
+// and refuses a bad value with one line naming the flag; the validators shared by several
+// subcommands (--device, --attn, --pos, --batch and --seq-len) say the same thing wherever they
+// run; --attn takes exactly the registry's names (and auto where the subcommand does), so a
+// backend added to the registry is accepted and listed in --help with no edit to the options.
+// More per-subcommand cases: test_train.cpp (BadInput.TrainOptions, SampleOptions,
+// PrepareOptions), test_eval.cpp, test_profile.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "bench/options.h"
 #include "kernels/attention/backends.h"
 #include "tests/cpu/test_helpers.h"
 #include "train/options.h"

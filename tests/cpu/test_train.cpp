@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
+#include <list>
 #include <memory>
 
 #include "data/prepare.h"
@@ -18,14 +20,20 @@
 
 namespace {
 
-TrainOptions tiny_options(const std::string& attn, int steps) {
+// `train` on the test corpus, on the CPU and quiet, with `flags`.
+TrainOptions train_options(std::vector<std::string> flags) {
+  flags.insert(flags.begin(), {"train", "--data", test_corpus_dir(), "--device", "cpu", "--quiet"});
+  Argv a(flags);
   TrainOptions o;
-  Argv a({"train", "--data", test_corpus_dir(), "--model", "tiny", "--layers", "2", "--channels", "64",
-          "--heads", "4", "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps),
-          "--lr", "3e-3", "--warmup", "5", "--eval-every", "0", "--eval-steps", "4",
-          "--sample-every", "0", "--attn", attn, "--device", "cpu", "--quiet"});
   EXPECT_TRUE(parse_train_options(a.argc(), a.argv(), o));
   return o;
+}
+
+TrainOptions tiny_options(const std::string& attn, int steps) {
+  return train_options({"--model", "tiny", "--layers", "2", "--channels", "64", "--heads", "4",
+                        "--seq-len", "32", "--batch", "4", "--steps", std::to_string(steps),
+                        "--lr", "3e-3", "--warmup", "5", "--eval-every", "0", "--eval-steps",
+                        "4", "--sample-every", "0", "--attn", attn});
 }
 
 }  // namespace
@@ -91,11 +99,10 @@ TEST(Train, SampleFromCheckpointIsDeterministic) {
   TrainOptions o = tiny_options("flash", 4);
   o.out_dir = out.path;
   run_train(o);
+  Argv args({"sample", "--checkpoint", model_checkpoint_path(out.path, 4), "--tokens", "5",
+             "--prompt", "the cat", "--device", "cpu"});
   SampleOptions s;
-  s.checkpoint = model_checkpoint_path(out.path, 4);
-  s.tokens = 5;
-  s.prompt = "the cat";
-  s.device = "cpu";
+  ASSERT_TRUE(parse_sample_options(args.argc(), args.argv(), s));
   EXPECT_EQ(run_sample(s), 0);
   // generate() itself: same seed, same tokens; different seed, (almost surely) different.
   ModelOptions mo;
@@ -131,8 +138,8 @@ std::string sample_text(const SampleOptions& s) {
 }
 }  // namespace
 
-// The quick start's failure (issue 13): a sample longer than the window, a prompt longer than
-// the window, a 1-token prompt, on learned positions and RoPE, with and without the KV cache.
+// What the quick start does: a sample longer than the window, a prompt longer than the window,
+// a 1-token prompt, on learned positions and RoPE, with and without the KV cache.
 TEST(Train, SamplePastTheWindowFromCheckpoint) {
   for (PosEncoding pos : {PosEncoding::learned, PosEncoding::rope}) {
     TempDir out;
@@ -295,7 +302,7 @@ TEST(BadInput, TrainRun) {
   bad.steps = 4;
   bad.batch = 2;
   bad.total_batch = 64;
-  expect_error([&] { run_train(bad); }, "--batch 4");
+  expect_error([&] { run_train(bad); }, "--batch 2 differs from the checkpoint's 4");
 }
 
 TEST(BadInput, SampleOptions) {
@@ -365,4 +372,228 @@ TEST(Train, LlmcTokenizerWithOut) {
   ASSERT_EQ(b.losses.size(), 2u);
   EXPECT_EQ(b.losses[0], a.losses[2]);
   EXPECT_EQ(b.losses[1], a.losses[3]);
+}
+
+// ---- --resume takes the run's settings from its checkpoint (train/resume.h) ----
+// One run, with every setting --resume takes off its default, is continued from its step-4
+// checkpoint by each case: a flag left out must continue the run exactly (the checkpoint's
+// value), a flag given with another value must be refused naming it, and the flags that may
+// change (--steps, --attn) must change only what they say.
+class Resume : public ::testing::Test {
+ protected:
+  // The run's flags, each followed by its value ("" for a switch).
+  using Flags = std::vector<std::pair<std::string, std::string>>;
+  static Flags run_flags() {
+    return {{"--layers", "2"}, {"--channels", "64"}, {"--heads", "4"}, {"--seq-len", "16"},
+            {"--batch", "2"}, {"--total-batch", "64"}, {"--lr", "2e-3"}, {"--warmup", "3"},
+            {"--lr-final-frac", "0.2"}, {"--weight-decay", "0.05"}, {"--grad-clip", "0.5"},
+            {"--seed", "7"}, {"--attn", "naive"}, {"--no-shuffle", ""}, {"--steps", "8"}};
+  }
+  static Flags without(const std::string& flag) {
+    Flags f = run_flags();
+    f.erase(std::remove_if(f.begin(), f.end(), [&](const auto& kv) { return kv.first == flag; }),
+            f.end());
+    return f;
+  }
+  static Flags changed(const std::string& flag, const std::string& value) {
+    Flags f = without(flag);
+    f.push_back({flag, value});
+    return f;
+  }
+  static TrainOptions parse(const std::string& out, const Flags& flags, bool resume) {
+    std::vector<std::string> args = {"--out", out, "--eval-every", "0", "--sample-every", "0"};
+    if (resume) args.push_back("--resume");
+    for (const auto& [flag, value] : flags) {
+      args.push_back(flag);
+      if (!value.empty()) args.push_back(value);
+    }
+    return train_options(args);
+  }
+  static void SetUpTestSuite() {
+    run_ = new TempDir;
+    TrainOptions o = parse(run_->path, run_flags(), false);
+    o.checkpoint_every = 4;
+    full_ = run_train(o);
+    ASSERT_EQ(full_.losses.size(), 8u);
+  }
+  static void TearDownTestSuite() { delete run_; }
+
+  // A fresh --out holding a copy of the run's step-4 checkpoint (and its tokenizer).
+  const std::string& checkpoint_copy() {
+    const std::string& out = outs_.emplace_back().path;
+    for (const std::string& f : {model_checkpoint_path(run_->path, 4),
+                                 state_checkpoint_path(run_->path, 4), *run_ / "tokenizer.bin"})
+      EXPECT_EQ(std::system(("cp '" + f + "' '" + out + "/'").c_str()), 0);
+    return out;
+  }
+  // The step-4 checkpoint resumed with `flags` only.
+  TrainResult resume(const Flags& flags) { return run_train(parse(checkpoint_copy(), flags, true)); }
+  // Its stdout when resumed with `flags` (not --quiet).
+  std::string resume_printed(const Flags& flags, const std::string& out, TrainResult* r = nullptr) {
+    TrainOptions o = parse(out, flags, true);
+    o.quiet = false;
+    testing::internal::CaptureStdout();
+    try {
+      const TrainResult result = run_train(o);
+      if (r) *r = result;
+    } catch (...) {
+      testing::internal::GetCapturedStdout();  // one capture at a time: end this one
+      throw;
+    }
+    return testing::internal::GetCapturedStdout();
+  }
+  // Steps 5.. of the resumed run are the run's own, to the bit.
+  static void expect_continues(const TrainResult& r, size_t steps) {
+    ASSERT_EQ(r.first_step, 5);
+    ASSERT_EQ(r.losses.size(), steps);
+    for (size_t i = 0; i < steps; i++) EXPECT_EQ(r.losses[i], full_.losses[4 + i]) << "step " << 5 + i;
+  }
+  // Left out, the flag takes the checkpoint's value; given another value, it is refused.
+  void expect_taken_and_kept(const std::string& flag, const std::string& other,
+                             const std::string& refusal) {
+    SCOPED_TRACE(flag);
+    expect_continues(resume(without(flag)), 4);
+    const std::string msg = expect_error([&] { resume(changed(flag, other)); }, refusal);
+    EXPECT_NE(msg.find("drop " + flag), std::string::npos) << msg;
+  }
+
+  static TempDir* run_;
+  static TrainResult full_;
+  std::list<TempDir> outs_;
+};
+TempDir* Resume::run_ = nullptr;
+TrainResult Resume::full_;
+
+// The README's line: --data, --out, --steps and --resume only.
+TEST_F(Resume, WithOnlyDataOutAndStepsContinuesTheRunExactly) {
+  expect_continues(resume({{"--steps", "8"}}), 4);
+}
+
+// Each setting --resume keeps, with another value and the checkpoint's as --resume shows them.
+struct KeptSetting {
+  const char* flag;
+  const char* other;
+  const char* saved;
+};
+class ResumeKeeps : public Resume, public ::testing::WithParamInterface<KeptSetting> {};
+TEST_P(ResumeKeeps, TakenWhenLeftOutRefusedWhenChanged) {
+  const KeptSetting k = GetParam();
+  expect_taken_and_kept(k.flag, k.other,
+                        std::string(k.flag) + " " + k.other + " differs from the checkpoint's " + k.saved);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Flags, ResumeKeeps,
+    ::testing::Values(KeptSetting{"--lr", "0.001", "0.002"}, KeptSetting{"--warmup", "4", "3"},
+                      KeptSetting{"--lr-final-frac", "0.1", "0.2"},
+                      KeptSetting{"--weight-decay", "0.1", "0.05"}, KeptSetting{"--grad-clip", "1", "0.5"},
+                      KeptSetting{"--seq-len", "8", "16"}, KeptSetting{"--batch", "1", "2"},
+                      KeptSetting{"--total-batch", "32", "64"}, KeptSetting{"--seed", "8", "7"}),
+    [](const ::testing::TestParamInfo<KeptSetting>& i) {
+      std::string name = i.param.flag + 2;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+TEST_F(Resume, DataOrderIsTheCheckpoints) {
+  expect_continues(resume(without("--no-shuffle")), 4);  // in order, as the run was
+}
+
+// --attn left out is the checkpoint's (naive here, not auto's flash); another backend is
+// allowed, and changes the losses by rounding only.
+TEST_F(Resume, AttnIsTheCheckpointsUnlessGiven) {
+  TrainResult same, flash;
+  const std::string printed = resume_printed(without("--attn"), checkpoint_copy(), &same);
+  EXPECT_NE(printed.find("attention: naive"), std::string::npos) << printed;
+  expect_continues(same, 4);
+  const std::string other = resume_printed(changed("--attn", "flash"), checkpoint_copy(), &flash);
+  EXPECT_NE(other.find("attention: flash"), std::string::npos) << other;
+  EXPECT_NE(other.find("--attn flash (given; the checkpoint's: naive)"), std::string::npos) << other;
+  ASSERT_EQ(flash.losses.size(), 4u);
+  for (size_t i = 0; i < 4; i++) EXPECT_NEAR(flash.losses[i], full_.losses[4 + i], 2e-3);
+}
+
+// --steps is where the run stops: left out, where the checkpoint's run was to; shorter or
+// longer, the schedule stays the run's (its cosine ends at step 8), and steps past it run at
+// the final lr, 2e-3 x 0.2.
+TEST_F(Resume, StepsMoveTheEndButNotTheSchedule) {
+  expect_continues(resume(without("--steps")), 4);
+  expect_continues(resume(changed("--steps", "6")), 2);
+  TempDir log;
+  Flags longer = changed("--steps", "12");
+  longer.push_back({"--log", log / "log.jsonl"});
+  const TrainResult r = resume(longer);
+  ASSERT_EQ(r.losses.size(), 8u);
+  for (size_t i = 0; i < 4; i++) EXPECT_EQ(r.losses[i], full_.losses[4 + i]) << "step " << 5 + i;
+  std::ifstream in(log / "log.jsonl");
+  int past = 0;
+  for (std::string line; std::getline(in, line);) {
+    const int step = std::atoi(line.c_str() + line.find(':') + 1);
+    const double lr = std::atof(line.c_str() + line.find("\"lr\": ") + 6);
+    if (step > 8) {
+      EXPECT_FLOAT_EQ(lr, 4e-4f) << line;
+      past++;
+    }
+  }
+  EXPECT_EQ(past, 4);
+}
+
+// The model's own flags: left out they are the model file's; given otherwise, refused.
+TEST_F(Resume, ModelFlagsMustBeTheModels) {
+  expect_error([&] { resume(changed("--channels", "128")); }, "--channels");
+  expect_error([&] { resume(changed("--max-seq-len", "32")); },
+               "--max-seq-len 32 differs from the model's 16");
+}
+
+// One line says what the run continues with.
+TEST_F(Resume, SaysWhatItTakesInOneLine) {
+  const std::string printed = resume_printed({{"--steps", "10"}}, checkpoint_copy());
+  const size_t at = printed.find("resume: ");
+  ASSERT_NE(at, std::string::npos) << printed;
+  const std::string line = printed.substr(at, printed.find('\n', at) - at);
+  EXPECT_EQ(printed.find("resume: ", at + 1), std::string::npos);
+  for (const char* s : {"step 4 of ", "to step 10", "--seq-len 16", "--batch 2", "--total-batch 64",
+                        "--seed 7", "--no-shuffle", "--lr 0.002", "--warmup 3", "--lr-final-frac 0.2",
+                        "--weight-decay 0.05", "--grad-clip 0.5", "--attn naive",
+                        "the cosine ends at step 8, steps 9-10 run at lr 0.0004"})
+    EXPECT_NE(line.find(s), std::string::npos) << s << " in: " << line;
+}
+
+// A checkpoint written before the schedule was recorded (state header slots 15..25 zero)
+// resumes with the flags' schedule, and the line says so.
+TEST_F(Resume, CheckpointWithoutScheduleUsesTheFlagsAndSaysSo) {
+  const std::string& out = checkpoint_copy();
+  FILE* f = fopen(state_checkpoint_path(out, 4).c_str(), "r+b");
+  ASSERT_TRUE(f);
+  const std::vector<int64_t> zeros(11, 0);
+  fseek(f, 15 * sizeof(int64_t), SEEK_SET);
+  ASSERT_EQ(fwrite(zeros.data(), sizeof(int64_t), zeros.size(), f), zeros.size());
+  fclose(f);
+  TrainResult r;
+  const std::string printed = resume_printed(run_flags(), out, &r);
+  EXPECT_NE(printed.find("the checkpoint records no schedule: the flags' --lr 0.002"),
+            std::string::npos) << printed;
+  expect_continues(r, 4);
+}
+
+// Optimizer state that is not finite is a corrupt file: named, not reported as a divergence.
+TEST_F(Resume, NonFiniteOptimizerStateNamesTheFile) {
+  for (const float bad : {NAN, INFINITY, -1.0f}) {  // m, m, and a negative second moment v
+    const std::string& out = checkpoint_copy();
+    const std::string state = state_checkpoint_path(out, 4);
+    FILE* f = fopen(state.c_str(), "r+b");
+    ASSERT_TRUE(f);
+    // m starts after the 64 x int64 header, v after m (as many floats as the model's parameters).
+    long offset = 64 * sizeof(int64_t) + 5 * sizeof(float);
+    if (bad < 0) {
+      fseek(f, 0, SEEK_END);
+      offset = ftell(f) - 3 * (long)sizeof(float);  // near the end of v
+    }
+    fseek(f, offset, SEEK_SET);
+    ASSERT_EQ(fwrite(&bad, sizeof bad, 1, f), 1u);
+    fclose(f);
+    SCOPED_TRACE(bad);
+    const std::string msg = expect_error([&] { run_train(parse(out, run_flags(), true)); }, state);
+    EXPECT_NE(msg.find("optimizer state"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("diverged"), std::string::npos) << msg;
+  }
 }

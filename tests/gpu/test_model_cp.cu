@@ -1,9 +1,10 @@
 // test_model_cp — the CUDA model with context parallelism (ModelOptions.cp = 2) against the CPU
 // reference model, on one GPU: the two cp ranks are threads of this process, each with its own
 // model; their ring hops are device copies (LocalRingHub, ring_attention.cuh) and the loss's sum
-// over the ranks goes through a host-side stand-in for the world communicator. No gradient
-// all-reduce runs: the test averages the two ranks' gradients itself, which is what the
-// all-reduce over dp x cp does (context_parallel.h: each rank seeds dloss = cp / (B*T)).
+// over the ranks goes through a host-side stand-in for the world communicator. Each rank's model
+// is given the whole batch and keeps its own zigzag rows. No gradient all-reduce runs: the test
+// averages the two ranks' gradients itself, which is what the all-reduce over dp x cp does
+// (context_parallel.h: each rank seeds dloss = cp / (B*T)).
 //
 //   CudaModelCp.*MatchesCpu   rank 0 and rank 1 losses equal the CPU model's loss of the whole
 //                             sequences; the mean of their gradients equals the CPU model's
@@ -24,8 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/attention/context_parallel.h"
-#include "kernels/attention/ring_attention.cuh"
+#include "model/ring_attention.cuh"
 #include "model/dist_comm.h"
 #include "model/gpt_cpu.h"
 #include "model/gpt_cuda.cuh"
@@ -72,6 +72,9 @@ class LocalDistComm final : public DistComm {
   void* nccl_comm() const override { return nullptr; }
   void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
   float all_reduce_mean(float x) override { return w_.mean(x); }
+  void send_recv(const void*, size_t, int, void*, size_t, int, void*) override {
+    THROW_ERROR("internal: LocalDistComm has no point to point (the ring hops through the hub)");
+  }
   void wait(void* stream, double) override {
     CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   }
@@ -116,9 +119,9 @@ ModelOptions cp_options(bool rope, Recompute rc) {
 }
 
 void check_cp2(const ModelOptions& o) {
+  SEED_TRACE();
   if (sizeof(floatX) != 2) GTEST_SKIP() << "the ring is bf16";
   const int N = 2, B = o.B, T = o.T, V = o.config.vocab_size;
-  const CpLayout L(N, T);
   std::mt19937_64 rng(base_seed() + 11);
   std::uniform_int_distribution<int> tok(0, V - 1);
   std::vector<int> inp((size_t)B * T), tgt((size_t)B * T);
@@ -151,12 +154,8 @@ void check_cp2(const ModelOptions& o) {
       orr.cp_transport = transport.get();
       orr.overlap_comm = false;  // no gradient all-reduce: the test averages
       auto m = make_cuda_model(orr);
-      const int Tl = L.local_len(r);
-      std::vector<int> li((size_t)B * Tl), lt((size_t)B * Tl);
-      cp_scatter(li.data(), inp.data(), L, r, B, 1);
-      cp_scatter(lt.data(), tgt.data(), L, r, B, 1);
       m->zero_grad();
-      loss[r] = m->forward(li.data(), lt.data(), B, T);
+      loss[r] = m->forward(inp.data(), tgt.data(), B, T);  // the model keeps its own rows
       m->backward(0.5f);
       cuda_model_get_grads(*m, grads[r]);
     } catch (const std::exception& e) {
@@ -187,27 +186,16 @@ void check_cp2(const ModelOptions& o) {
   }
 }
 
+// Positions (learned wpe rows, or RoPE) at global positions, with what the backward keeps or
+// recomputes.
 class CudaModelCp : public GpuTest {};
+TEST_F(CudaModelCp, LearnedPositionsMatchCpu) { check_cp2(cp_options(false, Recompute::kNone)); }
+TEST_F(CudaModelCp, RopeMatchesCpu) { check_cp2(cp_options(true, Recompute::kNone)); }
+TEST_F(CudaModelCp, RopeRecomputeLayerButAttnMatchesCpu) { check_cp2(cp_options(true, Recompute::kLayerButAttn)); }
+TEST_F(CudaModelCp, LearnedRecomputeLayerMatchesCpu) { check_cp2(cp_options(false, Recompute::kLayer)); }
 
-TEST_F(CudaModelCp, LearnedPositionsMatchCpu) {
-  SEED_TRACE();
-  check_cp2(cp_options(false, Recompute::kNone));
-}
-TEST_F(CudaModelCp, RopeMatchesCpu) {
-  SEED_TRACE();
-  check_cp2(cp_options(true, Recompute::kNone));
-}
-TEST_F(CudaModelCp, RopeRecomputeLayerButAttnMatchesCpu) {
-  SEED_TRACE();
-  check_cp2(cp_options(true, Recompute::kLayerButAttn));
-}
-TEST_F(CudaModelCp, LearnedRecomputeLayerMatchesCpu) {
-  SEED_TRACE();
-  check_cp2(cp_options(false, Recompute::kLayer));
-}
 // flash3 (sm_90a only): its own forward and backward kernels on every ring pair.
 TEST_F(CudaModelCp, Flash3RopeRecomputeLayerMatchesCpu) {
-  SEED_TRACE();
   ModelOptions o = cp_options(true, Recompute::kLayer);
   o.attn = "flash3";
   const std::string why = attention_unsupported_reason(attention_spec("flash3"),

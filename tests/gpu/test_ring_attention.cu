@@ -3,8 +3,8 @@
 //
 //   RingShapes/RingAttentionGpu.Local/<backend>_cpN_B_T_NH_NKV_HS   N virtual ranks on one GPU
 //       (LocalRingHub: the hops are device copies; N = 2, 3, 4)
-//   RingShapes/RingAttentionGpu.Nccl/...   cp = N on N GPUs over NCCL (ncclCommInitAll);
-//       skipped with fewer than N GPUs
+//   RingShapes/RingAttentionGpu.Nccl/...   cp = N on N GPUs over NCCL (ncclCommInitAll, each
+//       rank's communicator a DistComm: adopt_nccl_comm); skipped with fewer than N GPUs
 //
 // Each case, on fresh random inputs (FLASHGPT_SEED=<n> repeats them):
 //   * the full sequence's qkv and dout are scattered to the cp ranks' zigzag chunks
@@ -37,8 +37,9 @@
 #include <vector>
 
 #include "kernels/attention/attention_ref.h"
-#include "kernels/attention/context_parallel.h"
-#include "kernels/attention/ring_attention.cuh"
+#include "model/context_parallel.h"
+#include "model/nccl_comm.cuh"
+#include "model/ring_attention.cuh"
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/plain_bf16_attention.h"
 
@@ -88,12 +89,17 @@ void RingAttentionGpu::check(bool nccl) {
   std::vector<float> qkv, dout;
   random_attention_inputs(s, qkv, dout);
 
-  std::vector<ncclComm_t> comms(N);
+  std::vector<std::unique_ptr<DistComm>> comms(N);  // rank r's, made and destroyed on GPU r
   std::unique_ptr<LocalRingHub> hub;
   if (nccl) {
+    std::vector<ncclComm_t> raw(N);
     std::vector<int> devs(N);
     for (int r = 0; r < N; r++) devs[r] = r;
-    ASSERT_EQ(ncclCommInitAll(comms.data(), N, devs.data()), ncclSuccess);
+    ASSERT_EQ(ncclCommInitAll(raw.data(), N, devs.data()), ncclSuccess);
+    for (int r = 0; r < N; r++) {
+      CUDA_CHECK(cudaSetDevice(r));
+      comms[r] = adopt_nccl_comm(raw[r], kRankDeadlineS);
+    }
   } else {
     hub = std::make_unique<LocalRingHub>(N);
   }
@@ -139,7 +145,7 @@ void RingAttentionGpu::check(bool nccl) {
       CUDA_CHECK(cudaDeviceSynchronize());
       meet_once(1);  // all buffers allocated and uploaded
       {
-        RingAttention ring(L, r, nccl ? make_nccl_ring_transport(comms[r]) : hub->transport(r));
+        RingAttention ring(L, r, nccl ? make_dist_ring_transport(*comms[r]) : hub->transport(r));
         ring.set_timing(true);
         ring.forward(*attn, d_out.ptr, d_lse.ptr, d_qkv.ptr, local, rb, st);
         ring.backward(*attn, d_dqkv.ptr, d_scratch.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr,
@@ -196,8 +202,11 @@ void RingAttentionGpu::check(bool nccl) {
     }
   }
   for (auto& t : ranks) t.join();
-  if (nccl)
-    for (int r = 0; r < N; r++) ncclCommDestroy(comms[r]);
+  for (int r = 0; r < N; r++) {
+    if (!comms[r]) continue;
+    CUDA_CHECK(cudaSetDevice(r));
+    comms[r].reset();
+  }
   hub.reset();
   for (int r = 0; r < N; r++) ASSERT_EQ(errors[r], "") << "rank " << r;
   CUDA_CHECK(cudaSetDevice(0));

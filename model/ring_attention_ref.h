@@ -51,7 +51,7 @@
 #include <vector>
 
 #include "kernels/attention/attention_ref.h"
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
 
 // What a simulated ring did, for the tests: which block every rank held at every step, how
 // many unmasked (q, k) pairs it computed (per batch row and head), how many bytes it sent.

@@ -45,24 +45,23 @@
 // Only the NKV heads travel: grouped-query attention divides the traffic by NH/NKV; queries,
 // outputs and dQ never leave their rank.
 //
-// Data loader. The loader reads windows of T+1 tokens (inputs = window[0..T), targets =
-// window[1..T]). Rank r needs, for each of its chunks [a, b), the window tokens [a, b] (b - a + 1
-// tokens: the chunk's inputs plus the one token after it, since target[p] = window[p + 1]):
-//   inputs  rows = window[a .. b),   targets rows = window[a + 1 .. b + 1).
-// The last token of chunk k's span is the first input of chunk k+1, so neighbouring spans
-// overlap by one token; the last chunk's span ends at window[T] (the window's extra token).
-// cp_split_window() applies this rule.
+// Data loader. Every cp rank of a dp group reads the same (B, T) batch (the loader's inputs
+// window[0..T) and targets window[1..T] of each T+1-token window) and the model keeps its own
+// rows of both with cp_scatter (row = one token): a position's input and target stay together,
+// so every (input, target) pair of the window is on exactly one rank.
 //
 // Loss. The loss is the mean over all B*T tokens of the sequence, not the mean of per-rank
-// means (ranks hold different token counts when T % 2N != 0): each rank sums its token losses,
-// the sums are added over the cp group, the total is divided by B*T (cp_mean_loss()). For the
-// backward, every token's dloss must be 1 / (B*T*grad_accum) of the whole sequence; since the
-// gradients of replicated parameters are then AVERAGED over the dp x cp group (sum / (dp*cp),
-// like data parallelism), each cp rank seeds its classifier with dloss = N / (B*T*grad_accum)
-// (cp_token_dloss()): the average over the N cp ranks gives back the sum over all tokens.
+// means (ranks hold different token counts when T % 2N != 0): each rank sums its token losses
+// and scales the sum by N / (B*T) (cp_loss_share()), so that the mean over the cp group of the
+// shares is the sum over all tokens / (B*T); the model averages the shares over the world's
+// ranks (each dp group's mean). For the backward, every token's dloss must be
+// 1 / (B*T*grad_accum) of the whole sequence; since the gradients of replicated parameters are
+// then AVERAGED over the dp x cp group (sum / (dp*cp), like data parallelism), each cp rank
+// seeds its classifier with dloss = N / (B*T*grad_accum) (cp_token_dloss()): the average over
+// the N cp ranks gives back the sum over all tokens.
 //
 // ---------------------------------------------------------------------------------------------
-// GPU path (built: kernels/attention/ring_attention.cuh; its oracle is ring_attention_ref.h)
+// GPU path (built: model/ring_attention.cuh; its oracle is ring_attention_ref.h)
 //
 // Kernel. The ring composes with any backend that saves only the LSE through the ring hooks of
 // attention.cuh: one attention problem (AttnFwdProblem / AttnBwdProblem) with
@@ -87,8 +86,8 @@
 // Communication. A cp communicator per cp group (ncclCommSplit of the world by dp index; the
 // trainer's) and the ring's own stream, separate from the gradient all-reduce. Per step:
 //   comm stream:    wait(event "step s-1 done reading kv[(s+1)%2]");
-//                   ncclGroupStart; ncclSend(kv[s%2] -> next); ncclRecv(kv[(s+1)%2] <- prev);
-//                   ncclGroupEnd; record(event "kv s+1 arrived")
+//                   send_recv(kv[s%2] -> next, kv[(s+1)%2] <- prev) (DistComm: one NCCL
+//                   group); record(event "kv s+1 arrived")
 //   compute stream: wait(event "kv s arrived"); the step's problem; record(event "done s")
 // (send and recv in one group: no deadlock round the ring.) Two K/V buffers of
 // max_local_len() rows, step 0's packed out of qkv. The backward double-buffers K/V the same
@@ -96,12 +95,12 @@
 // and sends each step's fp32 dK/dV contribution straight to the block's owner, where it is
 // added to the owner's accumulator one step later (the last one after the own step): every
 // contribution's transfer overlaps a whole step, and the ranks meet only at the first K/V hop
-// of each layer's backward. Until 2026-11-25 the accumulator travelled with its block (each
-// rank adding to it in turn), which made every backward step wait for the previous rank's:
-// two hard meeting points per layer at cp 2, whose skew cost ~4% of a step at T = 1M (2 x
-// H100, bench/results/context_parallel_2gpu_nvidia-h100_2026-11-25/). Memory: cp_ring_elems()
-// below; the model's buffer table holds them. The hops go through a RingTransport: NCCL, or
-// device copies between virtual ranks on one GPU (the GPU tests).
+// of each layer's backward. (An accumulator that travels with its block, each rank adding to
+// it in turn, makes every backward step wait for the previous rank's: two hard meeting points
+// per layer at cp 2, whose skew cost ~4% of a step at T = 1M on 2 x H100.)
+// Memory: cp_ring_elems() below; the model's buffer table holds them. The hops go through a
+// RingTransport: DistComm::send_recv (NCCL) between processes, or device copies between
+// virtual ranks on one GPU (the GPU tests).
 // Overlap condition (forward, bf16, per step after the first): compute 8 B NH c^2 HS FLOPs
 // (two full c x c pairs, c = T/2N), traffic 8 B c NKV HS bytes, so compute hides the transfer
 // when c >= (NKV/NH) x F / BW. H200 NVLink (~450 GB/s one way, F ~400 TFLOP/s sustained by our
@@ -112,7 +111,7 @@
 // Launch convention. world = dp x cp, rank = dp_index * cp + cp_index (cp innermost), so a cp
 // group is cp consecutive ranks: the GPUs of one node, on NVLink. The loader is built with
 // (rank = dp_index, world = dp): the cp ranks of a dp group read the same window and each
-// keeps its chunks (cp_split_window). RoPE and learned positions use global positions: the
+// model keeps its chunks (cp_scatter). RoPE and learned positions use global positions: the
 // RoPE kernel is called once per chunk with pos0 = the chunk's a_k (it needs a batch stride,
 // or a loop over B, since a chunk's rows are not contiguous across the batch), the encoder
 // reads wpe rows a_k .. a_{k+1}-1. The loss and dloss follow the rules above; replicated
@@ -128,6 +127,7 @@
 // Test: make NO_CUDA=1 BUILD=build-cpu -j2 build-cpu/test_cpu &&
 //       build-cpu/test_cpu --gtest_filter='ContextParallel*'
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -225,6 +225,20 @@ inline CpRingElems cp_ring_elems(const CpLayout& L, int B, int NH, int NKV, int 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rank r's rows of B sequences, chunk by chunk: fn(local_row, full_row, global_pos, len) for
+// each of its two chunks in each sequence b, whose len rows are rows local_row.. of its local
+// (B, local_len(r)) buffers and rows full_row.. of the full (B, T) ones (full_row = b*T +
+// global_pos: the chunk's positions in the sequence).
+template <typename Fn>
+void cp_for_each_chunk(const CpLayout& L, int r, int B, Fn fn) {
+  const size_t Tl = L.local_len(r), T = L.T();
+  for (int b = 0; b < B; b++)
+    for (int which = 0; which < 2; which++) {
+      const CpChunk c = L.chunk(r, which);
+      fn(b * Tl + c.local_begin, b * T + c.global_begin, c.global_begin, c.len);
+    }
+}
+
 // Moving rows between a full (B, T, row_elems) buffer and rank r's local (B, local_len(r),
 // row_elems) buffer. Works for any per-token row: qkv (row = (NH + 2*NKV) * HS), out, tokens
 // (row = 1); for LSE (B, NH, T) pass B*NH as B and row_elems = 1.
@@ -232,55 +246,25 @@ template <typename E>
 void cp_scatter(E* local,       // (B, local_len(r), row_elems)
                 const E* full,  // (B, T, row_elems)
                 const CpLayout& L, int r, int B, size_t row_elems) {
-  const size_t Tl = L.local_len(r), T = L.T();
-  for (int b = 0; b < B; b++)
-    for (int which = 0; which < 2; which++) {
-      const CpChunk c = L.chunk(r, which);
-      const E* src = full + (b * T + c.global_begin) * row_elems;
-      E* dst = local + (b * Tl + c.local_begin) * row_elems;
-      for (size_t i = 0; i < size_t(c.len) * row_elems; i++) dst[i] = src[i];
-    }
+  cp_for_each_chunk(L, r, B, [&](size_t local_row, size_t full_row, int, int len) {
+    std::copy_n(full + full_row * row_elems, len * row_elems, local + local_row * row_elems);
+  });
 }
 template <typename E>
 void cp_gather(E* full,         // (B, T, row_elems): rank r's rows written
                const E* local,  // (B, local_len(r), row_elems)
                const CpLayout& L, int r, int B, size_t row_elems) {
-  const size_t Tl = L.local_len(r), T = L.T();
-  for (int b = 0; b < B; b++)
-    for (int which = 0; which < 2; which++) {
-      const CpChunk c = L.chunk(r, which);
-      const E* src = local + (b * Tl + c.local_begin) * row_elems;
-      E* dst = full + (b * T + c.global_begin) * row_elems;
-      for (size_t i = 0; i < size_t(c.len) * row_elems; i++) dst[i] = src[i];
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Data loader side: the window span [begin, end) of the T+1-token window that rank r reads
-// for chunk `which` (end = chunk end + 1, see the header comment), and the split itself.
-struct CpSpan {
-  int begin, end;
-};
-CpSpan cp_window_span(const CpLayout& L, int r, int which);
-template <typename Tok>
-void cp_split_window(int* inputs,        // (local_len(r))
-                     int* targets,       // (local_len(r))
-                     const Tok* window,  // (T + 1) tokens of one sequence
-                     const CpLayout& L, int r) {
-  for (int which = 0; which < 2; which++) {
-    const CpChunk c = L.chunk(r, which);
-    for (int i = 0; i < c.len; i++) {
-      inputs[c.local_begin + i] = int(window[c.global_begin + i]);
-      targets[c.local_begin + i] = int(window[c.global_begin + i + 1]);
-    }
-  }
+  cp_for_each_chunk(L, r, B, [&](size_t local_row, size_t full_row, int, int len) {
+    std::copy_n(local + local_row * row_elems, len * row_elems, full + full_row * row_elems);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Loss side (see the header comment).
-// The sequence-mean loss from each cp rank's sum of token losses: sum_r rank_sums[r] / tokens.
-double cp_mean_loss(const double* rank_loss_sums,  // (N)
-                    int N, size_t tokens);
+// This rank's share of the sequence-mean loss: rank_loss_sum * cp / (B * T), where
+// rank_loss_sum is the sum of its token losses; the mean of the cp ranks' shares is the mean
+// loss over all B*T tokens of the sequence.
+double cp_loss_share(double rank_loss_sum, int cp, int B, int T);
 // The per-token dloss each cp rank seeds its classifier with when replicated-parameter
 // gradients are averaged over the dp x cp group: cp / (B * T * grad_accum).
 float cp_token_dloss(int cp, int B, int T, int grad_accum);

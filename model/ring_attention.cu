@@ -1,16 +1,7 @@
 // ring_attention.cu — the ring schedule of context parallelism; see ring_attention.cuh.
-#include "kernels/attention/ring_attention.cuh"
-
-#include <nccl.h>
+#include "model/ring_attention.cuh"
 
 #include <algorithm>
-
-#define RING_NCCL_CHECK(call)                                                                 \
-  do {                                                                                        \
-    const ncclResult_t nccl_result_ = (call);                                                 \
-    CHECK(nccl_result_ == ncclSuccess, "context parallel ring: %s failed: %s", #call,        \
-          ncclGetErrorString(nccl_result_));                                                \
-  } while (0)
 
 RingAttention::RingAttention(const CpLayout& L, int r, std::unique_ptr<RingTransport> transport)
     : L_(L), r_(r), transport_(std::move(transport)) {
@@ -21,7 +12,7 @@ RingAttention::RingAttention(const CpLayout& L, int r, std::unique_ptr<RingTrans
   // kernel's waiting blocks instead of after them, so the K/V hop overlaps the step it is meant
   // to overlap. Measured (2 x H100, d12, cp 2, `train --bench` ring lines): the compute stream's
   // K/V waits per step fell from 56 / 416 ms (ranks 0 / 1) to 0.1 / 0.1 ms at T = 512K, and
-  // from 68 / 1161 ms to 0.1 / 0.1 ms at 1M (bench/results/context_parallel_2gpu_nvidia-h100_2026-11-25/).
+  // from 68 / 1161 ms to 0.1 / 0.1 ms at 1M.
   int least = 0, greatest = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   CUDA_CHECK(cudaStreamCreateWithPriority(&comm_st_, cudaStreamNonBlocking, greatest));
@@ -96,31 +87,18 @@ RingStepTimes RingAttention::take_times() {
 
 namespace {
 
-class NcclRingTransport final : public RingTransport {
+class DistRingTransport final : public RingTransport {
  public:
-  explicit NcclRingTransport(void* comm) : comm_(static_cast<ncclComm_t>(comm)) {}
+  explicit DistRingTransport(DistComm& comm) : comm_(comm) {}
   void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
                 int from, cudaStream_t stream) override {
-    // Send and receive in one group: every rank sends and receives at once, no deadlock round
-    // the ring (for cp = 2 `to` and `from` are the same rank).
-    RING_NCCL_CHECK(ncclGroupStart());
-    RING_NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, to, comm_, stream));
-    RING_NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, stream));
-    RING_NCCL_CHECK(ncclGroupEnd());
+    comm_.send_recv(send, send_bytes, to, recv, recv_bytes, from, stream);
   }
 
  private:
-  ncclComm_t comm_;
+  DistComm& comm_;
 };
 
-}  // namespace
-
-std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm) {
-  CHECK(nccl_comm != nullptr, "internal: NCCL ring transport without a communicator");
-  return std::make_unique<NcclRingTransport>(nccl_comm);
-}
-
-namespace {
 class BorrowedRingTransport final : public RingTransport {
  public:
   explicit BorrowedRingTransport(RingTransport* t) : t_(t) {}
@@ -132,7 +110,12 @@ class BorrowedRingTransport final : public RingTransport {
  private:
   RingTransport* t_;
 };
+
 }  // namespace
+
+std::unique_ptr<RingTransport> make_dist_ring_transport(DistComm& cp_comm) {
+  return std::make_unique<DistRingTransport>(cp_comm);
+}
 
 std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t) {
   CHECK(t != nullptr, "internal: no ring transport to borrow");

@@ -1,6 +1,6 @@
 // context_parallel.cpp — the zigzag layout, ring schedule, communication volume and the data
 // and loss rules of context parallelism. Everything is explained in context_parallel.h.
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
 
 #include "kernels/common.h"
 
@@ -97,16 +97,8 @@ CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size
   return c;
 }
 
-CpSpan cp_window_span(const CpLayout& L, int r, int which) {
-  const CpChunk c = L.chunk(r, which);
-  return CpSpan{c.global_begin, c.global_begin + c.len + 1};
-}
-
-double cp_mean_loss(const double* rank_loss_sums, int N, size_t tokens) {
-  CHECK(tokens > 0, "cp_mean_loss: no tokens");
-  double sum = 0.0;
-  for (int r = 0; r < N; r++) sum += rank_loss_sums[r];
-  return sum / double(tokens);
+double cp_loss_share(double rank_loss_sum, int cp, int B, int T) {
+  return rank_loss_sum * cp / (double(B) * double(T));
 }
 
 float cp_token_dloss(int cp, int B, int T, int grad_accum) {

@@ -11,7 +11,7 @@
 // Inside a block: for a query at global position qp and keys at global positions
 // kg .. kg + len - 1, the visible keys are a prefix, the first clamp(qp - kg + 1, 0, len): a
 // full pair sees all of them, a diagonal pair a prefix, and no pair ever needs a T x T mask.
-#include "kernels/attention/ring_attention_ref.h"
+#include "model/ring_attention_ref.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,6 +43,15 @@ void check_shape(const AttnShape& s, const char* who) {
         s.NKV, s.HS);
   CHECK(s.NH % s.NKV == 0, "%s: NH=%d is not a multiple of NKV=%d; pick NKV dividing NH", who,
         s.NH, s.NKV);
+}
+
+// One block's chunks lie inside its buffers: Tq rows of Q, Tk of K/V.
+void check_block(const AttnShape& s, int Tq, int Tk, const CpChunk& q, const CpChunk& k,
+                 const char* who) {
+  check_shape(s, who);
+  CHECK(q.local_begin >= 0 && q.local_begin + q.len <= Tq && k.local_begin >= 0 &&
+            k.local_begin + k.len <= Tk,
+        "%s: chunk rows outside the buffers (Tq=%d Tk=%d)", who, Tq, Tk);
 }
 
 void check_ring(const AttnShape& s, const CpLayout& L, const char* who) {
@@ -104,10 +113,7 @@ void reset_trace(RingTrace* t, int N) {
 template <typename real>
 void attention_block_forward_ref(real* o_blk, real* lse_blk, const real* qkv, const real* kv,
                                  AttnShape s, int Tq, int Tk, CpChunk q, CpChunk k) {
-  check_shape(s, "attention_block_forward_ref");
-  CHECK(q.local_begin >= 0 && q.local_begin + q.len <= Tq && k.local_begin >= 0 &&
-            k.local_begin + k.len <= Tk,
-        "attention_block_forward_ref: chunk rows outside the buffers (Tq=%d Tk=%d)", Tq, Tk);
+  check_block(s, Tq, Tk, q, k, "attention_block_forward_ref");
   const Local X(s, Tq, Tk);
   const int HS = s.HS, group = s.NH / s.NKV;
   const double scale = 1.0 / std::sqrt(double(HS));
@@ -171,10 +177,7 @@ template <typename real>
 void attention_block_backward_ref(real* dq, real* dkv, const real* dout, const real* qkv,
                                   const real* kv, const real* lse, const real* D, AttnShape s,
                                   int Tq, int Tk, CpChunk q, CpChunk k) {
-  check_shape(s, "attention_block_backward_ref");
-  CHECK(q.local_begin >= 0 && q.local_begin + q.len <= Tq && k.local_begin >= 0 &&
-            k.local_begin + k.len <= Tk,
-        "attention_block_backward_ref: chunk rows outside the buffers (Tq=%d Tk=%d)", Tq, Tk);
+  check_block(s, Tq, Tk, q, k, "attention_block_backward_ref");
   const Local X(s, Tq, Tk);
   const int HS = s.HS, group = s.NH / s.NKV;
   const double scale = 1.0 / std::sqrt(double(HS));
@@ -349,24 +352,18 @@ void ring_attention_backward_ref(real* const* dqkv, const real* const* dout,
 
 template <typename real>
 void cp_rope_forward_ref(real* qkv, AttnShape s, const CpLayout& L, int r, float theta) {
-  const size_t H3 = size_t(s.NH) + 2 * s.NKV, Tl = L.local_len(r);
-  for (int b = 0; b < s.B; b++)
-    for (int which = 0; which < 2; which++) {
-      const CpChunk c = L.chunk(r, which);
-      rope_forward_ref(qkv + (b * Tl + c.local_begin) * H3 * s.HS, 1, c.len, s.NH, s.NKV, s.HS,
-                       c.global_begin, theta);
-    }
+  const size_t row = (size_t(s.NH) + 2 * s.NKV) * s.HS;
+  cp_for_each_chunk(L, r, s.B, [&](size_t local_row, size_t, int pos, int len) {
+    rope_forward_ref(qkv + local_row * row, 1, len, s.NH, s.NKV, s.HS, pos, theta);
+  });
 }
 
 template <typename real>
 void cp_rope_backward_ref(real* dqkv, AttnShape s, const CpLayout& L, int r, float theta) {
-  const size_t H3 = size_t(s.NH) + 2 * s.NKV, Tl = L.local_len(r);
-  for (int b = 0; b < s.B; b++)
-    for (int which = 0; which < 2; which++) {
-      const CpChunk c = L.chunk(r, which);
-      rope_backward_ref(dqkv + (b * Tl + c.local_begin) * H3 * s.HS, 1, c.len, s.NH, s.NKV,
-                        s.HS, c.global_begin, theta);
-    }
+  const size_t row = (size_t(s.NH) + 2 * s.NKV) * s.HS;
+  cp_for_each_chunk(L, r, s.B, [&](size_t local_row, size_t, int pos, int len) {
+    rope_backward_ref(dqkv + local_row * row, 1, len, s.NH, s.NKV, s.HS, pos, theta);
+  });
 }
 
 #define INSTANTIATE(real)                                                                       \

@@ -29,8 +29,8 @@
 //   dqkv = (scale dQacc, dkv_acc) -> bf16
 // The K/V hop of step s+1 overlaps step s, and each dK/dV contribution's trip overlaps the next
 // step: the compute stream meets the other ranks only at the first K/V hop of each layer's
-// backward. (The accumulator used to travel with its block, each rank adding to it in turn:
-// two hard meeting points per layer at cp 2, ~4% of a step at T = 1M on 2 x H100.)
+// backward. (An accumulator that travels with its block, each rank adding to it in turn, makes
+// two hard meeting points per layer at cp 2: ~4% of a step at T = 1M on 2 x H100.)
 // take_times() (timing on) measures each step's attention and the compute stream's waits for
 // the ring: what the overlap failed to hide, and the skew between the ranks.
 //
@@ -43,7 +43,8 @@
 // Limits: bf16 (the ring hooks are bf16 kernels); the backend's own (HS 64/128); T >= 2N;
 // kArrival dQ order (not bitwise reproducible: --deterministic with --cp > 1 is refused).
 //
-// Test:  ./build/test_gpu --gtest_filter='RingAttention*' (2 GPUs; tests/gpu/test_ring_attention.cu)
+// Test:  ./build/test_gpu --gtest_filter='*RingAttention*' (tests/gpu/test_ring_attention.cu;
+//        its NCCL cases need N GPUs)
 // Bench: scripts/bench_cp.sh (d12 on 2 GPUs, cp 1 vs cp 2)
 #pragma once
 #include <condition_variable>
@@ -53,7 +54,8 @@
 #include <vector>
 
 #include "kernels/attention/attention.cuh"
-#include "kernels/attention/context_parallel.h"
+#include "model/context_parallel.h"
+#include "model/dist_comm.h"
 
 // The device buffers the ring needs besides the backend's own (cp_ring_elems() in
 // context_parallel.h sizes them; the model's buffer table holds them).
@@ -90,8 +92,9 @@ class RingTransport {
   virtual void exchange(const void* send, size_t send_bytes, int to, void* recv,
                         size_t recv_bytes, int from, cudaStream_t stream) = 0;
 };
-// NCCL: nccl_comm is the cp group's ncclComm_t (as void*), whose rank i is cp index i.
-std::unique_ptr<RingTransport> make_nccl_ring_transport(void* nccl_comm);
+// Hops between processes: DistComm::send_recv on the cp group's communicator (NCCL), whose
+// rank i is cp index i; not owned (it outlives the ring).
+std::unique_ptr<RingTransport> make_dist_ring_transport(DistComm& cp_comm);
 // One that forwards to `t` without owning it (ModelOptions::cp_transport).
 std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t);
 
