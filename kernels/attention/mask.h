@@ -88,6 +88,13 @@ struct AttnMask {
     return SeqMask{doc_start ? doc_start + size_t(b) * T : nullptr, window};
   }
   constexpr bool is_causal() const { return doc_start == nullptr && window == 0; }
+  // The flags that ask for this mask (what a backend's spec is asked about; eot unknown here).
+  MaskSpec spec() const {
+    MaskSpec s;
+    s.kind = doc_start ? MaskKind::kDocument : MaskKind::kCausal;
+    s.window = window;
+    return s;
+  }
 };
 
 // doc_start (B, T) of a batch of token windows (B, T): row t's document starts at the last EOT
