@@ -33,6 +33,13 @@
 //     barriers), so that each softmax runs under the other warpgroups' GEMMs.
 // Only tiles that cross the diagonal are masked (with Br 192 the first two of a row; a
 // warpgroup whose rows all precede a tile's keys computes it masked whole: P = 0).
+// Masks (mask.h: documents, a sliding window; the MASKED kernels, the causal ones untouched):
+// query t sees keys lo(t)..t. The producer finds each work tile's K/V tile range (mask.h
+// kv_tiles_for_rows: two loads of lo; a tile the mask empties is never loaded, a ring pair's
+// tile may have none) and hands it to the consumers in shared memory with the tile's index;
+// each consumer thread reads lo of its two rows once per work tile and masks only the tiles
+// outside the range's FULL ones (two compares an element). So a mask costs the tiles it leaves
+// plus the masking of the tiles at the edges of the range.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any
 // T >= 1 up to 4M. A ring pair: rows 16-byte aligned; the static tile order (the ring passes no

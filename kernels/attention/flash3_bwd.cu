@@ -29,6 +29,13 @@
 //       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout (under dK); signal dQ_full
 //       [HS 64: wait for dK; release stage s (empty[s])]
 //     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
+// Masks (mask.h; the MASKED kernels, the causal ones untouched): the steps of flash's masked
+// backward (flash_bwd.cu: the Q tiles that the K/V tile meets, found at the block's start; the
+// partial tiles masked element by element), with a third producer warp (doc warp) that stores
+// each step's rows' doc_start beside the loader's LSE_i, D_i (arriving on the same full[s]), the
+// block's Q tile range in shared memory for the producer warps, and at HS 64 setmaxnreg 32/232
+// for producer/math (Bwd3Block::PRODUCER_REGS says why). --deterministic with a mask: dQacc is
+// zeroed and every partial adds (the first block of a Q tile is not block 0).
 // Against flash's kernel (the same products, same tiles): no cp.async issued by the math warps,
 // no __syncthreads in the loop (one 256-thread named barrier per step instead of two block-wide
 // ones), and the dQ add (and the deterministic order's wait) leaves the math warps' path.

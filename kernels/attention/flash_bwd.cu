@@ -33,6 +33,13 @@
 // Causal skipping per warpgroup: a step whose queries all precede the warpgroup's 64 keys skips
 // its products, so the diagonal tiles cost about half a tile. Blocks run in order of j
 // (blockIdx.y = 0 first): tile 0 visits the most Q tiles.
+// Masks (mask.h; the MASKED kernels, the causal ones untouched): a block's steps run over the Q
+// tiles that its K/V tile meets (mask.h q_tiles_for_keys: each warp finds the range's two ends
+// by 32-way searches over lo, ~4 rounds of one load at T = 128K, at the block's start); each
+// step's rows' doc_start comes with LSE_i and D_i; a warpgroup skips a step none of whose rows
+// sees its keys and masks P element by element only in the tiles outside the range's FULL
+// ones. --deterministic with a mask: Q tile i's semaphore starts at the first K/V tile that
+// meets it (fixed_order_start) instead of 0.
 //
 // Determinism: dK and dV are bitwise reproducible (each block owns its rows, fixed order). dQ
 // is summed in L2 in the order the blocks arrive (DqOrder::kArrival), so its last bits can

@@ -1,4 +1,5 @@
-// flash_fwd.cu — FlashAttention-2 forward, causal, on tensor cores (mma.sync bf16, fp32 acc).
+// flash_fwd.cu — FlashAttention-2 forward, causal or masked, on tensor cores (mma.sync bf16, fp32
+// acc).
 //
 // Computes, for every (batch b, query head h, query t):
 //   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s      scale = 1/sqrt(HS)
@@ -22,6 +23,12 @@
 //   O_i /= l_i -> bf16 (staged through smem, 16-byte coalesced stores); LSE_i = m_i scale + log l_i
 // The grid runs Q tiles in reverse order (blockIdx.y = 0 is the last, longest tile) so the
 // longest causal rows start first and the short ones fill the tail.
+// Masks (mask.h: documents, a sliding window; the MASKED kernels, the causal ones untouched):
+// query t sees keys lo(t)..t. The j loop runs over the Q tile's K/V tile range (mask.h
+// kv_tiles_for_rows: a tile the mask empties is never loaded), each row's lo in shared memory;
+// a warp masks a tile element by element (two compares each) only where its rows do not all see
+// all of its keys, and skips a tile none of its rows sees. So a document mask or window costs
+// the tiles it leaves, plus the masking of the tiles at the edges of each row's range.
 //
 // Limits: bf16 only (the FP32 build reports flash unsupported); HS 64 or 128;
 // qkv and out 16-byte aligned (cudaMalloc'd buffers are); any T >= 1 (ragged last tiles are
