@@ -115,16 +115,7 @@ def run_torch(args):
                             def fwd():
                                 return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
 
-                            torch.cuda.reset_peak_memory_stats()
-                            base = torch.cuda.memory_allocated()
-                            row["ms"]["fwd"] = time_ms(fwd)
-                            out = fwd()
-                            row["ms"]["bwd"] = time_ms(
-                                lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
-                            del out
-                            row["ms"]["fwdbwd"] = time_ms(
-                                lambda: torch.autograd.grad(fwd(), (q, k, v), dout))
-                            row["extra_bytes"] = torch.cuda.max_memory_allocated() - base
+                            time_passes(time_ms, fwd, (q, k, v), dout, row)
                         del q, k, v, qkv, dout
                     except torch.OutOfMemoryError:
                         row["status"] = "OOM"
@@ -175,6 +166,37 @@ def make_timer(args):
         return ts[len(ts) // 2]
 
     return time_ms
+
+
+def time_passes(time_ms, fwd, inputs, dout, row):
+    """row["ms"]: forward, backward (torch.autograd.grad on one saved forward) and forward +
+    backward; row["extra_bytes"]: the peak allocated above what was allocated before."""
+    import torch
+
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    row["ms"]["fwd"] = time_ms(fwd)
+    out = fwd()
+    row["ms"]["bwd"] = time_ms(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True))
+    del out
+    row["ms"]["fwdbwd"] = time_ms(lambda: torch.autograd.grad(fwd(), inputs, dout))
+    row["extra_bytes"] = torch.cuda.max_memory_allocated() - base
+
+
+def write_csv(args, stem, meta, note, columns, lines):
+    """--csv, or OUT_DIR/<stem>_<gpu>_<date>.csv: the command, GPU, date and torch version, a note
+    on the columns, then the rows."""
+    command, gpu, date, torch_version = meta
+    path = args.csv or os.path.join(args.out_dir, "%s_%s_%s.csv" % (
+        stem, re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-"), date))
+    with open(path, "w", newline="") as f:
+        f.write("# command: %s\n# gpu: %s\n# date: %s\n# torch: %s\n" % (command, gpu, date,
+                                                                         torch_version))
+        f.write("# %s\n" % note)
+        w = csv.writer(f)
+        w.writerow(columns)
+        w.writerows(lines)
+    print("\nwrote " + path)
 
 
 def flops(row, p):
@@ -282,10 +304,7 @@ def run_masked_torch(args, cases):
                 B = max(1, args.tokens // T)
                 ds = document_starts(B, T, doc_len) if doc_len else None
                 pairs = visible_pairs(ds, B, T, window)
-                sources = [("torch-flex", None)]
-                if varlen_attn is not None:
-                    sources.append(("torch-varlen", None))
-                for source, _ in sources:
+                for source in ["torch-flex"] + (["torch-varlen"] if varlen_attn else []):
                     row = {"source": source, "case": case, "hs": hs, "heads": NH, "batch": B,
                            "seq_len": T, "causal": 1, "pairs": pairs,
                            "ms": {p: 0.0 for p in PASSES}, "extra_bytes": 0, "status": "ok"}
@@ -328,16 +347,7 @@ def run_masked_torch(args, cases):
 
                             def fwd():
                                 return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
-                        torch.cuda.reset_peak_memory_stats()
-                        base = torch.cuda.memory_allocated()
-                        row["ms"]["fwd"] = time_ms(fwd)
-                        out = fwd()
-                        row["ms"]["bwd"] = time_ms(
-                            lambda: torch.autograd.grad(out, (q, k, v), dO, retain_graph=True))
-                        del out
-                        row["ms"]["fwdbwd"] = time_ms(
-                            lambda: torch.autograd.grad(fwd(), (q, k, v), dO))
-                        row["extra_bytes"] = torch.cuda.max_memory_allocated() - base
+                        time_passes(time_ms, fwd, (q, k, v), dO, row)
                     except torch.OutOfMemoryError:
                         row["status"] = "OOM"
                     except Exception as e:  # no kernel for this shape, no backward, ...
@@ -420,22 +430,14 @@ def run_masked(args, gpu, date, command):
                             "%.2f" % (val[o] / c) if val[o] > 0 and c > 0 else "-"))
                     print(line + "  | " + " ".join(ratios))
 
-    path = args.csv or os.path.join(args.out_dir, "attention_masked_%s_%s.csv" % (
-        re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-"), date))
-    with open(path, "w", newline="") as f:
-        f.write("# command: %s\n# gpu: %s\n# date: %s\n# torch: %s\n" % (command, gpu, date,
-                                                                         torch.__version__))
-        f.write("# tflops over the visible (query, key) pairs: forward 4*HS*NH*pairs, backward 2.5x, "
-                "fwd+bwd 3.5x (causal rows: pairs = B*T^2/2); doc_len 0 = no document mask\n")
-        w = csv.writer(f)
-        w.writerow(["source", "doc_len", "window", "hs", "heads", "batch", "seq_len", "pairs",
-                    "pass", "ms", "tflops", "extra_bytes", "status"])
-        for r in rows:
-            for p in PASSES:
-                w.writerow([r["source"], r["case"][0], r["case"][1], r["hs"], r["heads"],
-                            r["batch"], r["seq_len"], r["pairs"], p, "%.4f" % r["ms"][p],
-                            "%.2f" % masked_tflops(r, p), r["extra_bytes"], r["status"]])
-    print("\nwrote " + path)
+    write_csv(args, "attention_masked", (command, gpu, date, torch.__version__),
+              "tflops over the visible (query, key) pairs: forward 4*HS*NH*pairs, backward 2.5x, "
+              "fwd+bwd 3.5x (causal rows: pairs = B*T^2/2); doc_len 0 = no document mask",
+              ["source", "doc_len", "window", "hs", "heads", "batch", "seq_len", "pairs", "pass",
+               "ms", "tflops", "extra_bytes", "status"],
+              [[r["source"], r["case"][0], r["case"][1], r["hs"], r["heads"], r["batch"],
+                r["seq_len"], r["pairs"], p, "%.4f" % r["ms"][p], "%.2f" % masked_tflops(r, p),
+                r["extra_bytes"], r["status"]] for r in rows for p in PASSES])
 
 
 def main():
@@ -515,22 +517,14 @@ def main():
                         for o, t, _ in ratio_cols)
                     print(line)
 
-    path = args.csv or os.path.join(
-        args.out_dir, "attention_%s_%s.csv" % (re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-"), date))
-    with open(path, "w", newline="") as f:
-        f.write("# command: %s\n# gpu: %s\n# date: %s\n# torch: %s\n" % (command, gpu, date,
-                                                                         torch.__version__))
-        f.write("# tflops: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x, fwd+bwd 3.5x; "
-                "extra_bytes: ours saved+scratch, torch peak allocated above the inputs\n")
-        w = csv.writer(f)
-        w.writerow(["source", "hs", "heads", "batch", "seq_len", "causal", "pass", "ms", "tflops",
-                    "extra_bytes", "status"])
-        for r in rows:
-            for p in PASSES:
-                w.writerow([r["source"], r["hs"], r["heads"], r["batch"], r["seq_len"], r["causal"],
-                            p, "%.4f" % r["ms"][p], "%.2f" % tflops(r, p), r["extra_bytes"],
-                            r["status"]])
-    print("\nwrote " + path)
+    write_csv(args, "attention", (command, gpu, date, torch.__version__),
+              "tflops: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x, fwd+bwd 3.5x; "
+              "extra_bytes: ours saved+scratch, torch peak allocated above the inputs",
+              ["source", "hs", "heads", "batch", "seq_len", "causal", "pass", "ms", "tflops",
+               "extra_bytes", "status"],
+              [[r["source"], r["hs"], r["heads"], r["batch"], r["seq_len"], r["causal"], p,
+                "%.4f" % r["ms"][p], "%.2f" % tflops(r, p), r["extra_bytes"], r["status"]]
+               for r in rows for p in PASSES])
 
 
 if __name__ == "__main__":

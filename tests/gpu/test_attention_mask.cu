@@ -277,23 +277,26 @@ TEST_P(Pairs, Matches) {
     o_run.poison(), lse.poison(), d_dqkv.poison(), scratch.poison();
     CUDA_CHECK(cudaMemset(dk.ptr, 0, dk.bytes()));
     CUDA_CHECK(cudaMemset(dv.ptr, 0, dv.bytes()));
-    AttnProblemMask pm;
-    pm.mask = AttnMask{r.doc_start.empty() ? nullptr : d_doc.ptr, c.window};
-    pm.mask_T = T;
+    // What the forward and the backward problem of pair (Q chunk qc, K chunk kc) share: Q, K,
+    // V in place in qkv, the shape, the mask at the chunks' global positions.
+    auto set_pair = [&](auto& p, int qc, int kc) {
+      p.mask = AttnMask{r.doc_start.empty() ? nullptr : d_doc.ptr, c.window};
+      p.mask_T = T;
+      p.q_pos0 = bounds[qc], p.k_pos0 = bounds[kc];
+      p.q = bf(d_qkv.ptr) + size_t(p.q_pos0) * ld;
+      p.k = bf(d_qkv.ptr) + size_t(p.k_pos0) * ld + size_t(NH) * HS;
+      p.v = bf(d_qkv.ptr) + size_t(p.k_pos0) * ld + size_t(NH + NKV) * HS;
+      p.q_ld = p.kv_ld = ld;
+      p.q_bs = p.kv_bs = size_t(T) * ld;
+      p.B = B, p.NH = NH, p.NKV = NKV, p.HS = HS;
+      p.Tq = bounds[qc + 1] - bounds[qc], p.Tk = bounds[kc + 1] - bounds[kc];
+      p.causal = qc == kc;  // (the mask replaces it)
+    };
     // Forward: each Q chunk against every K chunk in order, the first overwriting.
     for (int qc = 0; qc < n; qc++)
       for (int kc = 0; kc < n; kc++) {
         AttnFwdProblem p{};
-        static_cast<AttnProblemMask&>(p) = pm;
-        p.q_pos0 = bounds[qc], p.k_pos0 = bounds[kc];
-        p.q = bf(d_qkv.ptr) + size_t(p.q_pos0) * ld;
-        p.k = bf(d_qkv.ptr) + size_t(p.k_pos0) * ld + size_t(NH) * HS;
-        p.v = bf(d_qkv.ptr) + size_t(p.k_pos0) * ld + size_t(NH + NKV) * HS;
-        p.q_ld = p.kv_ld = ld;
-        p.q_bs = p.kv_bs = size_t(T) * ld;
-        p.B = B, p.NH = NH, p.NKV = NKV, p.HS = HS;
-        p.Tq = bounds[qc + 1] - bounds[qc], p.Tk = bounds[kc + 1] - bounds[kc];
-        p.causal = qc == kc;  // (the mask replaces it)
+        set_pair(p, qc, kc);
         p.lse = lse.ptr + p.q_pos0;
         p.lse_T = T;
         p.o_run = o_run.ptr + size_t(p.q_pos0) * ldo;
@@ -309,22 +312,14 @@ TEST_P(Pairs, Matches) {
     for (int qc = 0; qc < n; qc++)
       for (int kc = 0; kc < n; kc++) {
         AttnBwdProblem p{};
-        static_cast<AttnProblemMask&>(p) = pm;
-        p.q_pos0 = bounds[qc], p.k_pos0 = bounds[kc];
-        p.q = bf(d_qkv.ptr) + size_t(p.q_pos0) * ld;
-        p.k = bf(d_qkv.ptr) + size_t(p.k_pos0) * ld + size_t(NH) * HS;
-        p.v = bf(d_qkv.ptr) + size_t(p.k_pos0) * ld + size_t(NH + NKV) * HS;
+        set_pair(p, qc, kc);
         p.dout = bf(d_dout.ptr) + size_t(p.q_pos0) * ldo;
-        p.q_ld = p.kv_ld = ld, p.do_ld = ldo;
-        p.q_bs = p.kv_bs = size_t(T) * ld, p.do_bs = size_t(T) * ldo;
+        p.do_ld = ldo, p.do_bs = size_t(T) * ldo;
         p.lse = lse.ptr + p.q_pos0;
         p.D = be->ring_D(scratch.ptr, s) + p.q_pos0;
         p.lse_T = T;
         p.dq_accum = be->ring_dq_accum(scratch.ptr, s);
         p.dq_T = T, p.dq_row0 = p.q_pos0;
-        p.B = B, p.NH = NH, p.NKV = NKV, p.HS = HS;
-        p.Tq = bounds[qc + 1] - bounds[qc], p.Tk = bounds[kc + 1] - bounds[kc];
-        p.causal = qc == kc;
         p.dk_acc = dk.ptr + size_t(p.k_pos0) * ldkv;
         p.dv_acc = dv.ptr + size_t(p.k_pos0) * ldkv;
         p.dkv_ld = ldkv, p.dkv_bs = size_t(T) * ldkv;
