@@ -191,7 +191,7 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
     const std::string why = dir_write_error(opt.out_dir);
     CHECK(why.empty(), "--out %s is not writable: %s", opt.out_dir.c_str(), why.c_str());
   }
-  // Nothing there that prepare did not make is replaced or removed (train/run_files.h).
+  // Nothing there that prepare did not make is replaced or removed (model/output_files.h).
   check_output_path((std::filesystem::path(opt.out_dir) / "tokenizer.bin").string(), "--out",
                     OutputKind::PreparedTokenizer);
   for (const char* prefix : {"train", "val"})

@@ -39,7 +39,7 @@
 // Measured before the long-context changes (H200, bf16, d12, B=32, T=1024, --attn naive; the
 // step that `flashgpt bench-kernels --only step` now times): 69.1 ms per step (forward + loss
 // 25.8, backward 42.1, grad norm + AdamW 1.3), 474k tokens/s; plan 24.33 GiB, measured peak
-// 24.40 GiB. After them, at 128K tokens on an H100: README "Long context".
+// 24.40 GiB. After them, at 128K tokens on an H100: bench/results/long-context/.
 #include "model/dist_comm.h"
 #include "model/gpt_cuda_impl.cuh"
 

@@ -82,7 +82,7 @@ PY
     summary+=("torch comparison: see $OUT/bench_train_32k.log, $OUT/bench_train_128k.log")
     ;;
   cp)
-    # Context parallelism on 2 GPUs (issue 12): the ring over NCCL, the trainer's cp checks, cp 2
+    # Context parallelism on 2 GPUs: the ring over NCCL, the trainer's cp checks, cp 2
     # against one GPU at 128K and 256K (CP_TS), and a real d12 run at 1M on the 2 GPUs
     # (LONG_DATA: a corpus with > 1M training tokens, e.g. `flashgpt prepare` of a few MB of text).
     # Under timeout as well: the test ends itself 120 s after a rank got stuck mid-ring
@@ -105,7 +105,7 @@ PY
     summary+=("profile (rc $?): $(tail -n 1 "$OUT/profile.log")")
     ;;
   flash3)
-    # Issue 11's measurements (README, flash3 section): flash3 and flash against SDPA FA2 and
+    # flash3's claims (docs/results.md): flash3 and flash against SDPA FA2 and
     # cuDNN in one process, the cost of --deterministic, d12 curves flash3 vs flash, d12 against
     # torch.compile, d12 at 128K, and the profile sweep with flash3.
     python3 scripts/bench_attention.py --binary build/flashgpt --backends flash,flash3 \

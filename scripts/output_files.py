@@ -1,4 +1,4 @@
-"""output_files.py — the scripts' side of flashgpt's output rule (train/run_files.h): no script
+"""output_files.py — the scripts' side of flashgpt's output rule (model/output_files.h): no script
 writes over a file that it did not create.
 
 check_output(path, is_own, what) is called for every output path before anything is written:

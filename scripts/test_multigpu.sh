@@ -19,11 +19,14 @@
 #     the same initialisation on the same tokens; the two runs differ only in the order of
 #     fp32 sums (GEMM shapes, the all-reduce, the ring's merges) before each bf16 rounding, so
 #     a per-token loss or a gradient element moves by about one rounding at most, and so does
-#     their mean (the per-token losses are positive) or norm. Steps 2..EQ_STEPS add one and two
-#     AdamW updates (each moves a weight by at most about lr), too few to amplify that
-#     difference; they check that the updates used the all-reduced gradient. Later steps are not
-#     compared: where training spikes (d12 on some corpora by step 8) the trajectory is chaotic
-#     and amplifies bf16 noise without bound.
+#     their mean (the per-token losses are positive) or norm. Steps 2..EQ_STEPS compare the
+#     loss only: it checks that the updates used the all-reduced gradient. After an AdamW update
+#     the two runs' weights differ where a gradient element was within rounding noise of zero
+#     (its normalised update may flip sign, a move of ~2 lr); the loss moves by about that
+#     gradient times the move, which is tiny, but the gradient norm is a sharp function of the
+#     weights where training spikes (d12 on another corpus: 16.82 against 16.68 at step 3, 2.2
+#     roundings apart, while the losses agreed to 1e-5). Later steps are not compared at all:
+#     the trajectory is chaotic there and amplifies bf16 noise without bound.
 #   * "resumed": with --deterministic (dp) both runs do the same arithmetic: every logged loss
 #     and gradient norm of steps 6..10 must be identical. --cp refuses --deterministic (the
 #     ring adds dQ in arrival order), so there the first resumed step's loss (a forward on the
@@ -101,7 +104,9 @@ if missing:
     print(f"FAIL {name}: steps missing: {missing}"); sys.exit(1)
 worst, worst_exact, ok, rows = 0.0, 0.0, True, []
 for s in steps:
-    for key in ("loss", "grad_norm"):
+    # bf16 mode: the gradient norm only where the weights are the same (the first step).
+    keys = ("loss", "grad_norm") if mode != "bf16" or s == first else ("loss",)
+    for key in keys:
         x, y = A[s][key], B[s][key]
         exact = mode == "exact" or (mode == "resume" and s == first and key == "loss")
         tol = 0.0 if exact else u * max(abs(x), abs(y))
@@ -116,7 +121,8 @@ what = {"bf16": "within u|x|", "exact": "identical",
 how = []
 if mode != "exact": how.append(f"worst {100 * worst:.1f}% of u|x|, u = 2^-8")
 if mode != "bf16": how.append(f"largest difference where identical: {worst_exact:.2e}")
-print(f"{'PASS' if ok else 'FAIL'} {name}: loss and grad norm of steps {first}..{last} {what} "
+span = f"steps {first}..{last}" if mode != "bf16" else f"step {first} and the loss of steps {first}..{last}"
+print(f"{'PASS' if ok else 'FAIL'} {name}: loss and grad norm of {span} {what} "
       f"({'; '.join(how)})")
 sys.exit(0 if ok else 1)
 PY

@@ -11,7 +11,7 @@
 // over the UTF-8 bytes of the predicted tokens (<|endoftext|> counts 0 bytes: it is not text),
 // comparable across vocabularies. Prints one line; --json FILE also writes the numbers as JSON
 // (its "producer" field, "flashgpt eval", lets a later eval replace it; any other file at
-// --json is refused before the evaluation starts: train/run_files.h).
+// --json is refused before the evaluation starts: model/output_files.h).
 #pragma once
 #include <cstdint>
 #include <cstdio>

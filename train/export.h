@@ -6,7 +6,7 @@
 // It writes over nothing it did not make: an existing model.safetensors must be an earlier
 // export's (config.json goes with it), an existing tokenizer.bin must hold the same bytes;
 // anything else is refused, naming the file, before the first file is written
-// (train/run_files.h).
+// (model/output_files.h, train/run_files.h).
 #pragma once
 #include <cstdio>
 

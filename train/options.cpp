@@ -100,7 +100,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .add("rope-theta", "RoPE base", opt.rope_theta)
     .add("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", recompute)
     .add("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", opt.classifier_chunk)
-    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)", opt.deterministic)
+    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (the attention backward 6-22% slower with flash3, 11-15% with flash)", opt.deterministic)
     .add("device", kDeviceHelp, opt.device)
     .add("seq-len", "sequence length T", opt.seq_len)
     .add("batch", "micro-batch B (sequences per forward pass)", opt.batch)

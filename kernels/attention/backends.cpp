@@ -234,8 +234,9 @@ const AttnBackendSpec kSpec_flash = {
     /*grid_per_head=*/false, /*no_masks=*/nullptr, flash_limits, flash_saved, flash_scratch, flash_cost};
 const AttnBackendSpec kSpec_flash3 = {
     "flash3",
-    "FlashAttention-3 schedule on sm_90a: producer warp with TMA, 2 consumer warpgroups on "
-    "wgmma, ping-pong, persistent grid; warp-specialised backward with a dQ writer warp; saves LSE",
+    "FlashAttention-3 schedule on sm_90a: producer warp with TMA, consumer warpgroups on wgmma "
+    "(3 at HS 64, 2 at HS 128), ping-pong, persistent grid; warp-specialised backward with a "
+    "dQ writer warp; saves LSE",
     /*bf16_only=*/true, /*dq_bitwise=*/false, /*deterministic_mode=*/true,
     /*grid_per_head=*/false, /*no_masks=*/nullptr, flash3_limits, flash_saved, flash3_scratch, flash3_cost};
 const AttnBackendSpec kSpec_naive = {

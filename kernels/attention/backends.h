@@ -77,7 +77,7 @@ struct AttnBackendSpec {
   // --resume then equals an uninterrupted run only to rounding.
   bool dq_bitwise;
   // A switch exists (--deterministic, AttnBackwardArgs::deterministic) that makes a non-bitwise
-  // dQ bitwise, at some speed (flash, flash3: 13-25%, flash_bwd_wgmma.cuh).
+  // dQ bitwise, at some speed (flash 11-15%, flash3 6-22%: bench/results/determinism/).
   bool deterministic_mode;
   // The forward grid is one thread block per (b, h) (FA1's order): fewer sequences mean fewer
   // busy SMs, which no roofline sees (profile's step-time guess scales by it).

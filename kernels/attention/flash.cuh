@@ -19,7 +19,7 @@ void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, cons
                   const AttnMask& mask, cudaStream_t stream);
 // dqkv (B, T, NH + 2*NKV, HS) overwritten; scratch of flash_bwd_scratch(s).bytes
 // (flash_tiles.h; contents on entry ignored). deterministic: dQ summed in a fixed order
-// (bitwise reproducible, 13-25% slower; flash_bwd_wgmma.cuh).
+// (bitwise reproducible, 11-15% slower; flash_bwd_wgmma.cuh).
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                    const AttnShape& s, bool deterministic, const AttnMask& mask,

@@ -144,7 +144,7 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
 // compute-sanitizer racecheck (the environment's NVCCFLAGS, which the Makefile extends, in a build
 // folder of its own: make does not rebuild for changed flags), else lane 0 of each math warp:
 //   NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make -j BUILD=build-racecheck
-//     build-racecheck/test_gpu   (one command line; README.md's GPU commands have it)
+//     build-racecheck/test_gpu   (one command line; docs/testing.md, "Sanitizers", has it)
 #ifdef FLASHGPT_FLASH3_RACECHECK
 constexpr bool kEveryThreadReleases = true;
 #else

@@ -44,7 +44,7 @@
 // Determinism: dK and dV are bitwise reproducible (each block owns its rows, fixed order). dQ
 // is summed in L2 in the order the blocks arrive (DqOrder::kArrival), so its last bits can
 // differ between runs, unless `deterministic` (--deterministic) asks for the fixed order
-// (DqOrder::kFixed: block j adds after block j - 1, by a semaphore per Q tile; 13-25% slower,
+// (DqOrder::kFixed: block j adds after block j - 1, by a semaphore per Q tile; 11-15% slower,
 // measured in flash_bwd_wgmma.cuh). The tests check dQ to tolerance, and bitwise in the fixed
 // order; dK, dV, O, LSE always bitwise.
 //

@@ -22,7 +22,7 @@
 //             trails by about one step. Diagonal-first order would make block j start at tile
 //             j Bc / Br, which block j - 1 reaches Bc / Br steps later: every block of a wave
 //             would wait for the one below it.
-// Cost of kFixed: 13-25% of the backward on an H100 (flash's kernel, HS 64/128, T 4K/16K; the
+// Cost of kFixed: 11-15% of the backward on an H100 (flash's kernel, HS 64/128, T 4K-64K; the
 // step order alone costs nothing): the blocks of a wave run in lock-step one step apart, and
 // every stall of one block passes down the chain. So it is a flag, not the default (the
 // measurements and the orders tried: docs/notes/flash.md).

@@ -1,5 +1,5 @@
-// Bad input and faults (issue 13, item 7): each case that once crashed, exited 0 on nonsense or
-// lost data, with what must happen now. The README's table "Bad input and faults" lists them.
+// Bad input and faults (the table of that name in docs/reference.md lists them): each case that
+// once crashed, exited 0 on nonsense or lost data, with what must happen now.
 // Data loss: a failed prepare keeps the old directory; a failed or refused train keeps --out's
 // tokenizer; --log cannot overwrite a shard; a fresh run refuses another run's checkpoints;
 // a second train into one --out is locked out; after a crash + --resume no step is logged twice.

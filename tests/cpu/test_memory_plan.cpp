@@ -116,7 +116,7 @@ TEST(MemoryPlan, RecomputeModesKeepLess) {
   EXPECT_EQ(lba.layers_kept, 1);
   EXPECT_EQ(lba.attn_layers_kept, 12);
   EXPECT_EQ(layer.attn_layers_kept, 1);
-  // Per token per layer kept at d12 (issue 12's "about 3 KB"): the block input and atty, C bf16
+  // Per token per layer kept at d12 (usage.md's --recompute table): the block input and atty, C bf16
   // each, and the LSE, NH fp32: 2 * 768 * 2 + 12 * 4 = 3120 bytes; layer keeps 1536 of them.
   const size_t N = 4 * 1024;
   EXPECT_EQ(lba.buffers[kBuf_residual3].bytes + lba.buffers[kBuf_atty].bytes +

@@ -1,4 +1,4 @@
-// Output files (train/run_files.h): no command writes over a file that it did not create.
+// Output files (model/output_files.h): no command writes over a file that it did not create.
 // Every output path of every subcommand against what may already stand there: a file of
 // another kind is refused with one line naming the flag and the file, and stays as it was; the
 // command's own earlier output is replaced; a symbolic link is written through (the link

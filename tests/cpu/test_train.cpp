@@ -326,7 +326,7 @@ TEST(BadInput, PrepareOptions) {
   EXPECT_EQ(q.inputs.size(), 3u);
 }
 
-// llm.c's recipe (README): its shards with its tokenizer file (llm.c's format: 256 x uint32
+// llm.c's recipe (docs/usage.md): its shards with its tokenizer file (llm.c's format: 256 x uint32
 // header [20240328, 2, V, eot], then per token one length byte and the bytes; what llm.c's
 // train_gpt2.py write_tokenizer() writes and llmc/tokenizer.h reads) and --out. The file is
 // copied beside the checkpoints byte for byte; sample and --resume use it there.

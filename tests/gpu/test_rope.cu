@@ -84,11 +84,26 @@ void check_rope(const RopeCase& c) {
       rope_backward_ref(ref.data(), c.B, c.T, c.NH, c.NKV, c.HS, c.pos0, c.theta);
     else
       rope_forward_ref(ref.data(), c.B, c.T, c.NH, c.NKV, c.HS, c.pos0, c.theta);
+    // The baseline: a plain implementation in the working precision, i.e. the rotation with the
+    // fp32 table's cos and sin in float arithmetic, rounded to floatX. In the BF16 build the
+    // final rounding dominates; in the FP32 build the table's and the products' fp32 roundings
+    // are the whole error, and the reference rounded to float alone would have none.
     VecF base(n);
     double ref_max = 0;
+    const int half = c.HS / 2;
     for (size_t i = 0; i < n; i++) {
-      base[i] = float(floatX(ref[i]));
-      if (qk(i)) ref_max = std::max(ref_max, (double)std::fabs(ref[i]));
+      if (qk(i)) {
+        const size_t head0 = i - i % c.HS;
+        const int j = int(i % c.HS), pair = j % half;
+        const int pos = c.pos0 + int((i / ((size_t)H3 * c.HS)) % c.T);
+        const float cs = table[((size_t)pos * half + pair) * 2],
+                    sn = (bwd ? -1.0f : 1.0f) * table[((size_t)pos * half + pair) * 2 + 1];
+        const float x0 = x[head0 + pair], x1 = x[head0 + pair + half];
+        base[i] = float(floatX(j < half ? x0 * cs - x1 * sn : x0 * sn + x1 * cs));
+        ref_max = std::max(ref_max, (double)std::fabs(ref[i]));
+      } else {
+        base[i] = float(floatX(ref[i]));
+      }
     }
     const double unit = sizeof(floatX) == 2 ? kBf16Unit : 0x1p-24;  // floatX's rounding
     expect_calibrated(bwd ? "rope_backward dq, dk" : "rope_forward q, k", to_float(got_x), base, ref,
