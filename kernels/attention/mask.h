@@ -149,6 +149,33 @@ constexpr int first_row_past_key(SeqMask m, int T, int from, int key) {
   return a;
 }
 
+// first_row_past_key in rounds of 32 probes, for a kernel whose 32 lanes probe a row each a
+// round (problem_mask.cuh; at most 4 rounds up to T = 1M, where the binary search takes 20
+// dependent loads). probes(a, step, b) returns bit l set iff row a + l step is at or past b or
+// has lo > key: lo is non-decreasing, so the set bits are the lanes from the first past one on,
+// and the answer lies between the last probe below and that one.
+constexpr int lowest_bit(uint32_t x) {
+  int f = 0;
+  while (!((x >> f) & 1u)) ++f;
+  return f;
+}
+template <class Probes>
+constexpr int first_row_past_key_32way(int end, int from, Probes&& probes) {
+  int a = from, b = end;  // lo(t) <= key for from <= t < a; lo(t) > key for b <= t < end
+  while (a < b) {
+    const int step = (b - a + 31) / 32;
+    const uint32_t past = probes(a, step, b);
+    if (past == 0) {
+      a += 31 * step + 1;
+    } else {
+      const int f = lowest_bit(past);  // the first lane past: its probe, or b if beyond it
+      b = a + f * step < b ? a + f * step : b;
+      if (f > 0) a += (f - 1) * step + 1;
+    }
+  }
+  return a;
+}
+
 // Forward: the K/V tiles (Bc keys) that Q tile i (Br rows) meets.
 constexpr TileRange kv_tiles_for_q_tile(SeqMask m, int T, int Br, int Bc, int i) {
   const int q0 = i * Br, q1 = (q0 + Br < T ? q0 + Br : T) - 1;

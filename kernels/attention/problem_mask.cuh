@@ -54,24 +54,14 @@ struct ProblemMask {
                                  first_row_past_key_warp(end, from, key0), key1, q_pos0, Tq, Br);
   }
 
-  // mask.h first_row_past_key (the first row t in [from, end) with lo(t) > key; end if none),
-  // 32-way: lane l probes a + l step; lo is non-decreasing, so the lanes that find lo > key are
-  // a suffix of the warp and the answer lies between the last probe below and the first above.
+  // mask.h first_row_past_key by the warp's 32 lanes (first_row_past_key_32way): lane l
+  // probes row a + l step of each round.
   __device__ __forceinline__ int first_row_past_key_warp(int end, int from, int key) const {
     const int lane = threadIdx.x & 31;
-    int a = from, b = end;  // lo(t) <= key for from <= t < a; lo(t) > key for b <= t < end
-    while (a < b) {
-      const int step = (b - a + 31) / 32, probe = a + lane * step;
-      const unsigned past = __ballot_sync(0xffffffffu, probe >= b || m.lo(probe) > key);
-      if (past == 0) {
-        a += 31 * step + 1;
-      } else {
-        const int f = __ffs(past) - 1;
-        b = a + f * step;
-        if (f > 0) a += (f - 1) * step + 1;
-      }
-    }
-    return a;
+    return first_row_past_key_32way(end, from, [&](int a, int step, int b) -> uint32_t {
+      const int probe = a + lane * step;
+      return __ballot_sync(0xffffffffu, probe >= b || m.lo(probe) > key);
+    });
   }
 };
 

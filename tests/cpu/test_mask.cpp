@@ -8,6 +8,8 @@
 //                                tile pair vs counting visible pairs (0: EMPTY, all: FULL)
 //   Mask.RowFormsMatchDefinition kv_tiles_for_rows, q_tiles_for_keys (a ring pair's rows and
 //                                keys, end-aligned row tiles) on every tile pair vs counting
+//   Mask.SearchBy32Probes        first_row_past_key_32way (the backward kernels' warp search,
+//                                lanes simulated) vs first_row_past_key
 //   Mask.PairsAndArea            visible_pairs, window_pairs, visited_tile_area vs counting;
 //                                causal: T(T+1)/2 and causal_tile_area
 //   Mask.NamesAndChecks          --mask names, describe_mask, validate_mask(_spec) errors
@@ -272,6 +274,49 @@ TEST(Mask, RowFormsMatchDefinition) {
               pairs, counts[0], counts[1], counts[2], empty_ranges);
   for (size_t c : counts) EXPECT_GT(c, 1000u);
   EXPECT_GT(empty_ranges, 100u);
+}
+
+// The 32-way search of the backward kernels (problem_mask.cuh: one probe per lane of a warp
+// each round) against the binary search, lanes simulated: the same row for every (from, end,
+// key), random and at the edges (key below every lo, above every row, from = end - 1), on
+// documents and windows up to T = 1M; at most 4 rounds.
+TEST(Mask, SearchBy32Probes) {
+  SEED_TRACE();
+  std::mt19937_64 rng = test_rng();
+  size_t checks = 0;
+  int most_rounds = 0;
+  for (int T : {1, 2, 33, 1000, 5000, 1 << 20}) {
+    for (double p_eot : {0.0, 0.01, 0.5}) {
+      std::bernoulli_distribution is_eot(p_eot);
+      std::vector<int> tok(T);
+      for (int& x : tok) x = is_eot(rng) ? kEot : 0;
+      const std::vector<int> ds = document_starts(tok.data(), 1, T, kEot);
+      for (int W : {0, 1, 7, 1000}) {
+        const SeqMask m{ds.data(), W};
+        for (int rep = 0; rep < (T > 100000 ? 20 : 200); rep++) {
+          const int from = int(rng() % T), end = from + 1 + int(rng() % (T - from));
+          const int keys[] = {int(rng() % T), from, m.lo(from) - 1, m.lo(from), end, T + 3};
+          for (int key : keys) {
+            int rounds = 0;
+            const int got = first_row_past_key_32way(end, from, [&](int a, int step, int b) {
+              rounds++;
+              uint32_t past = 0;
+              for (int l = 0; l < 32; l++)
+                if (a + l * step >= b || m.lo(a + l * step) > key) past |= 1u << l;
+              return past;
+            });
+            ASSERT_EQ(got, first_row_past_key(m, end, from, key))
+                << "T=" << T << " W=" << W << " from=" << from << " end=" << end
+                << " key=" << key;
+            most_rounds = std::max(most_rounds, rounds);
+            checks++;
+          }
+        }
+      }
+    }
+  }
+  std::printf("  %zu searches checked, at most %d rounds\n", checks, most_rounds);
+  EXPECT_LE(most_rounds, 4);
 }
 
 TEST(Mask, PairsAndArea) {
