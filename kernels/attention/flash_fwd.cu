@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
   // each row in shared memory after the K/V buffers (sLo, local key indices, INT_MAX past Tq:
   // problem_mask.cuh); row q0 + x's last key is min(x + hi_base, Tk - 1). (The rows' keys kept
   // in registers, or the range's FULL tiles, spill at HS 64 or 128.)
-  [[maybe_unused]] TileRange range;
+  [[maybe_unused]] TileRange range{};
   [[maybe_unused]] int hi_base;
   [[maybe_unused]] const uint32_t sLo = sQ + K::SMEM;
   if constexpr (MASKED) {

@@ -5,9 +5,10 @@
 //   row t (0 <= t < Tq) sees keys lo_key(t) .. hi_key(t),
 //   lo_key(t) = lo(q_pos0 + t) - k_pos0,   hi_key(t) = min(q_pos0 + t - k_pos0, Tk - 1);
 // the forward's K/V tiles of a row tile (mask.h kv_tiles_for_rows), and the backward's Q tiles of
-// a K/V tile (q_tiles_for_keys), whose two binary searches over lo run on the 32 lanes of a warp:
-// 32 probes a round, so ~4 rounds of one load at T = 128K where one thread needs 2 x 17
-// dependent loads (each an L2 round trip at the start of every backward block).
+// a K/V tile (q_tiles_for_keys), whose two binary searches over lo run on the 32 lanes of a warp
+// (mask.h first_row_past_key_32way): at most 4 rounds of one load each up to T = 1M, where one
+// thread needs 2 x 20 dependent loads (each an L2 round trip, at the start of every backward
+// block).
 // The masked kernels take the problem's AttnProblemMask as a parameter of its own after the
 // causal kernels' parameters (KernelMask<MASKED>: an empty struct for MASKED = false), so that
 // the causal kernels read every parameter at the offset they always did.
