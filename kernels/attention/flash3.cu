@@ -212,6 +212,15 @@ __device__ __forceinline__ void fwd_load(const Fwd3Smem<K>& sm, volatile int* ti
   sm90::PipelineState<K::STAGES> kv;
   sm90::PipelineState<1> qs;
   for (int w = sched.first();; qs.advance()) {
+    // MASKED: the work tile's K/V range, found before the wait for Q_i's stage, so that its two
+    // loads of lo overlap the wait
+    [[maybe_unused]] TileRange r{};
+    if constexpr (MASKED) {
+      if (w < sched.n_work) {
+        const FwdWork t = sched.work(w);
+        r = ProblemMask(mk, t.b, a.Tq, a.Tk).kv_tiles(t.q0, t.q0 + Br - 1, Bc);
+      }
+    }
     sm.q_bars.producer_acquire(qs);
     tile_slot[qs.phase()] = min(w, sched.n_work);
     if (w >= sched.n_work) {
@@ -221,7 +230,6 @@ __device__ __forceinline__ void fwd_load(const Fwd3Smem<K>& sm, volatile int* ti
     FwdWork t = sched.work(w);
     [[maybe_unused]] int j_end;
     if constexpr (MASKED) {
-      const TileRange r = ProblemMask(mk, t.b, a.Tq, a.Tk).kv_tiles(t.q0, t.q0 + Br - 1, Bc);
       volatile int* slot = tile_slot + (K::OFF_RANGE - K::OFF_SLOT) / 4 + 4 * qs.phase();
       slot[0] = j_end = r.end;
       slot[1] = t.n_kv = r.end - r.begin;
