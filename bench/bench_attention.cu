@@ -16,6 +16,14 @@
 // Extra memory = the backend's saved_bytes + scratch_bytes. A point that does not fit in free
 // device memory is skipped with "OOM: needs X GiB" and the sweep goes on.
 //
+// Masks (--mask document --doc-len N, --window W; mask.h): synthetic documents, token t of
+// sequence b an end-of-text (a document start) iff splitmix64(2^32 kDocSeed + b T + t) % N == 0:
+// geometric lengths of mean N, the same on every run and in scripts/bench_attention.py, which
+// builds FlexAttention's block mask from the same rule. FLOPs are counted over the visible
+// (query, key) pairs: forward = 4 HS NH pairs (mask.h visible_pairs, summed over the batch),
+// backward = 2.5 x; the start line gives the mean document length drawn and the share of the
+// causal triangle that the mask leaves.
+//
 // The AttentionBackend interface is causal (attention.cuh has no non-causal mode), so
 // --causal 0 rows are reported as skipped; scripts/bench_attention.py still times PyTorch there.
 // --cp N: after each backend with ring hooks, a row "<name>/cpN" times the context-parallel ring
@@ -43,6 +51,23 @@ namespace {
 
 double gib(size_t bytes) { return double(bytes) / double(1ull << 30); }
 
+// The synthetic documents (the header's rule; scripts/bench_attention.py repeats it).
+constexpr uint64_t kDocSeed = 1234;
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+// doc_start (B, T) of the synthetic documents of mean length doc_len (mask.h document_starts).
+std::vector<int> synthetic_document_starts(int B, int T, int doc_len) {
+  constexpr int kEot = 1;  // any id: only the document starts matter
+  std::vector<int> tokens((size_t)B * T);
+  for (size_t i = 0; i < tokens.size(); i++)
+    tokens[i] = splitmix64((kDocSeed << 32) + i) % (uint64_t)doc_len == 0 ? kEot : 0;
+  return document_starts(tokens.data(), B, T, kEot);
+}
+
 }  // namespace
 
 void run_bench_attention(const BenchAttentionOptions& opt) {
@@ -56,7 +81,13 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
   std::printf("bench-attention on %s (%d SMs), %s, tokens %d, warmup %d, iters %d (median)%s\n",
               prop.name, prop.multiProcessorCount, PRECISION_NAME, opt.tokens, opt.warmup, opt.iters,
               opt.deterministic ? ", --deterministic backward" : "");
-  std::printf("TFLOP/s: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x forward\n\n");
+  if (opt.mask.is_causal())
+    std::printf("TFLOP/s: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x forward\n\n");
+  else
+    std::printf("mask: %s%s; TFLOP/s: forward 4*HS*NH*(visible pairs), backward 2.5x forward\n\n",
+                describe_mask(opt.mask).c_str(),
+                opt.doc_len ? flashgpt::strformat(", documents of mean %d tokens", opt.doc_len).c_str()
+                            : "");
   std::printf("%-8s %4s %4s %4s %4s %7s %3s | %9s %7s | %9s %7s | %9s %7s | %9s  %s\n",
               "backend", "HS", "NH", "NKV", "B", "T", "cau", "fwd ms", "TF/s", "bwd ms", "TF/s",
               "f+b ms", "TF/s", "extra MiB", "status");
@@ -81,7 +112,12 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
           std::string status = "ok";
           size_t extra = 0;
           float f_ms = 0, b_ms = 0, fb_ms = 0;
-          const std::string why = causal ? be.unsupported_reason(s) : "";
+          // The mask's doc_start on the host (its visible pairs) and on the device.
+          const std::vector<int> doc_start =
+              opt.doc_len ? synthetic_document_starts(B, T, opt.doc_len) : std::vector<int>();
+          const AttnMask host_mask{doc_start.empty() ? nullptr : doc_start.data(), opt.mask.window};
+          const double pairs = double(visible_pairs(host_mask, B, T)) / B;  // per sequence and head
+          const std::string why = causal ? be.unsupported_reason(s, opt.mask) : "";
           if (!causal) {
             status = "skipped: the attention interface is causal only";
           } else if (!why.empty()) {
@@ -96,18 +132,25 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
             DeviceAllocs buf;
             floatX *qkv = nullptr, *dqkv = nullptr, *out = nullptr, *dout = nullptr;
             char *saved = nullptr, *scratch = nullptr;
+            int* d_doc_start = nullptr;
             if (need + margin > free_b || !(qkv = buf.try_alloc<floatX>(n_qkv)) ||
                 !(dqkv = buf.try_alloc<floatX>(n_qkv)) || !(out = buf.try_alloc<floatX>(n_out)) ||
                 !(dout = buf.try_alloc<floatX>(n_out)) ||
                 !(saved = buf.try_alloc(be.saved_bytes(s))) ||
-                !(scratch = buf.try_alloc(be.scratch_bytes(s)))) {
+                !(scratch = buf.try_alloc(be.scratch_bytes(s))) ||
+                (!doc_start.empty() && !(d_doc_start = buf.try_alloc<int>(doc_start.size())))) {
               status = flashgpt::strformat("OOM: needs %.2f GiB (%.2f GiB free)", gib(need),
                                            gib(free_b));
             } else {
               fill_uniform(qkv, n_qkv, 1234u + T, -1.5f, 1.5f);
               fill_uniform(dout, n_out, 5678u + T, -1.5f, 1.5f);
-              const AttnForwardArgs fa{out, saved, scratch, qkv, s};
-              const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s, opt.deterministic};
+              if (d_doc_start)
+                CUDA_CHECK(cudaMemcpy(d_doc_start, doc_start.data(), doc_start.size() * sizeof(int),
+                                      cudaMemcpyHostToDevice));
+              const AttnMask mask{d_doc_start, opt.mask.window};
+              const AttnForwardArgs fa{out, saved, scratch, qkv, s, mask};
+              const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s, opt.deterministic,
+                                        mask};
               try {
                 f_ms = median_ms([&] { be.forward(fa, st); }, opt.warmup, opt.iters,
                                  opt.budget_ms, st, opt.warmup_ms);
@@ -124,7 +167,12 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
               }
             }
           }
-          const double fwd_flops = attention_forward_flops(s, causal);
+          const double fwd_flops = opt.mask.is_causal()
+                                       ? attention_forward_flops(s, causal)
+                                       : 4.0 * B * NH * HS * pairs;
+          if (!opt.mask.is_causal() && status == "ok")
+            status = flashgpt::strformat("ok: the mask leaves %.1f%% of the causal triangle",
+                                         100.0 * pairs / (0.5 * double(T) * (T + 1)));
           auto tf = [](double flops, float ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
           const double tf_f = tf(fwd_flops, f_ms), tf_b = tf(2.5 * fwd_flops, b_ms),
                        tf_fb = tf(3.5 * fwd_flops, fb_ms);

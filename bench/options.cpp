@@ -82,6 +82,7 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
   cli::Table t(opt, "bench-attention",
                "flashgpt bench-attention: time the GPU attention backends (forward, backward, "
                "forward+backward; TFLOP/s and extra memory)");
+  std::string mask = mask_kind_name(opt.mask.kind);
   t.add("backends", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.backends)
     .add("hs", "head sizes", opt.head_sizes)
     .add("seq-lens", "sequence lengths T", opt.seq_lens)
@@ -94,11 +95,23 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
     .add("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", opt.budget_ms)
     .add("warmup-ms", "untimed runs before each measurement until this much GPU time has passed (sustained-load clocks; 0: --warmup runs only)", opt.warmup_ms)
     .on("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)", opt.deterministic)
+    .add("mask", "causal | document: each query sees its own document only (synthetic documents of --doc-len tokens on average)", mask)
+    .add("window", "each query sees at most its W most recent keys (0: no limit)", opt.mask.window)
+    .add("doc-len", "mean document length of --mask document (lengths geometric, from a fixed seed: bench_attention.cu)", opt.doc_len)
     .add("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", opt.cp)
     .add("csv", "also write the results to this CSV file", opt.csv_path);
   if (!t.parse(argc, argv)) return false;
   opt.backends = parse_attn_list("--backends", opt.backends);
+  opt.mask.kind = mask_kind_from_name(mask);
+  check_at_least("--window", opt.mask.window, 0, "; 0 = no limit");
+  if (opt.mask.kind == MaskKind::kDocument)
+    CHECK(opt.doc_len >= 1, "--mask document needs --doc-len N (the mean document length, >= 1)");
+  else
+    CHECK(opt.doc_len == 0, "--doc-len %d needs --mask document", opt.doc_len);
   check_at_least("--cp", opt.cp, 1);
+  CHECK(opt.cp == 1 || opt.mask.is_causal(),
+        "--cp %d with --mask document or --window: bench-attention times the ring with the causal "
+        "mask only; drop --cp or the mask", opt.cp);
   CHECK(opt.cp == 1 || !opt.deterministic,
         "--deterministic with --cp %d: the ring's backward adds dQ in arrival order; drop one",
         opt.cp);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/mask.h"
 #include "model/cli.h"
 #include "model/recompute.h"
 
@@ -49,6 +50,8 @@ struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_atten
   float budget_ms = 3000;  // GPU time per measurement at the most (at least 3 runs)
   float warmup_ms = 500;   // untimed GPU time before each measurement (bench_attention.cu: why)
   bool deterministic = false;
+  MaskSpec mask;    // --mask, --window (kernels/attention/mask.h)
+  int doc_len = 0;  // --doc-len: mean length of the synthetic documents (--mask document); 0: none
   // --cp N > 1: also time each backend's context-parallel ring (ring_attention.cuh) with N
   // virtual ranks on this one GPU (threads; the hops are device copies): the ring's compute
   // overhead against the whole-sequence backend, an upper bound on the efficiency of N GPUs.

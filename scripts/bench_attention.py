@@ -13,8 +13,22 @@ longer fits). FLOPs: forward 4*B*NH*T^2*HS (halved when causal), backward 2.5x f
 Prints one table (TFLOP/s, our/flash and our/cuDNN ratios) and writes
 runs/bench/attention_<gpu>_<date>.csv (--out-dir, --csv) with the exact command, GPU name and date as a header.
 
+Masked cases (--mask document --doc-lens N,..., --windows W,...): each (mean document length N,
+window W) is a case. Ours run with bench-attention --mask/--doc-len/--window on its synthetic
+documents (bench_attention.cu: token t of sequence b starts a document iff
+splitmix64(2^32 * 1234 + b T + t) % N == 0, repeated here), PyTorch's FlexAttention
+(torch.nn.attention.flex_attention under torch.compile) with create_block_mask from the same
+doc_start and window, and, where this PyTorch has it, torch.nn.attention.varlen.varlen_attn (its
+FlashAttention-2 varlen path: one sequence per document, window_size for the window). SDPA has no
+document mask or window argument (only a dense attn_mask, T x T), so it is not timed there.
+TFLOP/s count the visible (query, key) pairs: forward 4*HS*NH*pairs, backward 2.5x; the table
+gives ours / FlexAttention and ours masked / ours causal at the same T (our causal rows are run
+too). The CSV is runs/bench/attention_masked_<gpu>_<date>.csv.
+
   python3 scripts/bench_attention.py                                  # the full sweep
   python3 scripts/bench_attention.py --hs 64 --seq-lens 1024,4096 --causal 1
+  python3 scripts/bench_attention.py --backends flash3 --hs 64 --seq-lens 8192,32768,131072 \
+      --tokens 131072 --mask document --doc-lens 1024,4096 --windows 0,2048
 """
 import argparse
 import csv
@@ -37,14 +51,15 @@ def heads_for(hs, heads):
     return heads if heads > 0 else (12 if hs == 64 else 16 if hs == 128 else max(1, 768 // hs))
 
 
-def run_ours(args):
+def run_ours(args, causal=None, mask_flags=()):
     """Runs our bench binary; returns rows {source, hs, heads, batch, seq_len, causal, pass: ...}."""
     csv_path = os.path.join(args.out_dir, ".bench_attention_ours.csv")
     cmd = [args.binary, "bench-attention", "--backends", args.backends, "--hs", args.hs,
-           "--seq-lens", args.seq_lens, "--tokens", str(args.tokens), "--causal", args.causal,
+           "--seq-lens", args.seq_lens, "--tokens", str(args.tokens),
+           "--causal", causal or args.causal,
            "--warmup", str(args.warmup), "--iters", str(args.iters),
            "--budget-ms", str(args.budget_ms), "--warmup-ms", str(args.warmup_ms),
-           "--csv", csv_path]
+           "--csv", csv_path] + list(mask_flags)
     if args.heads > 0:
         cmd += ["--heads", str(args.heads)]
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
@@ -71,6 +86,56 @@ def run_torch(args):
     kinds = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
              "math": SDPBackend.MATH}
     rows = []
+
+    time_ms = make_timer(args)
+    for name in parse_list(args.torch_backends):
+        for hs in parse_list(args.hs, int):
+            math_oom_at = None  # the math backend needs B*NH*T^2 memory: stop at its first OOM
+            for T in parse_list(args.seq_lens, int):
+                for causal in parse_list(args.causal, int):
+                    NH = heads_for(hs, args.heads)
+                    B = max(1, args.tokens // T)
+                    row = {"source": "torch-" + name, "hs": hs, "heads": NH, "batch": B,
+                           "seq_len": T, "causal": causal, "ms": {p: 0.0 for p in PASSES},
+                           "extra_bytes": 0, "status": "ok"}
+                    if name == "math" and math_oom_at is not None and T > math_oom_at:
+                        row["status"] = "OOM (skipped: OOM at T=%d)" % math_oom_at
+                        rows.append(row)
+                        print_torch_row(row)
+                        continue
+                    try:
+                        g = torch.Generator(device="cuda").manual_seed(1234 + T)
+                        qkv = torch.randn(B, T, 3, NH, hs, device="cuda", dtype=torch.bfloat16,
+                                          generator=g)
+                        q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_()
+                                   for i in range(3))
+                        dout = torch.randn(B, T, NH, hs, device="cuda", dtype=torch.bfloat16,
+                                           generator=g).transpose(1, 2)  # (B, T, NH, HS) memory
+                        with sdpa_kernel(kinds[name]):
+                            def fwd():
+                                return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+
+                            time_passes(time_ms, fwd, (q, k, v), dout, row)
+                        del q, k, v, qkv, dout
+                    except torch.OutOfMemoryError:
+                        row["status"] = "OOM"
+                        row["ms"] = {p: 0.0 for p in PASSES}
+                        if name == "math":
+                            math_oom_at = T
+                    except RuntimeError as e:  # e.g. no kernel for this backend/shape
+                        msg = str(e).splitlines()[0][:100]
+                        row["status"] = "error: " + msg
+                        row["ms"] = {p: 0.0 for p in PASSES}
+                    torch.cuda.empty_cache()
+                    rows.append(row)
+                    print_torch_row(row)
+    return rows
+
+
+def make_timer(args):
+    """time_ms(fn): the median ms of fn with CUDA events, after warm-up (as ours: --warmup runs,
+    then until --warmup-ms of GPU time has passed), at most --budget-ms (at least 3 runs)."""
+    import torch
 
     def time_ms(fn):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -100,57 +165,38 @@ def run_torch(args):
         ts = sorted([first] + [once() for _ in range(n - 1)])
         return ts[len(ts) // 2]
 
-    for name in parse_list(args.torch_backends):
-        for hs in parse_list(args.hs, int):
-            math_oom_at = None  # the math backend needs B*NH*T^2 memory: stop at its first OOM
-            for T in parse_list(args.seq_lens, int):
-                for causal in parse_list(args.causal, int):
-                    NH = heads_for(hs, args.heads)
-                    B = max(1, args.tokens // T)
-                    row = {"source": "torch-" + name, "hs": hs, "heads": NH, "batch": B,
-                           "seq_len": T, "causal": causal, "ms": {p: 0.0 for p in PASSES},
-                           "extra_bytes": 0, "status": "ok"}
-                    if name == "math" and math_oom_at is not None and T > math_oom_at:
-                        row["status"] = "OOM (skipped: OOM at T=%d)" % math_oom_at
-                        rows.append(row)
-                        print_torch_row(row)
-                        continue
-                    try:
-                        g = torch.Generator(device="cuda").manual_seed(1234 + T)
-                        qkv = torch.randn(B, T, 3, NH, hs, device="cuda", dtype=torch.bfloat16,
-                                          generator=g)
-                        q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_()
-                                   for i in range(3))
-                        dout = torch.randn(B, T, NH, hs, device="cuda", dtype=torch.bfloat16,
-                                           generator=g).transpose(1, 2)  # (B, T, NH, HS) memory
-                        with sdpa_kernel(kinds[name]):
-                            def fwd():
-                                return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+    return time_ms
 
-                            torch.cuda.reset_peak_memory_stats()
-                            base = torch.cuda.memory_allocated()
-                            row["ms"]["fwd"] = time_ms(fwd)
-                            out = fwd()
-                            row["ms"]["bwd"] = time_ms(
-                                lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
-                            del out
-                            row["ms"]["fwdbwd"] = time_ms(
-                                lambda: torch.autograd.grad(fwd(), (q, k, v), dout))
-                            row["extra_bytes"] = torch.cuda.max_memory_allocated() - base
-                        del q, k, v, qkv, dout
-                    except torch.OutOfMemoryError:
-                        row["status"] = "OOM"
-                        row["ms"] = {p: 0.0 for p in PASSES}
-                        if name == "math":
-                            math_oom_at = T
-                    except RuntimeError as e:  # e.g. no kernel for this backend/shape
-                        msg = str(e).splitlines()[0][:100]
-                        row["status"] = "error: " + msg
-                        row["ms"] = {p: 0.0 for p in PASSES}
-                    torch.cuda.empty_cache()
-                    rows.append(row)
-                    print_torch_row(row)
-    return rows
+
+def time_passes(time_ms, fwd, inputs, dout, row):
+    """row["ms"]: forward, backward (torch.autograd.grad on one saved forward) and forward +
+    backward; row["extra_bytes"]: the peak allocated above what was allocated before."""
+    import torch
+
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    row["ms"]["fwd"] = time_ms(fwd)
+    out = fwd()
+    row["ms"]["bwd"] = time_ms(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True))
+    del out
+    row["ms"]["fwdbwd"] = time_ms(lambda: torch.autograd.grad(fwd(), inputs, dout))
+    row["extra_bytes"] = torch.cuda.max_memory_allocated() - base
+
+
+def write_csv(args, stem, meta, note, columns, lines):
+    """--csv, or OUT_DIR/<stem>_<gpu>_<date>.csv: the command, GPU, date and torch version, a note
+    on the columns, then the rows."""
+    command, gpu, date, torch_version = meta
+    path = args.csv or os.path.join(args.out_dir, "%s_%s_%s.csv" % (
+        stem, re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-"), date))
+    with open(path, "w", newline="") as f:
+        f.write("# command: %s\n# gpu: %s\n# date: %s\n# torch: %s\n" % (command, gpu, date,
+                                                                         torch_version))
+        f.write("# %s\n" % note)
+        w = csv.writer(f)
+        w.writerow(columns)
+        w.writerows(lines)
+    print("\nwrote " + path)
 
 
 def flops(row, p):
@@ -173,6 +219,227 @@ def print_torch_row(row):
               row["ms"]["fwdbwd"], tflops(row, "fwdbwd"), row["status"]), flush=True)
 
 
+# ---- masked cases (--mask document, --windows) ----
+
+DOC_SEED = 1234  # bench_attention.cu kDocSeed: the same synthetic documents as ours
+
+
+def document_starts(B, T, doc_len):
+    """doc_start (B, T) int64 of bench-attention's synthetic documents of mean length doc_len."""
+    import numpy as np
+
+    u64 = np.uint64
+    with np.errstate(over="ignore"):
+        x = np.arange(B * T, dtype=u64) + u64(DOC_SEED << 32)
+        x = x + u64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> u64(30))) * u64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> u64(27))) * u64(0x94D049BB133111EB)
+        x = x ^ (x >> u64(31))
+    eot = (x % u64(doc_len) == 0).reshape(B, T)
+    rows = np.broadcast_to(np.arange(T, dtype=np.int64), (B, T))
+    return np.maximum.accumulate(np.where(eot, rows, 0), axis=1)
+
+
+def visible_pairs(doc_start, B, T, window):
+    """The (query, key) pairs the mask leaves, summed over the batch (mask.h visible_pairs)."""
+    import numpy as np
+
+    t = np.broadcast_to(np.arange(T, dtype=np.int64), (B, T))
+    lo = doc_start if doc_start is not None else np.zeros((B, T), dtype=np.int64)
+    if window > 0:
+        lo = np.maximum(lo, t - window + 1)
+    return int((t - lo + 1).sum())
+
+
+def mask_flags(case):
+    doc_len, window = case
+    flags = ["--mask", "document", "--doc-len", str(doc_len)] if doc_len else []
+    return flags + ["--window", str(window)]
+
+
+def case_name(case):
+    doc_len, window = case
+    return ("doc %d" % doc_len if doc_len else "causal") + (", window %d" % window if window else "")
+
+
+def flex_mask_mod(doc_start, window):
+    """FlexAttention's mask_mod of mask.h's rule: kv <= q, doc_start[b, q] <= kv, q - kv < W."""
+    def mask_mod(b, h, q_idx, kv_idx):
+        m = kv_idx <= q_idx
+        if doc_start is not None:
+            m = m & (doc_start[b, q_idx] <= kv_idx)
+        if window > 0:
+            m = m & (q_idx - kv_idx < window)
+        return m
+    return mask_mod
+
+
+def run_masked_torch(args, cases):
+    """FlexAttention and (where this PyTorch has it) varlen_attn on each case; rows as run_torch's,
+    plus "case" and "pairs"."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    # Every (case, shape) compiles anew; past dynamo's cache limit it would fall back to eager
+    # flex attention, which materialises T x T.
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
+    flex = torch.compile(flex_attention, dynamic=False)
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+        import inspect
+        varlen_params = inspect.signature(varlen_attn).parameters
+    except ImportError:
+        varlen_attn = None
+        print("torch %s has no torch.nn.attention.varlen.varlen_attn: FlashAttention-2 varlen "
+              "not timed" % torch.__version__, flush=True)
+    time_ms = make_timer(args)
+    rows = []
+    for case in cases:
+        doc_len, window = case
+        for hs in parse_list(args.hs, int):
+            for T in parse_list(args.seq_lens, int):
+                NH = heads_for(hs, args.heads)
+                B = max(1, args.tokens // T)
+                ds = document_starts(B, T, doc_len) if doc_len else None
+                pairs = visible_pairs(ds, B, T, window)
+                for source in ["torch-flex"] + (["torch-varlen"] if varlen_attn else []):
+                    row = {"source": source, "case": case, "hs": hs, "heads": NH, "batch": B,
+                           "seq_len": T, "causal": 1, "pairs": pairs,
+                           "ms": {p: 0.0 for p in PASSES}, "extra_bytes": 0, "status": "ok"}
+                    try:
+                        g = torch.Generator(device="cuda").manual_seed(1234 + T)
+                        qkv = torch.randn(B, T, 3, NH, hs, device="cuda", dtype=torch.bfloat16,
+                                          generator=g)
+                        dout = torch.randn(B, T, NH, hs, device="cuda", dtype=torch.bfloat16,
+                                           generator=g)
+                        if source == "torch-flex":
+                            q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_()
+                                       for i in range(3))
+                            dO = dout.transpose(1, 2)
+                            d_ds = (torch.from_numpy(ds).to("cuda", torch.int32)
+                                    if ds is not None else None)
+                            block_mask = create_block_mask(flex_mask_mod(d_ds, window), B, None, T,
+                                                           T, device="cuda", _compile=True)
+
+                            def fwd():
+                                return flex(q, k, v, block_mask=block_mask)
+                        else:
+                            # one sequence per document (the document mask); window_size for W
+                            import numpy as np
+
+                            starts = (np.flatnonzero((ds == np.arange(T)).reshape(-1))
+                                      if ds is not None else np.arange(B) * T)
+                            cu = torch.tensor(np.append(starts, B * T), device="cuda",
+                                              dtype=torch.int32)
+                            max_len = int(np.diff(np.append(starts, B * T)).max())
+                            q, k, v = (qkv[:, :, i].reshape(B * T, NH, hs).detach()
+                                       .requires_grad_() for i in range(3))
+                            dO = dout.reshape(B * T, NH, hs)
+                            kw = {}
+                            if "window_size" in varlen_params:
+                                kw["window_size"] = (window - 1 if window else -1, 0)
+                            elif window:
+                                raise RuntimeError("varlen_attn here has no window_size")
+                            else:
+                                kw["is_causal"] = True
+
+                            def fwd():
+                                return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
+                        time_passes(time_ms, fwd, (q, k, v), dO, row)
+                    except torch.OutOfMemoryError:
+                        row["status"] = "OOM"
+                    except Exception as e:  # no kernel for this shape, no backward, ...
+                        row["status"] = "error: " + str(e).splitlines()[0][:100]
+                    if row["status"] != "ok":
+                        row["ms"] = {p: 0.0 for p in PASSES}
+                    q = k = v = qkv = dout = dO = block_mask = fwd = None  # free them
+                    torch.cuda.empty_cache()
+                    rows.append(row)
+                    print("%-12s %-20s HS %3d B %3d T %6d | fwd %8.3f ms %6.1f TF/s | bwd %8.3f ms "
+                          "%6.1f | f+b %8.3f ms %6.1f | %s" % (
+                              source, case_name(case), hs, B, T, row["ms"]["fwd"],
+                              masked_tflops(row, "fwd"), row["ms"]["bwd"],
+                              masked_tflops(row, "bwd"), row["ms"]["fwdbwd"],
+                              masked_tflops(row, "fwdbwd"), row["status"]), flush=True)
+    return rows
+
+
+def masked_tflops(row, p):
+    """TFLOP/s over the visible pairs (causal rows: the convention, T^2/2)."""
+    ms = row["ms"][p]
+    if ms <= 0:
+        return 0.0
+    f = 4.0 * row["heads"] * row["hs"] * row["pairs"] * {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}[p]
+    return f / (ms * 1e-3) / 1e12
+
+
+def run_masked(args, gpu, date, command):
+    """The masked cases: ours (each case and plain causal), FlexAttention, varlen_attn."""
+    import torch
+
+    windows = parse_list(args.windows, int) or [0]
+    if args.mask == "document":
+        doc_lens = parse_list(args.doc_lens, int)
+        if not doc_lens or min(doc_lens) < 1:
+            sys.exit("bench_attention.py: --mask document needs --doc-lens N[,N...] (>= 1)")
+        cases = [(n, w) for n in doc_lens for w in windows]
+    else:
+        cases = [(0, w) for w in windows if w > 0]
+    if min(windows) < 0:
+        sys.exit("bench_attention.py: --windows takes W >= 0 (0: no window)")
+    print("torch SDPA (flash, cuDNN, math) has no document mask or window argument: not timed on "
+          "masked cases", flush=True)
+    ours_names = parse_list(args.backends)
+    rows = []
+    for case in [None] + cases:  # None: our causal rows, the reference of "masked / causal"
+        for r in run_ours(args, causal="1", mask_flags=mask_flags(case) if case else ()):
+            T, B = r["seq_len"], r["batch"]
+            doc_len, window = case or (0, 0)
+            ds = document_starts(B, T, doc_len) if doc_len else None
+            r["case"] = case or (0, 0)
+            r["pairs"] = visible_pairs(ds, B, T, window) if case else B * T * T // 2
+            rows.append(r)
+    rows += run_masked_torch(args, cases)
+
+    by = {(r["source"], r["case"], r["hs"], r["seq_len"]): r for r in rows}
+    sources = ours_names + sorted({r["source"] for r in rows if r["source"].startswith("torch-")})
+    head = "%-20s %4s %7s %-6s " % ("case", "HS", "T", "pass") + " ".join(
+        "%12s" % s for s in sources)
+    head += "  | " + " ".join("%12s %12s" % (o + "/flex", o + "/causal") for o in ours_names)
+    print("\nTFLOP/s over the visible pairs (0 = skipped: OOM, unsupported, error); ratios of "
+          "TFLOP/s: ours / FlexAttention, ours masked / ours causal at the same T")
+    print(head)
+    print("-" * len(head))
+    for case in cases:
+        for hs in parse_list(args.hs, int):
+            for T in parse_list(args.seq_lens, int):
+                for p in PASSES:
+                    val = {s: masked_tflops(by[(s, case, hs, T)], p) if (s, case, hs, T) in by
+                           else 0.0 for s in sources}
+                    line = "%-20s %4d %7d %-6s " % (case_name(case), hs, T, p)
+                    line += " ".join("%12.1f" % val[s] for s in sources)
+                    ratios = []
+                    for o in ours_names:
+                        causal = by.get((o, (0, 0), hs, T))
+                        c = masked_tflops(causal, p) if causal else 0.0
+                        f = val.get("torch-flex", 0.0)
+                        ratios.append("%12s %12s" % (
+                            "%.2fx" % (val[o] / f) if val[o] > 0 and f > 0 else "-",
+                            "%.2f" % (val[o] / c) if val[o] > 0 and c > 0 else "-"))
+                    print(line + "  | " + " ".join(ratios))
+
+    write_csv(args, "attention_masked", (command, gpu, date, torch.__version__),
+              "tflops over the visible (query, key) pairs: forward 4*HS*NH*pairs, backward 2.5x, "
+              "fwd+bwd 3.5x (causal rows: pairs = B*T^2/2); doc_len 0 = no document mask",
+              ["source", "doc_len", "window", "hs", "heads", "batch", "seq_len", "pairs", "pass",
+               "ms", "tflops", "extra_bytes", "status"],
+              [[r["source"], r["case"][0], r["case"][1], r["hs"], r["heads"], r["batch"],
+                r["seq_len"], r["pairs"], p, "%.4f" % r["ms"][p], "%.2f" % masked_tflops(r, p),
+                r["extra_bytes"], r["status"]] for r in rows for p in PASSES])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--binary", default="build/flashgpt")
@@ -190,6 +457,12 @@ def main():
     ap.add_argument("--warmup-ms", type=float, default=500,
                     help="untimed runs before each measurement until this much GPU time has "
                          "passed (ours and torch alike: the clocks of sustained load)")
+    ap.add_argument("--mask", default="causal", choices=["causal", "document"],
+                    help="document: the masked cases, one per --doc-lens x --windows")
+    ap.add_argument("--doc-lens", default="",
+                    help="--mask document: mean document lengths of the synthetic documents")
+    ap.add_argument("--windows", default="",
+                    help="sliding windows W (0: none); with --mask causal, each W > 0 is a case")
     ap.add_argument("--out-dir", default="runs/bench")
     ap.add_argument("--csv", default="", help="output file (default: OUT_DIR/attention_<gpu>_<date>.csv)")
     args = ap.parse_args()
@@ -202,6 +475,9 @@ def main():
     date = datetime.date.today().isoformat()
     command = "python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     print("GPU: %s | torch %s | %s" % (gpu, torch.__version__, date), flush=True)
+    if args.mask == "document" or any(w > 0 for w in parse_list(args.windows, int)):
+        run_masked(args, gpu, date, command)
+        return
 
     ours = run_ours(args)
     theirs = run_torch(args)
@@ -241,22 +517,14 @@ def main():
                         for o, t, _ in ratio_cols)
                     print(line)
 
-    path = args.csv or os.path.join(
-        args.out_dir, "attention_%s_%s.csv" % (re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-"), date))
-    with open(path, "w", newline="") as f:
-        f.write("# command: %s\n# gpu: %s\n# date: %s\n# torch: %s\n" % (command, gpu, date,
-                                                                         torch.__version__))
-        f.write("# tflops: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x, fwd+bwd 3.5x; "
-                "extra_bytes: ours saved+scratch, torch peak allocated above the inputs\n")
-        w = csv.writer(f)
-        w.writerow(["source", "hs", "heads", "batch", "seq_len", "causal", "pass", "ms", "tflops",
-                    "extra_bytes", "status"])
-        for r in rows:
-            for p in PASSES:
-                w.writerow([r["source"], r["hs"], r["heads"], r["batch"], r["seq_len"], r["causal"],
-                            p, "%.4f" % r["ms"][p], "%.2f" % tflops(r, p), r["extra_bytes"],
-                            r["status"]])
-    print("\nwrote " + path)
+    write_csv(args, "attention", (command, gpu, date, torch.__version__),
+              "tflops: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x, fwd+bwd 3.5x; "
+              "extra_bytes: ours saved+scratch, torch peak allocated above the inputs",
+              ["source", "hs", "heads", "batch", "seq_len", "causal", "pass", "ms", "tflops",
+               "extra_bytes", "status"],
+              [[r["source"], r["hs"], r["heads"], r["batch"], r["seq_len"], r["causal"], p,
+                "%.4f" % r["ms"][p], "%.2f" % tflops(r, p), r["extra_bytes"], r["status"]]
+               for r in rows for p in PASSES])
 
 
 if __name__ == "__main__":

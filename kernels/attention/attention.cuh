@@ -3,12 +3,15 @@
 // backend is that spec plus its forward and backward kernels, so the host code that sizes
 // memory or checks options without a GPU and the GPU code read the same facts.
 // All read Q, K, V in place from the packed qkv buffer (B, T, NH + 2*NKV, HS) and write out
-// (B, T, NH, HS). Causal, scale 1/sqrt(HS). Layout and maths: attention_ref.h.
+// (B, T, NH, HS). Scale 1/sqrt(HS); causal, or the mask given (mask.h: documents, a sliding
+// window), which a backend's spec says whether it runs (attention_unsupported_reason). Layout
+// and maths: attention_ref.h.
 #pragma once
 #include <memory>
 #include <string>
 
 #include "kernels/attention/backends.h"
+#include "kernels/attention/mask.h"
 #include "kernels/cuda_common.cuh"
 
 struct AttnForwardArgs {
@@ -17,6 +20,7 @@ struct AttnForwardArgs {
   void* scratch;      // scratch_bytes()
   const floatX* qkv;  // (B, T, NH + 2*NKV, HS)
   AttnShape shape;
+  AttnMask mask;  // {} = causal; doc_start a DEVICE pointer (B, T)
 };
 struct AttnBackwardArgs {
   floatX* dqkv;        // (B, T, NH + 2*NKV, HS) overwritten
@@ -29,6 +33,7 @@ struct AttnBackwardArgs {
   // --deterministic: the backends with a deterministic mode (spec().deterministic_mode) sum dQ
   // in a fixed order, so the whole backward is bitwise reproducible; the others already are.
   bool deterministic = false;
+  AttnMask mask;  // the forward's
 };
 
 // ---- one attention problem (bf16), for the ring of context parallelism (ring_attention.cuh) ----
@@ -37,7 +42,21 @@ struct AttnBackwardArgs {
 // another rank. flash's forward_bf16/backward_bf16 are the special case "Q, K, V all in qkv".
 // Row t of a query head h of batch b lives at q + b*q_bs + t*q_ld + h*HS; row s of kv head g at
 // k + b*kv_bs + s*kv_ld + g*HS (v likewise).
-struct AttnFwdProblem {
+// A problem is its core (AttnFwdCore, AttnBwdCore: the tensors, shape and causal flag, what the
+// causal kernels take as their parameter) and its mask (AttnProblemMask, which the masked
+// kernels take as a parameter of its own): so the mask leaves the causal kernels untouched.
+
+// The mask of a problem (mask.h). Causal ({}): the core's `causal` decides. Otherwise it replaces
+// `causal`: key s is visible to query t iff lo(q_pos0 + t) <= k_pos0 + s <= q_pos0 + t, lo read
+// at GLOBAL positions from mask.doc_start + b*mask_T (a device pointer, (B, mask_T)) and
+// mask.window; a query row may then see none of the problem's keys (its O_blk = 0,
+// LSE_blk = -inf). The whole-sequence call has q_pos0 = k_pos0 = 0, mask_T = T.
+struct AttnProblemMask {
+  AttnMask mask;
+  size_t mask_T;
+  int q_pos0, k_pos0;
+};
+struct AttnFwdCore {
   const __nv_bfloat16* q;
   const __nv_bfloat16* k;
   const __nv_bfloat16* v;
@@ -56,11 +75,12 @@ struct AttnFwdProblem {
   size_t o_ld, o_bs;  // row t, head h of batch b at out/o_run + b*o_bs + t*o_ld + h*HS
   bool merge;
 };
+struct AttnFwdProblem : AttnFwdCore, AttnProblemMask {};
 // The backward of one problem, recomputing from the FINAL LSE and D = rowsum(dO o O) of these
 // queries (ring: after all steps merged). dQ is ADDED to dq_accum (fp32, the backward's layout:
 // row t of (b, h) at ((b*NH + h)*dq_T + dq_row0 + t)*HS, 8-float segments swizzled by that
 // row's index % 8); ring_backward_begin()/ring_backward_end() zero it and convert it.
-struct AttnBwdProblem {
+struct AttnBwdCore {
   const __nv_bfloat16* q;
   const __nv_bfloat16* k;
   const __nv_bfloat16* v;
@@ -73,7 +93,7 @@ struct AttnBwdProblem {
   size_t dq_T;
   int dq_row0;
   int B, Tq, Tk, NH, NKV, HS;
-  bool causal;  // as AttnFwdProblem
+  bool causal;  // as AttnFwdCore
   // dK (times scale) and dV of kv head g, key s at dk + b*dkv_bs + s*dkv_ld + g*HS: bf16
   // overwritten (dk, dv), or fp32 added to (dk_acc, dv_acc: the ring's travelling accumulator).
   __nv_bfloat16* dk;
@@ -82,15 +102,16 @@ struct AttnBwdProblem {
   float* dv_acc;
   size_t dkv_ld, dkv_bs;
 };
+struct AttnBwdProblem : AttnBwdCore, AttnProblemMask {};
 class AttentionBackend {
  public:
   explicit AttentionBackend(const AttnBackendSpec& spec) : spec_(spec) {}
   virtual ~AttentionBackend() = default;
   const AttnBackendSpec& spec() const { return spec_; }
   const char* name() const { return spec_.name; }
-  // "" when fine; this build's floatX decides for the bf16-only backends.
-  std::string unsupported_reason(const AttnShape& s) const {
-    return attention_unsupported_reason(spec_, s, sizeof(floatX));
+  // "" when fine; this build's floatX decides for the bf16-only backends, the spec for masks.
+  std::string unsupported_reason(const AttnShape& s, const MaskSpec& mask = {}) const {
+    return attention_unsupported_reason(spec_, s, sizeof(floatX), mask);
   }
   size_t saved_bytes(const AttnShape& s) const { return spec_.saved_bytes(s, sizeof(floatX)); }
   size_t scratch_bytes(const AttnShape& s) const { return spec_.scratch_bytes(s, sizeof(floatX)); }
@@ -118,13 +139,13 @@ class AttentionBackend {
   virtual float* ring_D(void* scratch, const AttnShape& s) const { return nullptr; }
 
  protected:
-  // Throws "attention '<name>': <reason>" when the shape is unsupported.
   void no_ring() const {
     THROW_ERROR("attention '%s' cannot run context parallel (--cp > 1): use --attn flash or "
                 "flash3", spec_.name);
   }
-  void check(const AttnShape& s) const {
-    const std::string why = unsupported_reason(s);
+  // Throws "attention '<name>': <reason>" when the shape or the mask is unsupported.
+  void check(const AttnShape& s, const AttnMask& mask) const {
+    const std::string why = unsupported_reason(s, mask.spec());
     CHECK(why.empty(), "attention '%s': %s", spec_.name, why.c_str());
   }
 
@@ -140,6 +161,7 @@ struct Bf16ForwardArgs {
   void* scratch;
   const __nv_bfloat16* qkv;
   AttnShape shape;
+  AttnMask mask;
 };
 struct Bf16BackwardArgs {
   __nv_bfloat16* dqkv;
@@ -150,6 +172,7 @@ struct Bf16BackwardArgs {
   const float* lse;
   AttnShape shape;
   bool deterministic;
+  AttnMask mask;
 };
 // Such a backend: forward/backward check the shape (in the FP32 build, where floatX is fp32,
 // the spec reports the backend unsupported, so check() throws before any bf16 view is used) and
@@ -158,18 +181,18 @@ class Bf16AttentionBackend : public AttentionBackend {
  public:
   using AttentionBackend::AttentionBackend;
   void forward(const AttnForwardArgs& a, cudaStream_t st) const final {
-    check(a.shape);
+    check(a.shape, a.mask);
     forward_bf16({reinterpret_cast<__nv_bfloat16*>(a.out), static_cast<float*>(a.saved), a.scratch,
-                  reinterpret_cast<const __nv_bfloat16*>(a.qkv), a.shape},
+                  reinterpret_cast<const __nv_bfloat16*>(a.qkv), a.shape, a.mask},
                  st);
   }
   void backward(const AttnBackwardArgs& a, cudaStream_t st) const final {
-    check(a.shape);
+    check(a.shape, a.mask);
     backward_bf16({reinterpret_cast<__nv_bfloat16*>(a.dqkv), a.scratch,
                    reinterpret_cast<const __nv_bfloat16*>(a.dout),
                    reinterpret_cast<const __nv_bfloat16*>(a.qkv),
                    reinterpret_cast<const __nv_bfloat16*>(a.out), static_cast<const float*>(a.saved),
-                   a.shape, a.deterministic},
+                   a.shape, a.deterministic, a.mask},
                   st);
   }
 

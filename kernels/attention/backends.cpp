@@ -231,31 +231,34 @@ const AttnBackendSpec kSpec_flash = {
     "FlashAttention-2 on tensor cores: tiled, online softmax, recomputing backward; saves LSE "
     "(B, NH, T) fp32",
     /*bf16_only=*/true, /*dq_bitwise=*/false, /*deterministic_mode=*/true,
-    /*grid_per_head=*/false, flash_limits, flash_saved, flash_scratch, flash_cost};
+    /*grid_per_head=*/false, /*no_masks=*/nullptr, flash_limits, flash_saved, flash_scratch, flash_cost};
 const AttnBackendSpec kSpec_flash3 = {
     "flash3",
     "FlashAttention-3 schedule on sm_90a: producer warp with TMA, consumer warpgroups on wgmma "
     "(3 at HS 64, 2 at HS 128), ping-pong, persistent grid; warp-specialised backward with a "
     "dQ writer warp; saves LSE",
     /*bf16_only=*/true, /*dq_bitwise=*/false, /*deterministic_mode=*/true,
-    /*grid_per_head=*/false, flash3_limits, flash_saved, flash3_scratch, flash3_cost};
+    /*grid_per_head=*/false, /*no_masks=*/nullptr, flash3_limits, flash_saved, flash3_scratch, flash3_cost};
 const AttnBackendSpec kSpec_naive = {
     "naive",
     "cuBLAS GEMMs and causal softmax kernels: materialises P and saves it, (B, NH, T, T)",
     /*bf16_only=*/false, /*dq_bitwise=*/true, /*deterministic_mode=*/false,
-    /*grid_per_head=*/false, naive_limits, naive_saved, naive_scratch, naive_cost};
+    /*grid_per_head=*/false, /*no_masks=*/nullptr, naive_limits, naive_saved, naive_scratch, naive_cost};
 const AttnBackendSpec kSpec_flash1 = {
     "flash1",
     "FlashAttention-1's loop order on tensor cores: K/V tiles outer, O, m, l in device memory, "
     "one block per head; saves LSE",
     /*bf16_only=*/true, /*dq_bitwise=*/true, /*deterministic_mode=*/false,
-    /*grid_per_head=*/true, flash1_limits, flash1_saved, flash1_scratch, flash1_cost};
+    /*grid_per_head=*/true,
+    /*no_masks=*/"flash1 runs the causal mask only (its K/V-outer loop order has no per-tile "
+    "mask ranges); use --attn flash or flash3 for --mask document or --window",
+    flash1_limits, flash1_saved, flash1_scratch, flash1_cost};
 const AttnBackendSpec kSpec_scalar = {
     "scalar",
     "one warp per query row on CUDA cores, fp32 online softmax, no tiles: exact and "
     "deterministic (the FP32 build's LSE backend); saves LSE",
     /*bf16_only=*/false, /*dq_bitwise=*/true, /*deterministic_mode=*/false,
-    /*grid_per_head=*/false, scalar_limits, scalar_saved, scalar_scratch, scalar_cost};
+    /*grid_per_head=*/false, /*no_masks=*/nullptr, scalar_limits, scalar_saved, scalar_scratch, scalar_cost};
 
 }  // namespace
 
@@ -285,7 +288,7 @@ const AttnBackendSpec& attention_spec(const std::string& name) {
 }
 
 std::string attention_unsupported_reason(const AttnBackendSpec& spec, const AttnShape& s,
-                                         size_t es) {
+                                         size_t es, const MaskSpec& mask) {
   if (s.B < 1 || s.T < 1 || s.NH < 1 || s.NKV < 1 || s.HS < 1)
     return strformat("bad shape B=%d T=%d NH=%d NKV=%d HS=%d (every dim must be >= 1)", s.B, s.T,
                      s.NH, s.NKV, s.HS);
@@ -294,13 +297,16 @@ std::string attention_unsupported_reason(const AttnBackendSpec& spec, const Attn
   if (spec.bf16_only && es != 2)
     return strformat("%s runs on bf16 tensor cores and is not in the FP32 build "
                      "(PRECISION=FP32); use --attn scalar or naive there", spec.name);
-  return spec.limits(s, es);
+  const std::string why = spec.limits(s, es);
+  if (!why.empty()) return why;
+  if (!mask.is_causal() && spec.no_masks) return spec.no_masks;
+  return "";
 }
 
-std::string attention_auto(const AttnShape& s, size_t es) {
+std::string attention_auto(const AttnShape& s, size_t es, const MaskSpec& mask) {
   std::string reasons;
   for (const AttnBackendSpec& spec : attention_specs()) {
-    const std::string why = attention_unsupported_reason(spec, s, es);
+    const std::string why = attention_unsupported_reason(spec, s, es, mask);
     if (why.empty()) return spec.name;
     reasons += (reasons.empty() ? "" : "; ") + std::string(spec.name) + ": " + why;
   }

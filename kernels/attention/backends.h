@@ -16,7 +16,8 @@
 // added.
 //
 // Shape and layout (every backend): qkv (B, T, NH + 2*NKV, HS) read in place, out (B, T, NH, HS),
-// causal, scale 1/sqrt(HS), query head h on kv head h / (NH/NKV). The maths: attention_ref.h.
+// causal or a mask (mask.h; spec.no_masks says which backends refuse masks), scale 1/sqrt(HS),
+// query head h on kv head h / (NH/NKV). The maths: attention_ref.h.
 //
 // Cost model (attention_cost; the inputs of the roofline that `flashgpt profile` predicts
 // attention time from, DESIGN.md's performance protocol). Notation: R = B*NH*T query rows,
@@ -43,6 +44,8 @@
 #include <cstddef>
 #include <string>
 #include <vector>
+
+#include "kernels/attention/mask.h"  // MaskSpec
 
 struct AttnShape {
   int B, T, NH, NKV, HS;  // NKV < NH: grouped-query attention; NH % NKV == 0
@@ -79,6 +82,9 @@ struct AttnBackendSpec {
   // The forward grid is one thread block per (b, h) (FA1's order): fewer sequences mean fewer
   // busy SMs, which no roofline sees (profile's step-time guess scales by it).
   bool grid_per_head;
+  // Masks other than the causal one (mask.h: --mask document, --window): nullptr when the
+  // backend runs them all, else one line saying why not and which backend does.
+  const char* no_masks;
   // Limits beyond the shape checks every backend shares (attention_unsupported_reason).
   std::string (*limits)(const AttnShape& s, size_t es);
   size_t (*saved_bytes)(const AttnShape& s, size_t es);    // per layer, kept for the backward
@@ -93,15 +99,15 @@ const AttnBackendSpec& attention_spec(const std::string& name);
 std::vector<std::string> attention_names();
 std::string attention_names_list();  // "flash3, flash, naive, flash1, scalar"
 
-// "" when backend `spec` runs shape s with floatX of es bytes (2: the bf16 build, 4: FP32);
-// else one line saying why and what to do. Checks the dims (>= 1, NH % NKV == 0), the build
-// (bf16_only) and then spec.limits.
+// "" when backend `spec` runs shape s with floatX of es bytes (2: the bf16 build, 4: FP32)
+// under `mask`; else one line saying why and what to do. Checks the dims (>= 1, NH % NKV == 0),
+// the build (bf16_only), spec.limits and, for a mask that is not causal, spec.no_masks.
 std::string attention_unsupported_reason(const AttnBackendSpec& spec, const AttnShape& s,
-                                         size_t es);
+                                         size_t es, const MaskSpec& mask = {});
 
 // --attn auto on the GPU: the name of the first backend in registry order that runs shape s
-// with floatX of es bytes. None: throws with each backend's reason.
-std::string attention_auto(const AttnShape& s, size_t es);
+// with floatX of es bytes under `mask`. None: throws with each backend's reason.
+std::string attention_auto(const AttnShape& s, size_t es, const MaskSpec& mask = {});
 
 // Costs of one attention call (one layer) of backend `name` on shape s with floatX of es
 // bytes. Unknown name: throws naming --attn.

@@ -4,6 +4,10 @@
 //   and value are already appended, so it sees every cached position.
 //   Equals the last row (t = n-1) of causal attention over the n positions
 //   (attention_naive_forward_ref with B = 1, T = n).
+//   Masks (mask.h) are the caller's choice of keys: the query sees every key it is given, so a
+//   document mask or window passes the cache positions lo(n-1)..n-1 (k_cache + lo rows, n - lo),
+//   or a window's ring buffer of the last W positions (all visible; the softmax does not depend
+//   on their order).
 // CPU reference (the oracle): double arithmetic (max-subtracted softmax), rounded once to
 // `real`; instantiated for float and double in decode.cpp. CUDA version: decode.cuh.
 // Bad shapes (n, NH, NKV or HS < 1, NH % NKV != 0) throw flashgpt::Error.

@@ -21,11 +21,11 @@ class FlashAttention final : public FlashFamilyBackend {
 
  protected:
   void forward_bf16(const Bf16ForwardArgs& a, cudaStream_t st) const override {
-    flash::forward_bf16(a.out, a.lse, a.qkv, a.shape, st);
+    flash::forward_bf16(a.out, a.lse, a.qkv, a.shape, a.mask, st);
   }
   void backward_bf16(const Bf16BackwardArgs& a, cudaStream_t st) const override {
     flash::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out, a.lse, a.shape, a.deterministic,
-                         st);
+                         a.mask, st);
   }
 };
 

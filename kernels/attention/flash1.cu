@@ -8,7 +8,7 @@
 // HS) from the packed qkv (B, T, NH + 2*NKV, HS) read in place, scale 1/sqrt(HS), query head h
 // on kv head h / (NH/NKV); saved = LSE (B, NH, T) fp32 (natural log, interchangeable with
 // flash's); backward overwrites dqkv. CPU twin, same loop order: attention_flash_*_ref with
-// FlashOrder::kFA1.
+// FlashOrder::kFA1. Causal only: its spec refuses document masks and windows (backends.cpp).
 //
 // Forward (Algorithm 1), one thread block per (b, h), 4 warps, Br = Bc = 64, warp w owns rows
 // 16w .. 16w+15 of every Q tile:

@@ -33,6 +33,13 @@
 //     barriers), so that each softmax runs under the other warpgroups' GEMMs.
 // Only tiles that cross the diagonal are masked (with Br 192 the first two of a row; a
 // warpgroup whose rows all precede a tile's keys computes it masked whole: P = 0).
+// Masks (mask.h: documents, a sliding window; the MASKED kernels, the causal ones untouched):
+// query t sees keys lo(t)..t. The producer finds each work tile's K/V tile range (mask.h
+// kv_tiles_for_rows: two loads of lo; a tile the mask empties is never loaded, a ring pair's
+// tile may have none) and hands it to the consumers in shared memory with the tile's index;
+// each consumer thread reads lo of its two rows once per work tile and masks only the tiles
+// outside the range's FULL ones (two compares an element). So a mask costs the tiles it leaves
+// plus the masking of the tiles at the edges of the range.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (wgmma, setmaxnreg); qkv and out 16-byte aligned; any
 // T >= 1 up to 4M. A ring pair: rows 16-byte aligned; the static tile order (the ring passes no
@@ -59,6 +66,7 @@
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/fwd_epilogue.cuh"
 #include "kernels/attention/online_softmax.cuh"
+#include "kernels/attention/problem_mask.cuh"
 #include "kernels/attention/sm90/copy.cuh"
 #include "kernels/attention/sm90/pipeline.cuh"
 #include "kernels/attention/sm90/scheduler.cuh"
@@ -72,7 +80,9 @@
 namespace flash3 {
 
 using sm90::gmma_desc;
+using flash::KernelMask;
 using flash::kLog2e;
+using flash::ProblemMask;
 using flash::pack_bf16;
 using sm90::reg_fence;
 using flash::smem_u32;
@@ -114,6 +124,9 @@ struct Fwd3Tile {
   static constexpr int NBARS = 2 + 4 * STAGES;
   static constexpr int OFF_SLOT = OFF_BAR + NBARS * 8;  // 2 ints: the work tile of each Q phase
   static constexpr int SMEM = OFF_SLOT + 8 + 1024;      // + slack to align the base
+  // The masked kernels' (flash3_fwd_kernel MASKED) K/V tile range of each Q phase (Fwd3Range),
+  // after the slots: SMEM + RANGE_BYTES.
+  static constexpr int OFF_RANGE = OFF_SLOT + 8, RANGE_BYTES = 2 * 4 * 4;
   static constexpr int CONSUMER_WARPS = 4 * NWG;  // arrivals that release a stage (lane 0 of each)
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
   static_assert(Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
@@ -173,15 +186,25 @@ struct Fwd3Args {
   int head_major, causal, merge;
 };
 
+// A work tile's K/V tiles under a mask (MASKED): j_end - n_kv .. j_end - 1, visited right to
+// left, those in [full_begin, full_end) FULL (mask.h kv_tiles_for_rows; n_kv may be 0 in a ring
+// pair). The producer finds it and hands it to the consumers beside the tile's index.
+struct Fwd3Range {
+  int j_end, n_kv, full_begin, full_end;
+};
+
 // ---- producer: one thread issues every TMA load ----
 // Per work tile: Q_i once (its stage freed when the consumers' last S of the tile is done), then
 // K_j, V_j for j = n_kv - 1 down to 0 into the ring of stages. The tile's index goes to the
 // consumers in tile_slot[phase] with Q_i's full phase (n_work: no more work).
-template <class K>
+// MASKED: the K/V tiles of the mask's range (Fwd3Range, in range_slot[phase]); no Q_i load
+// when it is empty.
+template <class K, bool MASKED>
 __device__ __forceinline__ void fwd_load(const Fwd3Smem<K>& sm, volatile int* tile_slot,
                                          const FwdScheduler<K::Br, K::Bc>& sched,
                                          const CUtensorMap& tm_q, const CUtensorMap& tm_k,
-                                         const CUtensorMap& tm_v, const Fwd3Args& a) {
+                                         const CUtensorMap& tm_v, const Fwd3Args& a,
+                                         const KernelMask<MASKED>& mk) {
   constexpr int Br = K::Br, Bc = K::Bc, PANELS = K::PANELS;
   sm90::tma_prefetch_map(&tm_q);
   sm90::tma_prefetch_map(&tm_k);
@@ -189,17 +212,39 @@ __device__ __forceinline__ void fwd_load(const Fwd3Smem<K>& sm, volatile int* ti
   sm90::PipelineState<K::STAGES> kv;
   sm90::PipelineState<1> qs;
   for (int w = sched.first();; qs.advance()) {
+    // MASKED: the work tile's K/V range, found before the wait for Q_i's stage, so that its two
+    // loads of lo overlap the wait
+    [[maybe_unused]] TileRange r{};
+    if constexpr (MASKED) {
+      if (w < sched.n_work) {
+        const FwdWork t = sched.work(w);
+        r = ProblemMask(mk, t.b, a.Tq, a.Tk).kv_tiles(t.q0, t.q0 + Br - 1, Bc);
+      }
+    }
     sm.q_bars.producer_acquire(qs);
     tile_slot[qs.phase()] = min(w, sched.n_work);
     if (w >= sched.n_work) {
       sm.q_bars.producer_commit(qs);  // tells the consumers to stop
       break;
     }
-    const FwdWork t = sched.work(w);
+    FwdWork t = sched.work(w);
+    [[maybe_unused]] int j_end;
+    if constexpr (MASKED) {
+      volatile int* slot = tile_slot + (K::OFF_RANGE - K::OFF_SLOT) / 4 + 4 * qs.phase();
+      slot[0] = j_end = r.end;
+      slot[1] = t.n_kv = r.end - r.begin;
+      slot[2] = r.full_begin;
+      slot[3] = r.full_end;
+      if (t.n_kv == 0) {  // no K/V tile: the consumers need no Q_i either
+        sm.q_bars.producer_commit(qs);
+        w = sched.template next<K::DYNAMIC>(w, a.tile_counter);
+        continue;
+      }
+    }
     sm.q_bars.producer_expect(qs, K::Q_BYTES);
     sm90::tma_load_rows<Br, PANELS, K::BOX>(sm.q, &tm_q, sm.q_bars.full_bar(0), t.h, t.q0, t.b);
     for (int jj = 0; jj < t.n_kv; ++jj, kv.advance()) {
-      const int j = t.n_kv - 1 - jj;
+      const int j = (MASKED ? j_end : t.n_kv) - 1 - jj;
       sm.k_bars.producer_acquire(kv);
       sm.k_bars.producer_expect(kv, K::KV_BYTES);
       sm90::tma_load_rows<Bc, PANELS, K::BOX>(sm.k_stage(kv.index()), &tm_k,
@@ -215,8 +260,15 @@ __device__ __forceinline__ void fwd_load(const Fwd3Smem<K>& sm, volatile int* ti
   }
 }
 
+// MASKED: a work tile's K/V tiles (Fwd3Range) and the keys lo[r] .. hi[r] (local key indices,
+// problem_mask.cuh) of this consumer thread's two rows.
+struct Fwd3RowMask {
+  Fwd3Range r;
+  int lo[2], hi[2];
+};
+
 // ---- a consumer warpgroup: query rows 64 c .. 64 c + 63 of each work tile ----
-template <class K, bool RING>
+template <class K, bool RING, bool MASKED>
 struct Fwd3Consumer {
   static constexpr int NS = K::NS, NO = K::NO, KQ = K::KQ, KP = K::KP;
   const Fwd3Smem<K>& sm;
@@ -277,6 +329,31 @@ struct Fwd3Consumer {
         }
     }
   }
+  // MASKED: the work tile's K/V range (from the producer's range_slot) and this thread's rows.
+  __device__ __forceinline__ Fwd3RowMask row_mask(const volatile int* range_slot, const FwdWork& t,
+                                                  const AttnProblemMask& mk, int Tq, int Tk) const {
+    Fwd3RowMask rm;
+    rm.r = Fwd3Range{range_slot[0], range_slot[1], range_slot[2], range_slot[3]};
+    const ProblemMask pm(mk, t.b, Tq, Tk);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = t.q0 + c * 64 + wq * 16 + g + 8 * r;
+      rm.lo[r] = pm.lo_key(row);
+      rm.hi[r] = min(row + pm.q_pos0 - pm.k_pos0, Tk - 1);
+    }
+    return rm;
+  }
+  // MASKED: S[r, key] = -inf outside the row's keys lo .. hi, in tiles that are not FULL.
+  __device__ __forceinline__ void mask_rows(float (&s)[NS], int j, const Fwd3RowMask& rm) const {
+    if (j >= rm.r.full_begin && j < rm.r.full_end) return;
+#pragma unroll
+    for (int n = 0; n < NS / 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j * K::Bc + n * 8 + 2 * t4 + (e & 1);
+        if (key < rm.lo[e >> 1] || key > rm.hi[e >> 1]) s[4 * n + e] = -INFINITY;
+      }
+  }
   // The online softmax (online_softmax.cuh) of this thread's two rows; alpha rescales O_i.
   __device__ __forceinline__ void softmax(float (&s)[NS], float (&m_i)[2], float (&l_i)[2],
                                           float (&alpha)[2], float scale_log2) const {
@@ -288,14 +365,23 @@ struct Fwd3Consumer {
 
   // ---- mainloop: O_i, m_i, l_i of one work tile (the paper's Algorithm 2: S_j is issued with
   // P V_{j+1}, the softmax of S_j runs while P V_{j+1} does) ----
+  // MASKED: over the K/V tiles of rm.r (none: O_i = 0, m_i = -inf), masked by mask_rows.
   __device__ __forceinline__ void mainloop(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
                                            const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
                                            const sm90::PipelineState<1>& qs, bool causal, int Tk,
-                                           float scale_log2, int lane) const {
-    const int q0 = t.q0, n_kv = t.n_kv;
+                                           float scale_log2, int lane,
+                                           const Fwd3RowMask& rm) const {
+    const int q0 = t.q0, n_kv = MASKED ? rm.r.n_kv : t.n_kv;
+    const int j_end = MASKED ? rm.r.j_end : n_kv;  // one past the first (rightmost) K/V tile
     const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n] = 0.f;
+    if constexpr (MASKED) {
+      if (n_kv == 0) {  // the producer loaded no Q_i: release its phase at once
+        release(sm.q_bars, qs, lane);
+        return;
+      }
+    }
 
     // ---- first (diagonal) K/V tile: S, softmax ----
     sm.k_bars.consumer_wait(kv);
@@ -306,14 +392,15 @@ struct Fwd3Consumer {
     reg_fence(s);
     release(sm.k_bars, kv, lane);
     if (n_kv == 1) release(sm.q_bars, qs, lane);
-    mask(s, n_kv - 1, q0, row0, causal, Tk);
+    if constexpr (MASKED) mask_rows(s, j_end - 1, rm);
+    else mask(s, n_kv - 1, q0, row0, causal, Tk);
     softmax(s, m_i, l_i, alpha, scale_log2);
     pack_p(p, s);
     sm90::StageSlot prev = kv.slot();  // V_{j+1}'s stage, released after the next P V
     kv.advance();
     // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
     for (int jj = 1; jj < n_kv; ++jj, kv.advance()) {
-      const int j = n_kv - 1 - jj;
+      const int j = j_end - 1 - jj;
       sm.k_bars.consumer_wait(kv);
       sm.v_bars.consumer_wait(prev);
       turn_begin();
@@ -324,7 +411,8 @@ struct Fwd3Consumer {
       reg_fence(s);
       release(sm.k_bars, kv, lane);
       if (jj == n_kv - 1) release(sm.q_bars, qs, lane);
-      mask(s, j, q0, row0, causal, Tk);
+      if constexpr (MASKED) mask_rows(s, j, rm);
+      else mask(s, j, q0, row0, causal, Tk);
       softmax(s, m_i, l_i, alpha, scale_log2);
       wgmma_wait<0>();  // P V_{j+1}
       reg_fence(o);
@@ -410,10 +498,13 @@ struct Fwd3Consumer {
 
 // The kernel: a producer warpgroup (fwd_load) and K::NWG consumer warpgroups (Fwd3Consumer)
 // over the work tiles of the scheduler (sm90/scheduler.cuh), a ring of K/V stages between them.
-template <class K, bool RING>
+// MASKED: the problem's mask mk (problem_mask.cuh) in place of causal; the producer hands each
+// work tile's K/V range to the consumers in smem after the tile slots (K::OFF_RANGE).
+template <class K, bool RING, bool MASKED>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash3_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                      const __grid_constant__ CUtensorMap tm_v, const Fwd3Args a) {
+                      const __grid_constant__ CUtensorMap tm_v, const Fwd3Args a,
+                      const KernelMask<MASKED> mk) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 128-byte swizzle: 1024-B panels
   const Fwd3Smem<K> sm(s0);
@@ -438,10 +529,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 
   if (wg == 0) {
     sm90::setmaxnreg_dec<K::PRODUCER_REGS>();
-    if (warp == 0 && lane == 0) fwd_load<K>(sm, tile_slot, sched, tm_q, tm_k, tm_v, a);
+    if (warp == 0 && lane == 0) fwd_load<K, MASKED>(sm, tile_slot, sched, tm_q, tm_k, tm_v, a, mk);
   } else {
     sm90::setmaxnreg_inc<K::CONSUMER_REGS>();
-    const Fwd3Consumer<K, RING> cons(sm, wg, warp, lane, tid);
+    const Fwd3Consumer<K, RING, MASKED> cons(sm, wg, warp, lane, tid);
     if (cons.c == K::NWG - 1) sm90::named_bar_arrive(kBarTurn0, 256);  // warpgroup 0 issues first
     sm90::PipelineState<K::STAGES> kv;
     for (sm90::PipelineState<1> qs;; qs.advance()) {
@@ -449,9 +540,13 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       const int w = tile_slot[qs.phase()];
       if (w >= sched.n_work) break;
       const FwdWork t = sched.work(w);
+      [[maybe_unused]] Fwd3RowMask rm;
+      if constexpr (MASKED)
+        rm = cons.row_mask(tile_slot + (K::OFF_RANGE - K::OFF_SLOT) / 4 + 4 * qs.phase(), t, mk,
+                           a.Tq, a.Tk);
       float o[K::NO], s[K::NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
       uint32_t p[K::KP][4];
-      cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane);
+      cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       cons.epilogue(o, m_i, l_i, t, a, a.Tq);
     }
     if (cons.c == 0) sm90::named_bar_sync(kBarTurn0, 256);  // the last warpgroup's last turn_end
@@ -467,9 +562,11 @@ bool use_head_major(const AttnFwdProblem& p) {
 }
 
 // tile_counter: the dynamic scheduler's counter (K::DYNAMIC), else unused.
-template <class K, bool RING>
+template <class K, bool RING, bool MASKED>
 void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
-  allow_dynamic_smem(reinterpret_cast<const void*>(flash3_fwd_kernel<K, RING>), K::SMEM);
+  constexpr int smem = K::SMEM + (MASKED ? K::RANGE_BYTES : 0);
+  static_assert(smem <= 227 * 1024, "shared memory per block");
+  allow_dynamic_smem(reinterpret_cast<const void*>(flash3_fwd_kernel<K, RING, MASKED>), smem);
   // Q, K and V as the heads of one qkv (the whole sequence; the ring's own chunks): one map over
   // all NH + 2 NKV heads, K and V at head offsets. Encoding a map is host time on every launch
   // (~10 us, measured: three maps cost the 4K forward 2-4% in bench-attention), so the common
@@ -493,24 +590,35 @@ void launch_fwd(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream)
                    p.B, p.Tq, p.Tk, p.NH, p.NKV, scale * kLog2e, scale,
                    /*head_major=*/use_head_major(p) ? 1 : 0, p.causal ? 1 : 0, p.merge ? 1 : 0};
   if (K::DYNAMIC) CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
-  flash3_fwd_kernel<K, RING><<<grid, K::NTHREADS, K::SMEM, stream>>>(tm_q, tm_k, tm_v, a);
+  KernelMask<MASKED> mk;
+  if constexpr (MASKED) mk = p;
+  flash3_fwd_kernel<K, RING, MASKED><<<grid, K::NTHREADS, smem, stream>>>(tm_q, tm_k, tm_v, a, mk);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int HS>
+template <int HS, bool MASKED>
 void launch_fwd_hs(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
   if (p.o_run)
     // A ring pair: no scratch comes with it, so no counter: the static stride, which at the
     // ring's lengths (hundreds of tiles per block) is as balanced as the counter.
-    launch_fwd<Fwd3Tile<HS, false>, true>(p, nullptr, stream);
+    launch_fwd<Fwd3Tile<HS, false>, true, MASKED>(p, nullptr, stream);
   else
-    launch_fwd<Fwd3Tile<HS, true>, false>(p, tile_counter, stream);
+    launch_fwd<Fwd3Tile<HS, true>, false, MASKED>(p, tile_counter, stream);
+}
+template <int HS>
+void launch_fwd_hs(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
+  if (p.mask.is_causal()) launch_fwd_hs<HS, false>(p, tile_counter, stream);
+  else launch_fwd_hs<HS, true>(p, tile_counter, stream);
 }
 
 void launch_problem(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
   CHECK((p.out != nullptr) != (p.o_run != nullptr), "internal: flash3 forward: one output");
-  CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 forward: causal needs Tq == Tk");
-  CHECK(p.causal || p.o_run, "internal: flash3 forward: a full (non-causal) problem is a ring pair");
+  if (p.mask.is_causal()) {
+    CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 forward: causal needs Tq == Tk");
+    CHECK(p.causal || p.o_run, "internal: flash3 forward: a full (non-causal) problem is a ring pair");
+  } else {
+    flash::check_problem_mask(p);
+  }
   CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) &&
             (p.out ? aligned16(p.out) : aligned16(p.o_run)),
         "flash3 attention: Q, K, V and the output must be 16-byte aligned");
@@ -529,9 +637,10 @@ void launch_problem(const AttnFwdProblem& p, int* tile_counter, cudaStream_t str
 }  // namespace
 
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
-                  const AttnShape& s, cudaStream_t stream) {
+                  const AttnShape& s, const AttnMask& mask, cudaStream_t stream) {
   int* tile_counter = static_cast<int*>(scratch);  // the work-tile counter: the scratch's first int
-  launch_problem(flash::whole_sequence_forward_problem(out, lse, qkv, s), tile_counter, stream);
+  launch_problem(flash::whole_sequence_forward_problem(out, lse, qkv, s, mask), tile_counter,
+                 stream);
 }
 
 void forward_problem(const AttnFwdProblem& p, cudaStream_t stream) {
@@ -561,11 +670,11 @@ class Flash3Attention final : public FlashFamilyBackend {
 
  protected:
   void forward_bf16(const Bf16ForwardArgs& a, cudaStream_t st) const override {
-    flash3::forward_bf16(a.out, a.lse, a.scratch, a.qkv, a.shape, st);
+    flash3::forward_bf16(a.out, a.lse, a.scratch, a.qkv, a.shape, a.mask, st);
   }
   void backward_bf16(const Bf16BackwardArgs& a, cudaStream_t st) const override {
     flash3::backward_bf16(a.dqkv, a.scratch, a.dout, a.qkv, a.out, a.lse, a.shape,
-                          a.deterministic, st);
+                          a.deterministic, a.mask, st);
   }
 };
 

@@ -9,12 +9,13 @@
 
 std::unique_ptr<AttentionBackend> make_flash3_attention();
 
-// The kernels behind the backend, bf16, causal, scale 1/sqrt(HS), HS 64 or 128.
+// The kernels behind the backend, bf16, causal or the mask given (mask.h, doc_start on the
+// device), scale 1/sqrt(HS), HS 64 or 128.
 namespace flash3 {
 // out (B, T, NH, HS), lse (B, NH, T) fp32, qkv (B, T, NH + 2*NKV, HS); scratch of at least
 // kFwdScratchBytes (its first int is the work-tile counter).
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,
-                  const AttnShape& s, cudaStream_t stream);
+                  const AttnShape& s, const AttnMask& mask, cudaStream_t stream);
 // One problem (a ring pair: attention.cuh AttnFwdProblem) into the ring's fp32 running O, its
 // diagonal pair causal or a full pair; the same kernel as forward_bf16 (static tile order).
 void forward_problem(const AttnFwdProblem& p, cudaStream_t stream);
@@ -22,7 +23,8 @@ void forward_problem(const AttnFwdProblem& p, cudaStream_t stream);
 // warp-specialised schedule.
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                   const AttnShape& s, bool deterministic, cudaStream_t stream);
+                   const AttnShape& s, bool deterministic, const AttnMask& mask,
+                   cudaStream_t stream);
 // One problem (a ring pair), dQ in arrival order: as flash::backward_problem.
 void backward_problem(const flash::BwdProblem& p, cudaStream_t stream);
 }  // namespace flash3

@@ -29,6 +29,13 @@
 //       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout (under dK); signal dQ_full
 //       [HS 64: wait for dK; release stage s (empty[s])]
 //     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
+// Masks (mask.h; the MASKED kernels, the causal ones untouched): the steps of flash's masked
+// backward (flash_bwd.cu: the Q tiles that the K/V tile meets, found at the block's start; the
+// partial tiles masked element by element), with a third producer warp (doc warp) that stores
+// each step's rows' doc_start beside the loader's LSE_i, D_i (arriving on the same full[s]), the
+// block's Q tile range in shared memory for the producer warps, and at HS 64 setmaxnreg 32/232
+// for producer/math (Bwd3Block::PRODUCER_REGS says why). --deterministic with a mask: dQacc is
+// zeroed and every partial adds (the first block of a Q tile is not block 0).
 // Against flash's kernel (the same products, same tiles): no cp.async issued by the math warps,
 // no __syncthreads in the loop (one 256-thread named barrier per step instead of two block-wide
 // ones), and the dQ add (and the deterministic order's wait) leaves the math warps' path.
@@ -80,8 +87,11 @@
 
 namespace flash3 {
 
+using flash::BwdCore;
 using flash::BwdProblem;
+using flash::BwdStepMask;
 using flash::DqOrder;
+using flash::KernelMask;
 using flash::kLog2e;
 using sm90::reg_fence;
 using flash::smem_u32;
@@ -149,18 +159,47 @@ constexpr int kDqBarThreads = 256 + 32;  // the math warpgroups and the writer w
 // says its first partial is stored (released after the bulk store completes).
 constexpr int kDqStored = 1 << 30;
 
+// The masked kernels' part of a backward block (Bwd3Block): the problem's mask and the two
+// stages of the steps' rows' doc_start in shared memory (after the mbarriers). Empty (a base of
+// no size) for the causal kernels, whose code stays as it was (a member there, even unused,
+// moved ptxas's register allocation at HS 128).
+template <class K, bool MASKED>
+struct Bwd3MaskPart {
+  __device__ __forceinline__ Bwd3MaskPart(const KernelMask<MASKED>&, uint32_t) {}
+};
+// Beside the doc_start stages, the block's Q tile range (first, n, end: BwdBlock), written by
+// thread 0 at the start: the producer warps read it there for each step rather than hold it (in
+// registers, their 24 spilled).
+template <class K>
+struct Bwd3MaskPart<K, true> {
+  static constexpr int OFF_DOC = K::OFF_BAR + 5 * 8, OFF_QRANGE = OFF_DOC + 2 * K::Br * 4,
+                       BYTES = 2 * K::Br * 4 + 3 * 4;
+  const AttnProblemMask& mk;
+  const uint32_t sDoc, sQRange;
+  __device__ __forceinline__ Bwd3MaskPart(const AttnProblemMask& mk_, uint32_t s0)
+      : mk(mk_), sDoc(s0 + OFF_DOC), sQRange(s0 + OFF_QRANGE) {}
+};
+
 // One backward block: its K/V tile and steps (flash_bwd_wgmma.cuh BwdBlock, from the pair-group
 // order of sm90/scheduler.cuh), its shared memory (Bwd3Tile's offsets) and the three roles of
-// its warps.
-template <class K, DqOrder ORDER>
-struct Bwd3Block {
+// its warps. MASKED: the problem's mask (Bwd3MaskPart, problem_mask.cuh) in place of causal; the
+// loader also stores each step's rows' doc_start.
+template <class K, DqOrder ORDER, bool MASKED>
+struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   static constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
                        DQS = K::DQ_BUFS;
   static constexpr bool DET = ORDER == DqOrder::kFixed;
-  const BwdProblem& p;
+  static constexpr int SMEM = K::SMEM + (MASKED ? Bwd3MaskPart<K, true>::BYTES : 0);
+  // setmaxnreg of the producer warpgroup and of the math warpgroups (128 x 24 + 256 x 240 fill
+  // the block's 168 x 384). The masked HS 64 kernel gives the producer 32 (math 232): at 24 its
+  // loader and dQ writer spilled 4-8 bytes, and its math warps fit 232 without spills (ptxas -v).
+  static constexpr int PRODUCER_REGS = MASKED && HS == 64 ? 32 : 24,
+                       MATH_REGS = MASKED && HS == 64 ? 232 : 240;
+  static_assert(128 * PRODUCER_REGS + 256 * MATH_REGS <= 168 * 384, "the block's registers");
+  const BwdCore& p;
   const int NH, Tq;
   const bool causal;
-  const flash::BwdBlock<Bc, Br, ORDER> blk;
+  const flash::BwdBlock<Bc, Br, ORDER, MASKED> blk;
   const int b, kvh, j, k0, total, n_qtiles;
   const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
   // shared memory: K_j | V_j | Q x2 | dO x2 | dS^T x2 | dQ staging | LSE x2 | D x2 | mbarriers
@@ -170,14 +209,36 @@ struct Bwd3Block {
   const sm90::StageBarriers<2> stages;
   const uint32_t bar_kv;
 
-  __device__ __forceinline__ Bwd3Block(const BwdProblem& p_, int pair, int j_tile, uint32_t s0)
-      : p(p_), NH(p_.NH), Tq(p_.Tq), causal(p_.causal), blk(p_, pair, j_tile), b(blk.b),
-        kvh(blk.kvh), j(blk.j), k0(blk.k0), total(blk.total), n_qtiles(blk.n_qtiles),
+  __device__ __forceinline__ Bwd3Block(const BwdCore& p_, const KernelMask<MASKED>& mk_, int pair,
+                                       int j_tile, uint32_t s0)
+      : Bwd3MaskPart<K, MASKED>(mk_, s0), p(p_), NH(p_.NH), Tq(p_.Tq), causal(p_.causal),
+        blk(p_, pair, j_tile, mk_),
+        b(blk.b), kvh(blk.kvh), j(blk.j), k0(blk.k0), total(blk.total), n_qtiles(blk.n_qtiles),
         dq_sw(p_.dq_row0 & 7), sK(s0), sV(s0 + K::OFF_V), sQ(s0 + K::OFF_Q), sdO(s0 + K::OFF_DO),
         sdS(s0 + K::OFF_DS), sdQ(s0 + K::OFF_DQ), sL(s0 + K::OFF_L), sD(s0 + K::OFF_D),
         stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY}, bar_kv(s0 + K::OFF_KV_FULL) {}
   __device__ __forceinline__ void step_tile(int it, int& hq, int& q0) const {
     blk.tile(it, hq, q0);
+  }
+  // The producer warps' steps: MASKED, from the Q tile range in shared memory (Bwd3MaskPart).
+  __device__ __forceinline__ int producer_steps() const {
+    if constexpr (MASKED) return blk.G * flash::ld_shared_s32(this->sQRange + 4);
+    else return total;
+  }
+  __device__ __forceinline__ void producer_step_tile(int it, int& hq, int& q0) const {
+    if constexpr (MASKED)
+      blk.tile_in(it, flash::ld_shared_s32(this->sQRange), flash::ld_shared_s32(this->sQRange + 4),
+                  flash::ld_shared_s32(this->sQRange + 8), hq, q0);
+    else
+      blk.tile(it, hq, q0);
+  }
+  // Thread 0, before the block's first barrier (MASKED): the Q tile range into shared memory.
+  __device__ __forceinline__ void publish_q_range() const {
+    if constexpr (MASKED) {
+      flash::st_shared_u32(this->sQRange, blk.i_begin);
+      flash::st_shared_u32(this->sQRange + 4, blk.n_i);
+      flash::st_shared_u32(this->sQRange + 8, blk.range.end);
+    }
   }
 
   // ---- loader warp: K_j, V_j once; per step its Q_i, dO_i (TMA) and LSE_i, D_i rows ----
@@ -194,12 +255,13 @@ struct Bwd3Block {
         sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
       }
   }
-  for (int it = 0; it < total; ++it) {
+  const int steps = producer_steps();
+  for (int it = 0; it < steps; ++it) {
     const sm90::PipelineState<2> ps(it);
     const int s = ps.index();
     stages.producer_acquire(ps);
     int hq, q0;
-    step_tile(it, hq, q0);
+    producer_step_tile(it, hq, q0);
     const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
 #pragma unroll
     for (int r = lane; r < Br; r += 32) {
@@ -224,15 +286,38 @@ struct Bwd3Block {
   }
   }
 
+  // ---- MASKED, doc warp (the producer warpgroup's third): per step, its rows' doc_start into
+  // stage s of sDoc (0 past Tq and without documents), arriving on full[s] beside the loader
+  // warp (in the loader warp, the producer's 24 registers spilled) ----
+  __device__ __forceinline__ void load_doc_rows(int lane) const {
+    if constexpr (MASKED) {
+      const AttnProblemMask& mk = this->mk;
+      const int* rows = mk.mask.doc_start ? mk.mask.doc_start + (size_t)b * mk.mask_T + mk.q_pos0
+                                          : nullptr;  // this problem's rows of sequence b
+      const int steps = producer_steps();
+      for (int it = 0; it < steps; ++it) {
+        const sm90::PipelineState<2> ps(it);
+        stages.producer_acquire(ps);
+        int hq, q0;
+        producer_step_tile(it, hq, q0);
+        for (int r = lane; r < Br; r += 32)
+          flash::st_shared_u32(this->sDoc + (ps.index() * Br + r) * 4,
+                               rows && q0 + r < Tq ? rows[q0 + r] : 0);
+        stages.producer_commit(ps);
+      }
+    }
+  }
+
   // ---- dQ writer warp: each step's staged dQ_i partial into dQacc (bulk store or reduce-add) ----
   __device__ __forceinline__ void dq_writer(int* dq_sem, int lane) const {
     int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
-    for (int it = 0; it < total; ++it) {
+    const int steps = producer_steps();
+    for (int it = 0; it < steps; ++it) {
       const int d = it % DQS;
       sm90::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
       if (lane == 0) {
         int hq, q0;
-        step_tile(it, hq, q0);
+        producer_step_tile(it, hq, q0);
         const size_t tile = ((size_t)b * NH + hq) * n_qtiles + q0 / Br;
         float* dst = p.dq_accum + (((size_t)b * NH + hq) * p.dq_T + p.dq_row0 + q0) * HS;
         const uint32_t src = sdQ + d * K::DQ_BYTES, bytes = min(Br, Tq - q0) * HS * 4;
@@ -240,7 +325,9 @@ struct Bwd3Block {
         bool store = false;
         if constexpr (DET) {
           flash::fixed_order_before_add(sem_pending, dq_sem, tile, j);
-          store = j == 0;  // block 0 adds to every Q tile, first in the fixed order
+          // block 0 adds to every Q tile, first in the fixed order (MASKED: the first block of a
+          // Q tile is not block 0, and dQacc comes zeroed: every partial adds)
+          store = !MASKED && j == 0;
         } else if (dq_sem != nullptr) {
           store = atomicAdd(dq_sem + tile, 1) == 0;  // the ticket: first comer stores
           if (!store) {  // the others add once the store is complete
@@ -260,12 +347,25 @@ struct Bwd3Block {
         }
       }
       __syncwarp();
-      if (it + DQS < total) sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+      if (it + DQS < steps) sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
   }
   if (lane == 0) {
     sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
     if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
   }
+  }
+
+  // MASKED: the mask of the step in stage s (Q tile from q0) for this thread's warpgroup (its
+  // keys from key_wg, the thread's first accumulator key key_row); else unused.
+  __device__ __forceinline__ BwdStepMask step_mask(int s, int q0, int key_wg, int key_row) const {
+    if constexpr (MASKED) {
+      const AttnProblemMask& mk = this->mk;
+      return flash::bwd_step_mask(this->sDoc + s * Br * 4, mk.q_pos0 + q0, min(Br, Tq - q0),
+                                  mk.k_pos0 + key_wg, mk.k_pos0 + key_row, mk.mask.window,
+                                  blk.range.kind(q0 / Br) == TileKind::kFull);
+    }
+    else
+      return BwdStepMask{};
   }
 
   // ---- math warpgroups: the step's products (flash_bwd_wgmma.cuh), dQ staging, dK_j, dV_j ----
@@ -316,9 +416,15 @@ struct Bwd3Block {
         sm90::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
         if (it > 0) release_stage(sm90::PipelineState<2>(it - 1));  // the step before's
         uint32_t as[K::QK][4];
-        flash::bwd_step_dkdv_pre<K, true>(st, dpt, dk, dv, aK, aV, sQb, sdOb, sL + s * Br * 4,
-                                          sD + s * Br * 4, sdSb, q0, key_wg, key_row, kw, causal,
-                                          scale_log2, as, /*issue_dk=*/false);
+        // (the causal kernel passes no mask: a default BwdStepMask built here moved its code)
+        auto step = [&](const auto&... msk) {
+          flash::bwd_step_dkdv_pre<K, true, MASKED>(st, dpt, dk, dv, aK, aV, sQb, sdOb,
+                                                    sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
+                                                    key_wg, key_row, kw, causal, scale_log2, as,
+                                                    /*issue_dk=*/false, msk...);
+        };
+        if constexpr (MASKED) step(step_mask(s, q0, key_wg, key_row));
+        else step();
         const int d = it % DQS;
         sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
         sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
@@ -342,9 +448,10 @@ struct Bwd3Block {
       stages.consumer_wait(ps);
       const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
       uint32_t as[K::QK][4];
-      const bool active = flash::bwd_step_dkdv<K>(
+      const bool active = flash::bwd_step_dkdv<K, MASKED>(
           dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
-          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false);
+          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false,
+          step_mask(s, q0, key_wg, key_row));
       // ---- both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all keys ----
       const int d = it % DQS;
       sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
@@ -374,52 +481,58 @@ struct Bwd3Block {
 };
 
 // The kernel: a producer warpgroup (loader warp, dQ writer warp) and two math warpgroups.
-template <class K, DqOrder ORDER>
+// MASKED: mk, the problem's mask (Bwd3Block).
+template <class K, DqOrder ORDER, bool MASKED>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v,
-                      const __grid_constant__ CUtensorMap tm_do, const BwdProblem p,
+                      const __grid_constant__ CUtensorMap tm_do, const BwdCore p,
                       int* __restrict__ dq_sem, int pair_group, float scale_log2,
-                      float scale) {
+                      float scale, const KernelMask<MASKED> mk) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   int pair, j_tile;
   bwd_pair_group_block(blockIdx.x, p.B * p.NKV, (p.Tk + K::Bc - 1) / K::Bc, pair_group, pair,
                        j_tile);
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
-  const Bwd3Block<K, ORDER> blk(p, pair, j_tile, s0);
+  const Bwd3Block<K, ORDER, MASKED> blk(p, mk, pair, j_tile, s0);
 
   if (tid == 0) {
+    blk.publish_q_range();
     // full: the loader warp's lanes (+ the TMA bytes); empty: lane 0 of each math warp, or
     // every math thread (release_stage)
     for (int s = 0; s < 2; ++s)
-      blk.stages.init_stage(s, 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
+      blk.stages.init_stage(s, MASKED ? 64 : 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
     sm90::mbar_init(blk.bar_kv, 1);
     sm90::mbar_init_fence();
   }
   __syncthreads();
 
   if (wg == 0) {
-    sm90::setmaxnreg_dec<24>();
+    sm90::setmaxnreg_dec<Bwd3Block<K, ORDER, MASKED>::PRODUCER_REGS>();
     if (warp == 0)
       blk.load(tm_q, tm_k, tm_v, tm_do, lane);
     else if (warp == 1)
       blk.dq_writer(dq_sem, lane);
+    else if (MASKED && warp == 2)
+      blk.load_doc_rows(lane);
   } else {
-    sm90::setmaxnreg_inc<240>();
+    sm90::setmaxnreg_inc<Bwd3Block<K, ORDER, MASKED>::MATH_REGS>();
     blk.math(tid, warp, lane, wg, scale_log2, scale);
   }
 }
 
 namespace {
 
-template <class K, DqOrder ORDER>
+template <class K, DqOrder ORDER, bool MASKED>
 void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
-  constexpr int HS = K::HS;
-  auto kernel = flash3_bwd_kernel<K, ORDER>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), K::SMEM);
-  CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
+  constexpr int HS = K::HS, SMEM = Bwd3Block<K, ORDER, MASKED>::SMEM;
+  static_assert(SMEM <= 227 * 1024, "shared memory per block");
+  auto kernel = flash3_bwd_kernel<K, ORDER, MASKED>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), SMEM);
+  if (MASKED) flash::check_problem_mask(p);
+  else CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
   CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash3 backward: one dK output");
   CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout) &&
             p.q_ld % 8 == 0 && p.kv_ld % 8 == 0 && p.do_ld % 8 == 0 && p.q_bs % 8 == 0 &&
@@ -440,21 +553,28 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
   // an H100), so it keeps every pair in one group, where a wave holds a few blocks of each.
   const int group =
       ORDER == DqOrder::kFixed ? pairs : bwd_pair_group(pairs, n_j, cuda_num_sms());
-  kernel<<<(unsigned)(pairs * n_j), K::NTHREADS, K::SMEM, stream>>>(
-      tq, tk, tv, tdo, p, dq_sem, group, scale * kLog2e, scale);
+  KernelMask<MASKED> mk;
+  if constexpr (MASKED) mk = p;
+  kernel<<<(unsigned)(pairs * n_j), K::NTHREADS, SMEM, stream>>>(
+      tq, tk, tv, tdo, p, dq_sem, group, scale * kLog2e, scale, mk);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int HS, BwdVariant V>
 using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
-template <int HS>
+template <int HS, bool MASKED>
 void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
   using K = Bwd3TileFor<HS, kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst>;
   if (deterministic)
-    launch_bwd<K, DqOrder::kFixed>(p, dq_sem, stream);
+    launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, stream);
   else
-    launch_bwd<K, DqOrder::kArrival>(p, dq_sem, stream);
+    launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, stream);
+}
+template <int HS>
+void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
+  if (p.mask.is_causal()) launch_bwd_hs<HS, false>(p, dq_sem, deterministic, stream);
+  else launch_bwd_hs<HS, true>(p, dq_sem, deterministic, stream);
 }
 
 // dq_sem (zeroed): the fixed order's semaphores (deterministic) or the dQ tickets, dQacc not
@@ -470,12 +590,15 @@ void launch_bwd_any(const BwdProblem& p, int* dq_sem, bool deterministic, cudaSt
 
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                   const AttnShape& s, bool deterministic, cudaStream_t stream) {
+                   const AttnShape& s, bool deterministic, const AttnMask& mask,
+                   cudaStream_t stream) {
   // The dQ tickets (or the fixed order's semaphores) zeroed; dQacc not: the first partial of
-  // each dQ tile stores.
+  // each dQ tile stores (but with a mask in the fixed order, where every partial adds).
+  const bool masked_fixed = deterministic && !mask.is_causal();
   flash::backward_begin(scratch, dout, out, s, stream, /*zero_semaphores=*/true,
-                        /*zero_dq_accum=*/false);
-  const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s);
+                        /*zero_dq_accum=*/masked_fixed);
+  if (masked_fixed) flash::fixed_order_start(flash::dq_semaphores(scratch, s), mask, s, stream);
+  const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s, mask);
   launch_bwd_any(p, flash::dq_semaphores(scratch, s), deterministic, stream);
   flash::backward_end(dqkv, scratch, s, stream);
 }

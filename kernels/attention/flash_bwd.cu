@@ -33,6 +33,13 @@
 // Causal skipping per warpgroup: a step whose queries all precede the warpgroup's 64 keys skips
 // its products, so the diagonal tiles cost about half a tile. Blocks run in order of j
 // (blockIdx.y = 0 first): tile 0 visits the most Q tiles.
+// Masks (mask.h; the MASKED kernels, the causal ones untouched): a block's steps run over the Q
+// tiles that its K/V tile meets (mask.h q_tiles_for_keys: each warp finds the range's two ends
+// by 32-way searches over lo, ~4 rounds of one load at T = 128K, at the block's start); each
+// step's rows' doc_start comes with LSE_i and D_i; a warpgroup skips a step none of whose rows
+// sees its keys and masks P element by element only in the tiles outside the range's FULL
+// ones. --deterministic with a mask: Q tile i's semaphore starts at the first K/V tile that
+// meets it (fixed_order_start) instead of 0.
 //
 // Determinism: dK and dV are bitwise reproducible (each block owns its rows, fixed order). dQ
 // is summed in L2 in the order the blocks arrive (DqOrder::kArrival), so its last bits can
@@ -135,15 +142,47 @@ __global__ void flash_bwd_dq_kernel(__nv_bfloat16* __restrict__ dqkv,
   *reinterpret_cast<uint4*>(dqkv + ((b * T + t) * (size_t)(NH + 2 * NKV) + h) * HS + c * 8) = v;
 }
 
-template <class K, DqOrder ORDER>
-static void launch_main(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
-  auto kernel = flash_bwd_wg_kernel<K, ORDER>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), K::SMEM);
-  CHECK(!p.causal || p.Tq == p.Tk, "internal: flash backward: causal needs Tq == Tk");
+// MASKED: the problem's mask (p.mask not causal) in place of p.causal.
+template <class K, DqOrder ORDER, bool MASKED>
+static void launch_main_as(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+  auto kernel = flash_bwd_wg_kernel<K, ORDER, MASKED>;
+  constexpr int smem = K::SMEM + (MASKED ? 2 * K::Br * 4 : 0);  // MASKED: the rows' doc_start
+  static_assert(smem <= 227 * 1024, "shared memory per block");
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  if (MASKED) check_problem_mask(p);
+  else CHECK(!p.causal || p.Tq == p.Tk, "internal: flash backward: causal needs Tq == Tk");
   CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash backward: one dK output");
   const float scale = 1.f / sqrtf((float)K::HS);
   dim3 grid((unsigned)(p.B * p.NKV), (unsigned)ceil_div(p.Tk, K::Bc));
-  kernel<<<grid, K::NTHREADS, K::SMEM, stream>>>(p, dq_sem, scale * kLog2e, scale);
+  KernelMask<MASKED> mk;
+  if constexpr (MASKED) mk = p;
+  kernel<<<grid, K::NTHREADS, smem, stream>>>(p, dq_sem, scale * kLog2e, scale, mk);
+  CUDA_CHECK_LAUNCH();
+}
+template <class K, DqOrder ORDER>
+static void launch_main(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+  if (p.mask.is_causal()) launch_main_as<K, ORDER, false>(p, dq_sem, stream);
+  else launch_main_as<K, ORDER, true>(p, dq_sem, stream);
+}
+
+// The fixed dQ order with a mask: the blocks that add into Q tile i are the K/V tiles j from
+// jb(i) = lo(i Br) / Bc on (a range: mask.h), so its semaphore starts at jb(i), where the causal
+// order's starts at 0 (block j waits until it reads j, then stores j + 1, either way). One
+// thread per (b, h, Q tile), after the D kernel has zeroed them. Whole sequences only (the
+// ring's backward adds in arrival order).
+__global__ void fixed_order_start_kernel(int* __restrict__ dq_sem, AttnMask mask, int B, int T,
+                                         int NH, int Br, int Bc) {
+  const int n_i = (T + Br - 1) / Br;
+  const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (size_t)B * NH * n_i) return;
+  const int i = idx % n_i, b = idx / ((size_t)NH * n_i);
+  dq_sem[idx] = mask.seq(b, T).lo(i * Br) / Bc;
+}
+void fixed_order_start(int* dq_sem, const AttnMask& mask, const AttnShape& s, cudaStream_t stream) {
+  const FlashTiles t = flash_tiles(s.HS);
+  const size_t n = (size_t)s.B * s.NH * ceil_div(s.T, t.bwd_Br);
+  fixed_order_start_kernel<<<(unsigned)ceil_div(n, (size_t)256), 256, 0, stream>>>(
+      dq_sem, mask, s.B, s.T, s.NH, t.bwd_Br, t.bwd_Bc);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -184,11 +223,12 @@ static void launch_end(__nv_bfloat16* dqkv, const BwdScratchPtrs& sp, const Attn
 }
 
 BwdProblem whole_sequence_problem(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
-                                  const __nv_bfloat16* qkv, const float* lse, const AttnShape& s) {
+                                  const __nv_bfloat16* qkv, const float* lse, const AttnShape& s,
+                                  const AttnMask& mask) {
   const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
   const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS;
   BwdProblem p{};
-  set_whole_sequence_qkv(p, qkv, s);
+  set_whole_sequence_qkv(p, qkv, s, mask);
   p.dout = dout;
   p.do_ld = (size_t)s.NH * s.HS;
   p.do_bs = (size_t)s.T * p.do_ld;
@@ -209,10 +249,12 @@ int* dq_semaphores(void* scratch, const AttnShape& s) { return scratch_ptrs(scra
 template <int HS>
 static void launch_bwd_hs(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                           const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                          const AttnShape& s, bool deterministic, cudaStream_t stream) {
+                          const AttnShape& s, bool deterministic, const AttnMask& mask,
+                          cudaStream_t stream) {
   const BwdScratchPtrs sp = scratch_ptrs(scratch, s);
   launch_begin<HS>(sp, dout, out, s, deterministic ? sp.sem : nullptr, stream);
-  const BwdProblem p = whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s);
+  if (deterministic && !mask.is_causal()) fixed_order_start(sp.sem, mask, s, stream);
+  const BwdProblem p = whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s, mask);
   if (deterministic)
     launch_main<BwdTileFor<HS>, DqOrder::kFixed>(p, sp.sem, stream);
   else
@@ -222,13 +264,14 @@ static void launch_bwd_hs(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat1
 
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                   const AttnShape& s, bool deterministic, cudaStream_t stream) {
+                   const AttnShape& s, bool deterministic, const AttnMask& mask,
+                   cudaStream_t stream) {
   switch (s.HS) {
     case 64:
-      launch_bwd_hs<64>(dqkv, scratch, dout, qkv, out, lse, s, deterministic, stream);
+      launch_bwd_hs<64>(dqkv, scratch, dout, qkv, out, lse, s, deterministic, mask, stream);
       break;
     case 128:
-      launch_bwd_hs<128>(dqkv, scratch, dout, qkv, out, lse, s, deterministic, stream);
+      launch_bwd_hs<128>(dqkv, scratch, dout, qkv, out, lse, s, deterministic, mask, stream);
       break;
     default:
       THROW_ERROR("flash attention backward: head size %d is not supported (64 or 128)", s.HS);

@@ -5,6 +5,7 @@
 #pragma once
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_common.cuh"
+#include "kernels/attention/problem_mask.cuh"
 #include "kernels/attention/sm90/copy.cuh"
 #include "kernels/attention/sm90/sync.cuh"
 
@@ -18,10 +19,10 @@ __device__ __forceinline__ void bwd_load_rows(uint32_t s_tile, const __nv_bfloat
   load_panels_async<ROWS, HS, NTHREADS>(s_tile, g, ld, valid, tid);
 }
 
-// The block's K_j, V_j (Bc keys from k0 of kv head kvh; p: flash.cuh BwdProblem) into sK, sV.
+// The block's K_j, V_j (Bc keys from k0 of kv head kvh; p: flash.cuh BwdCore) into sK, sV.
 // Keys >= Tk are zero-filled: their S = 0 gives dS K = 0 in dQ, and their dK, dV are not stored.
 template <int Bc, int HS, int NTHREADS>
-__device__ __forceinline__ void bwd_load_kv(uint32_t sK, uint32_t sV, const BwdProblem& p, int b,
+__device__ __forceinline__ void bwd_load_kv(uint32_t sK, uint32_t sV, const BwdCore& p, int b,
                                             int k0, int kvh, int tid) {
   const size_t off = (size_t)b * p.kv_bs + (size_t)k0 * p.kv_ld + (size_t)kvh * HS;
   bwd_load_rows<Bc, HS, NTHREADS>(sK, p.k + off, p.kv_ld, p.Tk - k0, tid);
@@ -31,10 +32,13 @@ __device__ __forceinline__ void bwd_load_kv(uint32_t sK, uint32_t sV, const BwdP
 // One step's inputs (query head hq, Q tile from q0) into one buffer of each: Q_i, dO_i, and
 // LSE_i, D_i. Rows >= Tq read as LSE = D = 0: with their Q and dO zero-filled, P = 1 there but
 // dP = 0 and dS = 0, and dO = 0 makes their dV term 0; their dQ rows are not stored.
-template <int Br, int HS, int NTHREADS>
+// MASKED: also the rows' doc_start into sDoc (0 past Tq and without documents; mk: the problem's
+// mask, problem_mask.cuh).
+template <int Br, int HS, int NTHREADS, bool MASKED = false>
 __device__ __forceinline__ void bwd_load_step(uint32_t sQ, uint32_t sdO, uint32_t sL, uint32_t sD,
-                                              const BwdProblem& p, int b, int hq, int q0,
-                                              int tid) {
+                                              const BwdCore& p, int b, int hq, int q0,
+                                              int tid, uint32_t sDoc = 0,
+                                              const KernelMask<MASKED>& mk = {}) {
   bwd_load_rows<Br, HS, NTHREADS>(
       sQ, p.q + (size_t)b * p.q_bs + (size_t)q0 * p.q_ld + (size_t)hq * HS, p.q_ld, p.Tq - q0,
       tid);
@@ -46,6 +50,12 @@ __device__ __forceinline__ void bwd_load_step(uint32_t sQ, uint32_t sdO, uint32_
     const bool ok = q0 + tid < p.Tq;
     cp_async_4(sL + tid * 4, p.lse + (ok ? r : 0), ok);
     cp_async_4(sD + tid * 4, p.D + (ok ? r : 0), ok);
+    if constexpr (MASKED) {
+      const int* ds = mk.mask.doc_start;
+      const bool has = ok && ds != nullptr;
+      cp_async_4(sDoc + tid * 4,
+                 has ? ds + (size_t)b * mk.mask_T + mk.q_pos0 + q0 + tid : (const int*)p.lse, has);
+    }
   }
 }
 
@@ -55,7 +65,7 @@ __device__ __forceinline__ void bwd_load_step(uint32_t sQ, uint32_t sdO, uint32_
 // step's sm90::bulk_wait_read_all() frees the staging tile). before_add() runs on thread 0 just before
 // the add (the deterministic order's semaphore wait).
 template <int HS, int Br, class BeforeAdd>
-__device__ __forceinline__ void bwd_add_dq_tile(const BwdProblem& p, uint32_t sdQ, int b, int hq,
+__device__ __forceinline__ void bwd_add_dq_tile(const BwdCore& p, uint32_t sdQ, int b, int hq,
                                                 int q0, int tid, BeforeAdd before_add) {
   sm90::fence_proxy_async_smem();  // each thread's staging stores, before the copy engine reads
   __syncthreads();
@@ -79,7 +89,7 @@ __device__ __forceinline__ void bwd_add_dq_tile(const BwdProblem& p, uint32_t sd
 // after which no warp reads K_j, V_j any more (they are overwritten).
 template <int HS, class FragK, class FragV, class Barrier>
 __device__ __forceinline__ void bwd_store_dk_dv(FragK dk, FragV dv, float scale, uint32_t sK,
-                                                uint32_t sV, const BwdProblem& p, int b, int k0,
+                                                uint32_t sV, const BwdCore& p, int b, int k0,
                                                 int kvh, int tid, Barrier all_done_with_kv) {
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const size_t ld = p.dkv_ld;

@@ -30,6 +30,7 @@
 #include "kernels/attention/flash_bwd_shared.cuh"
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/flash_tiles.h"
+#include "kernels/attention/problem_mask.cuh"
 #include "kernels/attention/sm90/copy.cuh"
 #include "kernels/attention/sm90/sync.cuh"
 #include "kernels/attention/sm90/wgmma.cuh"
@@ -92,17 +93,23 @@ enum class DqOrder { kArrival, kFixed };
 // and its steps: step it -> (query head hq, first query q0).
 // kArrival: head by head, each from the diagonal tile up (the longest work first). kFixed: Q
 // tiles from the last down to the diagonal, the group's heads inside (the top of this file says
-// why).
-template <int Bc, int Br, DqOrder ORDER>
+// why). MASKED: the Q tiles of the mask's range (problem_mask.cuh, found by each warp: every lane
+// of the block constructs it), maybe none (a ring pair).
+template <int Bc, int Br, DqOrder ORDER, bool MASKED = false>
 struct BwdBlock {
   int b, kvh, j, k0, G, i_begin, n_qtiles, n_i, total;
-  __device__ __forceinline__ explicit BwdBlock(const BwdProblem& p) {
-    init(p, blockIdx.x, blockIdx.y);
+  [[maybe_unused]] TileRange range;  // MASKED: the Q tiles that this K/V tile meets
+  __device__ __forceinline__ explicit BwdBlock(const BwdCore& p, const KernelMask<MASKED>& mk = {}) {
+    init(p, blockIdx.x, blockIdx.y, mk);
   }
   // Pair `pair` (= b NKV + kv head) and K/V tile j_ given (flash3's 1-D grid in pair groups:
   // sm90/scheduler.cuh bwd_pair_group_block).
-  __device__ __forceinline__ BwdBlock(const BwdProblem& p, int pair, int j_) { init(p, pair, j_); }
-  __device__ __forceinline__ void init(const BwdProblem& p, int pair, int j_) {
+  __device__ __forceinline__ BwdBlock(const BwdCore& p, int pair, int j_,
+                                      const KernelMask<MASKED>& mk = {}) {
+    init(p, pair, j_, mk);
+  }
+  __device__ __forceinline__ void init(const BwdCore& p, int pair, int j_,
+                                       const KernelMask<MASKED>& mk) {
     b = pair / p.NKV;
     kvh = pair % p.NKV;
     j = j_;
@@ -111,15 +118,26 @@ struct BwdBlock {
     i_begin = p.causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
     n_qtiles = (p.Tq + Br - 1) / Br;
     n_i = n_qtiles - i_begin;
+    if constexpr (MASKED) {
+      range = ProblemMask(mk, b, p.Tq, p.Tk).q_tiles_warp(k0, Bc, Br);
+      i_begin = range.begin;
+      n_i = range.end - range.begin;
+    }
     total = G * n_i;
   }
   __device__ __forceinline__ void tile(int it, int& hq, int& q0) const {
+    tile_in(it, i_begin, n_i, MASKED ? range.end : n_qtiles, hq, q0);
+  }
+  // The same over the Q tiles first .. end - 1 (n = end - first of them) given (flash3's producer
+  // warps read them from shared memory rather than hold them).
+  __device__ __forceinline__ void tile_in(int it, int first, int n, int end, int& hq,
+                                          int& q0) const {
     if constexpr (ORDER == DqOrder::kFixed) {
       hq = kvh * G + it % G;
-      q0 = (n_qtiles - 1 - it / G) * Br;
+      q0 = (end - 1 - it / G) * Br;
     } else {
-      hq = kvh * G + it / n_i;
-      q0 = (i_begin + it % n_i) * Br;
+      hq = kvh * G + it / n;
+      q0 = (first + it % n) * Br;
     }
   }
 };
@@ -198,6 +216,29 @@ __device__ __forceinline__ void bwd_issue_dk(float (&dk)[K::NA], uint32_t (&as)[
   sm90::wgmma_commit();
 }
 
+// The mask of one step for one warpgroup (MASKED kernels): the Q tile's rows in global positions
+// q_g0 .. q_g0 + rows - 1 with their doc_start in shared memory (the step's loads: 0 past Tq and
+// without documents), the warpgroup's 64 keys from key_g0, this thread's first accumulator key
+// key_g (key_row's position); mask.h's rule: row t sees key u iff
+// doc_start(t) <= u <= t and t - u < W (W > 0).
+struct BwdStepMask {
+  uint32_t ds;   // doc_start of the tile's rows (Br ints)
+  int q_g0, key_g, window;
+  bool active;   // some row of the tile sees some key of the warpgroup
+  bool partial;  // not a FULL tile (mask.h): masked element by element
+};
+__device__ __forceinline__ BwdStepMask bwd_step_mask(uint32_t ds, int q_g0, int rows, int key_g0,
+                                                     int key_g, int window, bool full) {
+  BwdStepMask m{ds, q_g0, key_g, window, false, !full};
+  // The first row that could see the warpgroup's first key, and whether it sees its last.
+  const int qa = max(q_g0, key_g0);
+  if (qa <= q_g0 + rows - 1) {
+    const int lo = max(ld_shared_s32(ds + (qa - q_g0) * 4), window > 0 ? qa - window + 1 : 0);
+    m.active = lo <= key_g0 + 63;
+  }
+  return m;
+}
+
 // One step's products of one warpgroup (the schedule of flash_bwd.cu's header), shared by this
 // file's kernel and flash3's warp-specialised one (flash3_bwd.cu). The warpgroup owns keys
 // key_wg .. +63 (this thread's accumulator rows: key_row, key_row + 8); kw = the thread's warp
@@ -216,19 +257,21 @@ __device__ __forceinline__ void bwd_issue_dk(float (&dk)[K::NA], uint32_t (&as)[
 // of which sees these keys gets P^T = 0 from the mask, so dS^T = 0 and dV, dK add zeros): had
 // the products been issued outside the branch that reads them, ptxas would serialize every wgmma
 // of the kernel (C7518).
-template <class K, bool PRE_ISSUED>
+// MASKED: the mask of the step (bwd_step_mask) in place of `causal`.
+template <class K, bool PRE_ISSUED, bool MASKED = false>
 __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dpt)[K::NS],
                                                   float (&dk)[K::NA], float (&dv)[K::NA],
                                                   uint32_t aK, uint32_t aV, uint32_t sQb,
                                                   uint32_t sdOb, uint32_t Lb, uint32_t Db,
                                                   uint32_t sdSb, int q0, int key_wg, int key_row,
                                                   int kw, bool causal, float scale_log2,
-                                                  uint32_t (&as)[K::QK][4], bool issue_dk) {
+                                                  uint32_t (&as)[K::QK][4], bool issue_dk,
+                                                  const BwdStepMask& msk = {}) {
   constexpr int Br = K::Br, QK = K::QK, NS = K::NS;
   const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
-  const bool active = PRE_ISSUED || !causal || key_wg <= q0 + Br - 1;
-  const bool needs_mask = causal && key_wg + 63 > q0;
+  const bool active = PRE_ISSUED || (MASKED ? msk.active : !causal || key_wg <= q0 + Br - 1);
+  const bool needs_mask = MASKED ? msk.partial : causal && key_wg + 63 > q0;
   uint32_t ap[QK][4];
   if (active) {
     if constexpr (!PRE_ISSUED) {
@@ -247,13 +290,24 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
     // fragments of dV += P^T dO_i, which is issued at once and runs while dS^T is computed
 #pragma unroll
     for (int qt = 0; qt < Br / 8; ++qt) {
-      const int ql = qt * 8 + 2 * t4;  // tile-local query of elements e = 0, 2
+      const int ql = qt * 8 + 2 * t4;  // tile-local query of elements e = 0, 1 (e % 2)
       const float2 L = ld_shared_f2(Lb + ql * 4);
       const float l0 = L.x * kLog2e, l1 = L.y * kLog2e;
+      [[maybe_unused]] int2 ds;  // MASKED: the two queries' doc_start
+      if constexpr (MASKED) {
+        if (needs_mask) ds = ld_shared_s2(msk.ds + ql * 4);
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float p = fast_exp2(fmaf(st[4 * qt + e], scale_log2, -((e & 1) ? l1 : l0)));
-        if (needs_mask && key_row + (e >> 1) * 8 > q0 + ql + (e & 1)) p = 0.f;
+        if constexpr (MASKED) {
+          const int u = msk.key_g + (e >> 1) * 8, t = msk.q_g0 + ql + (e & 1);
+          if (needs_mask && ((e & 1 ? ds.y : ds.x) > u || u > t ||
+                             (msk.window > 0 && t - u >= msk.window)))
+            p = 0.f;
+        } else {
+          if (needs_mask && key_row + (e >> 1) * 8 > q0 + ql + (e & 1)) p = 0.f;
+        }
         st[4 * qt + e] = p;
       }
     }
@@ -321,16 +375,17 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
   return active;
 }
 // The step with its own S^T and dP^T (flash's kernel, flash3's kDkFirst and kDqFirst).
-template <class K>
+template <class K, bool MASKED = false>
 __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K::NA], uint32_t aK,
                                               uint32_t aV, uint32_t sQb, uint32_t sdOb,
                                               uint32_t Lb, uint32_t Db, uint32_t sdSb, int q0,
                                               int key_wg, int key_row, int kw, bool causal,
                                               float scale_log2, uint32_t (&as)[K::QK][4],
-                                              bool issue_dk = true) {
+                                              bool issue_dk = true, const BwdStepMask& msk = {}) {
   float st[K::NS], dpt[K::NS];
-  return bwd_step_dkdv_pre<K, false>(st, dpt, dk, dv, aK, aV, sQb, sdOb, Lb, Db, sdSb, q0, key_wg,
-                                     key_row, kw, causal, scale_log2, as, issue_dk);
+  return bwd_step_dkdv_pre<K, false, MASKED>(st, dpt, dk, dv, aK, aV, sQb, sdOb, Lb, Db, sdSb, q0,
+                                             key_wg, key_row, kw, causal, scale_log2, as,
+                                             issue_dk, msk);
 }
 
 // dQ_i's part of one warpgroup, issued and committed (the caller waits): dq = dS_ij K_j over
@@ -368,12 +423,14 @@ __device__ __forceinline__ void bwd_stage_dq(const float (&dq)[32], uint32_t sdQ
   }
 }
 
-// p: the problem (flash.cuh BwdProblem; the whole-sequence case is backward_bf16's).
-// dq_sem (B, NH, ceil(Tq / Br)): kFixed's semaphores (unused, may be null, for kArrival).
-template <class K, DqOrder ORDER>
+// p: the problem (flash.cuh BwdProblem less its mask; the whole-sequence case is
+// backward_bf16's). dq_sem (B, NH, ceil(Tq / Br)): kFixed's semaphores (unused, may be null, for
+// kArrival). MASKED: mk, the problem's mask (problem_mask.cuh), in place of p.causal; each
+// step's rows' doc_start in shared memory after the dQ staging tile (sDoc, two buffers).
+template <class K, DqOrder ORDER, bool MASKED = false>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
-    flash_bwd_wg_kernel(const BwdProblem p, int* __restrict__ dq_sem, float scale_log2,
-                        float scale) {
+    flash_bwd_wg_kernel(const BwdCore p, int* __restrict__ dq_sem, float scale_log2, float scale,
+                        const KernelMask<MASKED> mk) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, NTHREADS = K::NTHREADS;
   constexpr bool DET = ORDER == DqOrder::kFixed;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -383,7 +440,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
   const int NH = p.NH;
   const bool causal = p.causal;
-  const BwdBlock<Bc, Br, ORDER> blk(p);
+  const BwdBlock<Bc, Br, ORDER, MASKED> blk(p, mk);
   const int b = blk.b, kvh = blk.kvh, j = blk.j, k0 = blk.k0;
   const int total = blk.total, n_qtiles = blk.n_qtiles;
   auto step_tile = [&](int it, int& hq, int& q0) { blk.tile(it, hq, q0); };
@@ -394,16 +451,18 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const uint32_t s0 = (s_raw + 1023u) & ~1023u;  // the 128-byte swizzle needs 1024-byte panels
   const uint32_t sK = s0, sV = s0 + K::OFF_V, sQ = s0 + K::OFF_Q, sdO = s0 + K::OFF_DO,
                  sdS = s0 + K::OFF_DS, sL = s0 + K::OFF_L, sD = s0 + K::OFF_D, sdQ = s0 + K::OFF_DQ;
+  [[maybe_unused]] const uint32_t sDoc = sdQ + Br * HS * 4;
 
   bwd_load_kv<Bc, HS, NTHREADS>(sK, sV, p, b, k0, kvh, tid);
   auto prefetch = [&](int it, int buf) {
     int hq, q0;
     step_tile(it, hq, q0);
-    bwd_load_step<Br, HS, NTHREADS>(sQ + buf * K::QT_BYTES, sdO + buf * K::QT_BYTES,
-                                    sL + buf * Br * 4, sD + buf * Br * 4, p, b, hq, q0, tid);
+    bwd_load_step<Br, HS, NTHREADS, MASKED>(sQ + buf * K::QT_BYTES, sdO + buf * K::QT_BYTES,
+                                            sL + buf * Br * 4, sD + buf * Br * 4, p, b, hq, q0,
+                                            tid, sDoc + buf * Br * 4, mk);
   };
   int* sem_pending = nullptr;  // kFixed, thread 0: the semaphore of the add not yet released
-  prefetch(0, 0);
+  if (!MASKED || total > 0) prefetch(0, 0);  // MASKED: a ring pair's K/V tile may see no query
   cp_async_commit();  // group: K_j, V_j and step 0
 
   // Descriptors (SBO = 1024: 8 rows of 128 bytes; LBO = the panel stride of MN-major operands),
@@ -440,8 +499,13 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     const uint32_t qoff = buf * K::QT_BYTES;
     const uint32_t Lb = sL + buf * Br * 4, Db = sD + buf * Br * 4;
     uint32_t as[K::QK][4];
-    if (bwd_step_dkdv<K>(dk, dv, aK, aV, sQ + qoff, sdO + qoff, Lb, Db, sdSb, q0, key_wg,
-                         key_row, warp, causal, scale_log2, as))
+    [[maybe_unused]] BwdStepMask msk;
+    if constexpr (MASKED)
+      msk = bwd_step_mask(sDoc + buf * Br * 4, mk.q_pos0 + q0, min(Br, p.Tq - q0),
+                          mk.k_pos0 + key_wg, mk.k_pos0 + key_row, mk.mask.window,
+                          blk.range.kind(q0 / Br) == TileKind::kFull);
+    if (bwd_step_dkdv<K, MASKED>(dk, dv, aK, aV, sQ + qoff, sdO + qoff, Lb, Db, sdSb, q0, key_wg,
+                                 key_row, warp, causal, scale_log2, as, true, msk))
       sm90::wgmma_wait<0>();  // dK
     cp_async_wait<0>();        // step it+1's tiles (the only group in flight)
     sm90::fence_proxy_async_smem();  // those tiles and this step's dS^T, before wgmma reads

@@ -1,4 +1,5 @@
-// flash_fwd.cu — FlashAttention-2 forward, causal, on tensor cores (mma.sync bf16, fp32 acc).
+// flash_fwd.cu — FlashAttention-2 forward, causal or masked, on tensor cores (mma.sync bf16, fp32
+// acc).
 //
 // Computes, for every (batch b, query head h, query t):
 //   out[b,t,h,:] = sum_{s<=t} softmax_s(scale q_t . k_s) v_s      scale = 1/sqrt(HS)
@@ -22,6 +23,12 @@
 //   O_i /= l_i -> bf16 (staged through smem, 16-byte coalesced stores); LSE_i = m_i scale + log l_i
 // The grid runs Q tiles in reverse order (blockIdx.y = 0 is the last, longest tile) so the
 // longest causal rows start first and the short ones fill the tail.
+// Masks (mask.h: documents, a sliding window; the MASKED kernels, the causal ones untouched):
+// query t sees keys lo(t)..t. The j loop runs over the Q tile's K/V tile range (mask.h
+// kv_tiles_for_rows: a tile the mask empties is never loaded), each row's lo in shared memory;
+// a warp masks a tile element by element (two compares each) only where its rows do not all see
+// all of its keys, and skips a tile none of its rows sees. So a document mask or window costs
+// the tiles it leaves, plus the masking of the tiles at the edges of each row's range.
 //
 // Limits: bf16 only (the FP32 build reports flash unsupported); HS 64 or 128;
 // qkv and out 16-byte aligned (cudaMalloc'd buffers are); any T >= 1 (ragged last tiles are
@@ -31,12 +38,14 @@
 // Bench: ./build/flashgpt bench-attention --backends flash
 //        python3 scripts/bench_attention.py   (against PyTorch SDPA in the same run)
 #include <cfloat>
+#include <climits>
 
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash_common.cuh"
 #include "kernels/attention/flash_tiles.h"
 #include "kernels/attention/fwd_epilogue.cuh"
 #include "kernels/attention/online_softmax.cuh"
+#include "kernels/attention/problem_mask.cuh"
 
 namespace flash {
 
@@ -82,9 +91,12 @@ using FwdTile128 = FwdTile<128, flash_tiles(128).fwd_Br, flash_tiles(128).fwd_Bc
 // 2-4%, measured on an H100 against the kernel before the problem form, same run).
 // F32_RUN: the ring's epilogue (FwdProblem::o_run: overwrite or merge the running fp32 O and
 // LSE); else bf16 O and the LSE written.
-template <class K, bool CAUSAL, bool F32_RUN>
+// MASKED: FwdProblem::mask (documents, a window) in place of CAUSAL: the K/V tiles of the Q
+// tile's range (problem_mask.cuh), only those outside its FULL range masked, a warp that sees
+// none of a tile's keys skips it; the causal kernels (MASKED = false) are unchanged.
+template <class K, bool CAUSAL, bool F32_RUN, bool MASKED>
 __global__ void __launch_bounds__(K::NTHREADS, 2)
-    flash_fwd_kernel(const FwdProblem p, float scale_log2, float scale) {
+    flash_fwd_kernel(const FwdCore p, float scale_log2, float scale, const KernelMask<MASKED> mk) {
   constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, WM = K::WM, MT = K::MT, NS = K::NS, NO = K::NO,
                 KQ = K::KQ, KP = K::KP, NTHREADS = K::NTHREADS;
   constexpr int ROWB = HS * 2;  // bytes per smem row
@@ -107,16 +119,33 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + K::Q_BYTES;       // sK + buf * KV_BYTES
   const uint32_t sV = sK + 2 * K::KV_BYTES;  // sV + buf * KV_BYTES
-  // Causal: only the tiles up to the diagonal (Tq == Tk); else every key tile.
-  const int n_tiles = ((causal ? min(q0 + Br, Tq) : Tk) + Bc - 1) / Bc;
-
-  load_tile_async<Br, HS, NTHREADS>(sQ, gQ, ld, Tq - q0, tid);
-  {
-    const int k0 = (n_tiles - 1) * Bc;
-    load_tile_async<Bc, HS, NTHREADS>(sK, gK + (size_t)k0 * kld, kld, Tk - k0, tid);
-    load_tile_async<Bc, HS, NTHREADS>(sV, gV + (size_t)k0 * kld, kld, Tk - k0, tid);
+  // MASKED: the K/V tiles of the mask's range (maybe none: a ring pair), and the first key of
+  // each row in shared memory after the K/V buffers (sLo, local key indices, INT_MAX past Tq:
+  // problem_mask.cuh); row q0 + x's last key is min(x + hi_base, Tk - 1). (The rows' keys kept
+  // in registers, or the range's FULL tiles, spill at HS 64 or 128.)
+  [[maybe_unused]] TileRange range{};
+  [[maybe_unused]] int hi_base;
+  [[maybe_unused]] const uint32_t sLo = sQ + K::SMEM;
+  if constexpr (MASKED) {
+    const ProblemMask pm(mk, b, Tq, Tk);
+    range = pm.kv_tiles(q0, q0 + Br - 1, Bc);
+    for (int r = tid; r < Br; r += NTHREADS) st_shared_u32(sLo + r * 4, pm.lo_key(q0 + r));
+    hi_base = q0 + pm.q_pos0 - pm.k_pos0;  // (sLo is read after the loop's first barrier)
   }
-  cp_async_commit();
+  // Causal: only the tiles up to the diagonal (Tq == Tk); else every key tile.
+  const int n_tiles =
+      MASKED ? range.end - range.begin : ((causal ? min(q0 + Br, Tq) : Tk) + Bc - 1) / Bc;
+  const int j_end = MASKED ? range.end : n_tiles;  // one past the first (rightmost) tile
+
+  if (!MASKED || n_tiles > 0) {
+    load_tile_async<Br, HS, NTHREADS>(sQ, gQ, ld, Tq - q0, tid);
+    {
+      const int k0 = (j_end - 1) * Bc;
+      load_tile_async<Bc, HS, NTHREADS>(sK, gK + (size_t)k0 * kld, kld, Tk - k0, tid);
+      load_tile_async<Bc, HS, NTHREADS>(sV, gV + (size_t)k0 * kld, kld, Tk - k0, tid);
+    }
+    cp_async_commit();
+  }
 
   // Per-lane ldmatrix address parts. Every 8x8 matrix starts on a row that is a multiple of
   // 8, so its swizzle term (row % 8) is lane % 8. Chunk 2k + c (c = 0/1 by lane) of a row then
@@ -151,7 +180,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
   uint32_t qf[K::Q_IN_REGS ? MT : 1][K::Q_IN_REGS ? KQ : 1][4];
 
   for (int it = 0; it < n_tiles; ++it) {
-    const int j = n_tiles - 1 - it;
+    const int j = j_end - 1 - it;
     const int buf = it & 1;
     if (it + 1 < n_tiles) {
       const int k0 = (j - 1) * Bc;
@@ -177,8 +206,19 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
     }
 
     // A warp whose query rows all precede this tile's first key (diagonal tiles only) has
-    // nothing to add: every score would be masked.
-    const bool warp_skip = causal && j * Bc > q0 + warp * WM + WM - 1;
+    // nothing to add: every score would be masked. MASKED: a warp whose rows see none of the
+    // tile's keys skips it, and one whose rows all see all of them (lo of its last row, hi of
+    // its first: both monotone) computes it unmasked.
+    [[maybe_unused]] bool warp_full;
+    if constexpr (MASKED) {
+      const int w0 = warp * WM, k0 = j * Bc;
+      warp_full = ld_shared_s32(sLo + (w0 + WM - 1) * 4) <= k0 && k0 + Bc - 1 <= hi_base + w0 &&
+                  k0 + Bc <= Tk;
+    }
+    const bool warp_skip =
+        MASKED ? j * Bc > hi_base + warp * WM + WM - 1 ||
+                     ld_shared_s32(sLo + warp * WM * 4) > j * Bc + Bc - 1
+               : causal && j * Bc > q0 + warp * WM + WM - 1;
     if (!warp_skip) {
       // ---- S_ij = Q_i K_j^T ----
       const uint32_t sKb = sK + buf * K::KV_BYTES, sVb = sV + buf * K::KV_BYTES;
@@ -214,8 +254,26 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
         }
       }
 
-      // ---- causal mask, diagonal tiles only (not causal: keys past Tk, last tile only) ----
-      if (causal ? tile_needs_mask(q0, j * Bc, Bc) : j * Bc + Bc > Tk) {
+      // ---- MASKED: the mask, where the warp's rows do not see the whole tile ----
+      if constexpr (MASKED) {
+        if (!warp_full) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int row = warp * WM + mt * 16 + g + r * 8;
+              const int lo = ld_shared_s32(sLo + row * 4), hi = min(hi_base + row, Tk - 1);
+#pragma unroll
+              for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                  const int key = j * Bc + nt * 8 + 2 * t4 + c;
+                  if (key < lo || key > hi) s[mt][nt][2 * r + c] = -INFINITY;
+                }
+            }
+        }
+      } else if (causal ? tile_needs_mask(q0, j * Bc, Bc) : j * Bc + Bc > Tk) {
+        // ---- causal mask, diagonal tiles only (not causal: keys past Tk, last tile only) ----
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -322,20 +380,31 @@ __global__ void __launch_bounds__(K::NTHREADS, 2)
   }
 }
 
-template <class K, bool CAUSAL, bool F32_RUN>
+template <class K, bool CAUSAL, bool F32_RUN, bool MASKED = false>
 static void launch_fwd(const FwdProblem& p, cudaStream_t stream) {
-  allow_dynamic_smem(reinterpret_cast<const void*>(flash_fwd_kernel<K, CAUSAL, F32_RUN>),
-                     K::SMEM);
+  constexpr int smem = K::SMEM + (MASKED ? K::Br * 4 : 0);  // MASKED: each row's first key
+  allow_dynamic_smem(reinterpret_cast<const void*>(flash_fwd_kernel<K, CAUSAL, F32_RUN, MASKED>),
+                     smem);
   const float scale = 1.f / sqrtf((float)K::HS);
   dim3 grid((unsigned)(p.B * p.NH), (unsigned)ceil_div(p.Tq, K::Br));
-  flash_fwd_kernel<K, CAUSAL, F32_RUN>
-      <<<grid, K::NTHREADS, K::SMEM, stream>>>(p, scale * kLog2e, scale);
+  KernelMask<MASKED> mk;
+  if constexpr (MASKED) mk = p;  // the problem's AttnProblemMask
+  flash_fwd_kernel<K, CAUSAL, F32_RUN, MASKED>
+      <<<grid, K::NTHREADS, smem, stream>>>(p, scale * kLog2e, scale, mk);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class K>
 static void launch_problem(const FwdProblem& p, cudaStream_t stream) {
   CHECK((p.out != nullptr) != (p.o_run != nullptr), "internal: flash forward: one output");
+  if (!p.mask.is_causal()) {  // a mask in global positions (the whole sequence or a ring pair)
+    check_problem_mask(p);
+    if (!p.o_run)
+      launch_fwd<K, false, false, true>(p, stream);
+    else
+      launch_fwd<K, false, true, true>(p, stream);
+    return;
+  }
   CHECK(!p.causal || p.Tq == p.Tk, "internal: flash forward: causal needs Tq == Tk");
   CHECK(p.causal || p.o_run, "internal: flash forward: a full (non-causal) problem is a ring pair");
   // The whole-sequence forward (causal, bf16) and the ring's two kinds of pair (its own chunks:
@@ -362,9 +431,10 @@ void forward_problem(const FwdProblem& p, cudaStream_t stream) {
 }
 
 FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
-                                          const __nv_bfloat16* qkv, const AttnShape& s) {
+                                          const __nv_bfloat16* qkv, const AttnShape& s,
+                                          const AttnMask& mask) {
   FwdProblem p{};
-  set_whole_sequence_qkv(p, qkv, s);
+  set_whole_sequence_qkv(p, qkv, s, mask);
   p.lse = lse;
   p.out = out;
   p.o_ld = (size_t)s.NH * s.HS;
@@ -373,8 +443,8 @@ FwdProblem whole_sequence_forward_problem(__nv_bfloat16* out, float* lse,
 }
 
 void forward_bf16(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttnShape& s,
-                  cudaStream_t stream) {
-  forward_problem(whole_sequence_forward_problem(out, lse, qkv, s), stream);
+                  const AttnMask& mask, cudaStream_t stream) {
+  forward_problem(whole_sequence_forward_problem(out, lse, qkv, s, mask), stream);
 }
 
 }  // namespace flash

@@ -88,6 +88,13 @@ struct AttnMask {
     return SeqMask{doc_start ? doc_start + size_t(b) * T : nullptr, window};
   }
   constexpr bool is_causal() const { return doc_start == nullptr && window == 0; }
+  // The flags that ask for this mask (what a backend's spec is asked about; eot unknown here).
+  MaskSpec spec() const {
+    MaskSpec s;
+    s.kind = doc_start ? MaskKind::kDocument : MaskKind::kCausal;
+    s.window = window;
+    return s;
+  }
 };
 
 // doc_start (B, T) of a batch of token windows (B, T): row t's document starts at the last EOT
@@ -142,6 +149,33 @@ constexpr int first_row_past_key(SeqMask m, int T, int from, int key) {
   return a;
 }
 
+// first_row_past_key in rounds of 32 probes, for a kernel whose 32 lanes probe a row each a
+// round (problem_mask.cuh; at most 4 rounds up to T = 1M, where the binary search takes 20
+// dependent loads). probes(a, step, b) returns bit l set iff row a + l step is at or past b or
+// has lo > key: lo is non-decreasing, so the set bits are the lanes from the first past one on,
+// and the answer lies between the last probe below and that one.
+constexpr int lowest_bit(uint32_t x) {
+  int f = 0;
+  while (!((x >> f) & 1u)) ++f;
+  return f;
+}
+template <class Probes>
+constexpr int first_row_past_key_32way(int end, int from, Probes&& probes) {
+  int a = from, b = end;  // lo(t) <= key for from <= t < a; lo(t) > key for b <= t < end
+  while (a < b) {
+    const int step = (b - a + 31) / 32;
+    const uint32_t past = probes(a, step, b);
+    if (past == 0) {
+      a += 31 * step + 1;
+    } else {
+      const int f = lowest_bit(past);  // the first lane past: its probe, or b if beyond it
+      b = a + f * step < b ? a + f * step : b;
+      if (f > 0) a += (f - 1) * step + 1;
+    }
+  }
+  return a;
+}
+
 // Forward: the K/V tiles (Bc keys) that Q tile i (Br rows) meets.
 constexpr TileRange kv_tiles_for_q_tile(SeqMask m, int T, int Br, int Bc, int i) {
   const int q0 = i * Br, q1 = (q0 + Br < T ? q0 + Br : T) - 1;
@@ -152,17 +186,58 @@ constexpr TileRange kv_tiles_for_q_tile(SeqMask m, int T, int Br, int Bc, int i)
                                  full_end);
 }
 
-// Backward: the Q tiles (Br rows) that K/V tile j (Bc keys) meets.
+// ---- the same ranges for rows and keys that are not tiles of one sequence from row 0 ----
+// A kernel whose row tiles are end-aligned (flash3's forward: tile i starts at T - (Tr - i) Br)
+// or that runs one pair of context parallelism (query rows from q_pos0, keys from k_pos0, all
+// GLOBAL positions of the sequence, so lo() reads the sequence's own doc_start) takes its ranges
+// from these. The range may be empty (begin == end == full_begin == full_end): a Q tile of one
+// ring pair can see none of that pair's keys.
+
+// Forward: the K/V tiles that query rows r0..r1 (r0 <= r1, the rows that exist) meet, the keys
+// being the Tk positions from k_pos0 in tiles of Bc (tile x: keys k_pos0 + x Bc ..). Keys a
+// tiled kernel pads past Tk are no keys: a ragged last tile (Tk % Bc != 0) is never FULL, so the
+// kernel masks it (its padding zero-filled, not -inf). Otherwise FULL as tile_kind says.
+constexpr TileRange kv_tiles_for_rows(SeqMask m, int r0, int r1, int k_pos0, int Tk, int Bc) {
+  // The keys some row sees: lo(r0)..r1 (lo is monotone and lo(t) <= t), cut to the problem's.
+  const int lo0 = m.lo(r0), first = lo0 > k_pos0 ? lo0 : k_pos0;
+  const int last = r1 < k_pos0 + Tk - 1 ? r1 : k_pos0 + Tk - 1;
+  if (first > last) return TileRange{0, 0, 0, 0};
+  // FULL: every row sees the tile's Bc keys: lo(r1) <= k0 and k0 + Bc - 1 <= r0, x Bc + Bc <= Tk.
+  const int lo1 = m.lo(r1);
+  const int full_begin = lo1 <= k_pos0 ? 0 : mask_detail::div_up(lo1 - k_pos0, Bc);
+  const int below = r0 + 1 - k_pos0 < 0 ? 0 : (r0 + 1 - k_pos0) / Bc;
+  const int full_end = below < Tk / Bc ? below : Tk / Bc;
+  return mask_detail::make_range((first - k_pos0) / Bc, (last - k_pos0) / Bc + 1, full_begin,
+                                 full_end);
+}
+
+// Backward: the Q tiles (Br rows, tile y: rows q_pos0 + y Br .., Tq rows) that keys k0..k1
+// (k0 <= k1, keys that exist) meet, from the two searches over lo that decide it:
+//   past_k1 = first_row_past_key(m, q_pos0 + Tq, from, k1),  past_k0 = ... (.., from, k0),
+// from = max(k0, q_pos0) (< q_pos0 + Tq). A kernel can run the searches its own way (a warp's
+// 32-way search) and share this arithmetic; q_tiles_for_keys below runs them plainly.
+constexpr TileRange q_tiles_from_searches(int from, int past_k1, int past_k0, int k1, int q_pos0,
+                                          int Tq, int Br) {
+  if (past_k1 == from) return TileRange{0, 0, 0, 0};  // lo(from) > k1: no row sees these keys
+  // Rows from..past_k1 - 1 see some key; FULL: q0 >= k1 and the tile's last row < past_k0.
+  const int Tr = mask_detail::div_up(Tq, Br);
+  const int full_begin = k1 <= q_pos0 ? 0 : mask_detail::div_up(k1 - q_pos0, Br);
+  const int full_end = past_k0 == q_pos0 + Tq ? Tr : (past_k0 - q_pos0) / Br;
+  return mask_detail::make_range((from - q_pos0) / Br, mask_detail::div_up(past_k1 - q_pos0, Br),
+                                 full_begin, full_end);
+}
+constexpr TileRange q_tiles_for_keys(SeqMask m, int k0, int k1, int q_pos0, int Tq, int Br) {
+  const int end = q_pos0 + Tq, from = k0 > q_pos0 ? k0 : q_pos0;
+  if (from >= end) return TileRange{0, 0, 0, 0};
+  return q_tiles_from_searches(from, first_row_past_key(m, end, from, k1),
+                               first_row_past_key(m, end, from, k0), k1, q_pos0, Tq, Br);
+}
+// Backward: the Q tiles (Br rows) that K/V tile j (Bc keys) meets. Not empty: the tile holding
+// row k0, and every later tile whose first row has lo <= k1 (a binary search); FULL: q0 >= k1,
+// and q1 = min(q0 + Br, T) - 1 < (first row whose lo > k0).
 constexpr TileRange q_tiles_for_kv_tile(SeqMask m, int T, int Br, int Bc, int j) {
-  const int k0 = j * Bc, k1 = (k0 + Bc < T ? k0 + Bc : T) - 1;
-  const int Tr = mask_detail::div_up(T, Br);
-  // Not empty: the tile holding row k0, and every later tile whose first row has lo <= k1.
-  const int past_k1 = first_row_past_key(m, T, k0, k1);
-  // FULL: q0 >= k1, and q1 = min(q0 + Br, T) - 1 < (first row whose lo > k0).
-  const int past_k0 = first_row_past_key(m, T, k0, k0);
-  const int full_end = past_k0 == T ? Tr : past_k0 / Br;
-  return mask_detail::make_range(k0 / Br, mask_detail::div_up(past_k1, Br),
-                                 mask_detail::div_up(k1, Br), full_end);
+  const int k0 = j * Bc;
+  return q_tiles_for_keys(m, k0, (k0 + Bc < T ? k0 + Bc : T) - 1, 0, T, Br);
 }
 
 // Visible (query, key) pairs of a document of n rows under window W (0 = unlimited):

@@ -26,6 +26,9 @@
 //     j <= i and zeros for i < j < r1 (the rest of the row's chunk rectangle, which the
 //     following GEMMs read). Entries at j >= r1 are never written and never read by anything:
 //     the saved P is defined only on each row's chunk rectangle.
+//   * Masks (mask.h: documents, a window): the forward softmax's MASKED kernels also set P = 0
+//     for j < lo(i); the backward's need nothing (dS = P o (dP - D) is 0 where P is, and D sums
+//     P dP). The GEMMs still cover the causal rectangles: naive saves no work under a mask.
 //   * A row of up to 32768 keys is held in registers (one read, one write); longer rows use a
 //     two-pass loop kernel.
 //   * Schedule: each phase runs over all chunks (all S GEMMs, one softmax launch, all P V
@@ -170,11 +173,21 @@ __device__ __forceinline__ size_t buffer_row(const Rows& R, size_t r, int& i) {
   i = R.row0 + int(r % R.nrows);
   return (r / R.nrows) * R.T + i;
 }
+// The mask of the MASKED forward softmax kernels: query i of launch row r (head row
+// bh = r / nrows = b NH + h) sees keys lo(i)..i of sequence b (mask.h).
+struct SoftmaxMask {
+  AttnMask mask;
+  int NH;
+  __device__ __forceinline__ int lo(const Rows& R, size_t r, int i) const {
+    return mask.seq(int(r / R.nrows / NH), R.T).lo(i);
+  }
+};
 
 // Forward softmax, row held in registers: NT threads per row, VPT vectors of 8 per thread.
-template <int NT, int VPT>
+// MASKED: keys before lo(i) masked too (SoftmaxMask).
+template <int NT, int VPT, bool MASKED>
 __global__ void __launch_bounds__(NT * rows_per_block<NT>())
-    softmax_fwd_reg_kernel(floatX* P, Rows R, float scale_log2e) {
+    softmax_fwd_reg_kernel(floatX* P, Rows R, float scale_log2e, SoftmaxMask mk) {
   __shared__ float red_m[NT / 32 > 0 ? NT / 32 : 1], red_s[NT / 32 > 0 ? NT / 32 : 1];
   const size_t r = size_t(blockIdx.x) * rows_per_block<NT>() + threadIdx.x / NT;
   if (r >= R.count) return;  // NT == 32 only (NT > 32 has one row per block and a full grid)
@@ -182,6 +195,7 @@ __global__ void __launch_bounds__(NT * rows_per_block<NT>())
   int i;
   floatX* row = P + buffer_row(R, r, i) * R.ldP;
   const int rend = min(R.T, (i / R.Tc + 1) * R.Tc);
+  const int lo = MASKED ? mk.lo(R, r, i) : 0;  // the row's first key
   float x[VPT][8];
   float m = -INFINITY;
 #pragma unroll
@@ -191,7 +205,7 @@ __global__ void __launch_bounds__(NT * rows_per_block<NT>())
       load8(row + j0, x[k]);
 #pragma unroll
       for (int e = 0; e < 8; e++) {
-        x[k][e] = (j0 + e <= i) ? x[k][e] : -INFINITY;
+        x[k][e] = (j0 + e <= i && j0 + e >= lo) ? x[k][e] : -INFINITY;
         m = fmaxf(m, x[k][e]);
       }
     } else {
@@ -199,7 +213,7 @@ __global__ void __launch_bounds__(NT * rows_per_block<NT>())
       for (int e = 0; e < 8; e++) x[k][e] = -INFINITY;
     }
   }
-  m = row_max<NT>(m, red_m);  // finite: j = 0 is always valid
+  m = row_max<NT>(m, red_m);  // finite: j = i is always valid
   const float ms = m * scale_log2e;
   float l = 0.f;
 #pragma unroll
@@ -270,21 +284,24 @@ __global__ void __launch_bounds__(NT * rows_per_block<NT>())
 // Rows longer than kRegRowCap: one block of 1024 threads per row, two passes over memory.
 constexpr int kLoopNT = 1024;
 
+template <bool MASKED>
 __global__ void __launch_bounds__(kLoopNT)
-    softmax_fwd_loop_kernel(floatX* P, Rows R, float scale_log2e) {
+    softmax_fwd_loop_kernel(floatX* P, Rows R, float scale_log2e, SoftmaxMask mk) {
   __shared__ float red_m[kLoopNT / 32], red_s[kLoopNT / 32];
   int i;
   floatX* row = P + buffer_row(R, blockIdx.x, i) * R.ldP;
   const int rend = min(R.T, (i / R.Tc + 1) * R.Tc);
+  const int lo = MASKED ? mk.lo(R, blockIdx.x, i) : 0;  // the row's first key
   float m = -INFINITY, l = 0.f;  // this thread's running max and sum (of exp(scale (s - m)))
   for (int j0 = threadIdx.x * 8; j0 <= i; j0 += kLoopNT * 8) {
     float x[8];
     load8(row + j0, x);
     float mv = m;
-    for (int e = 0; e < 8; e++) mv = (j0 + e <= i) ? fmaxf(mv, x[e]) : mv;
-    float acc = l * exp2f((m - mv) * scale_log2e);
+    for (int e = 0; e < 8; e++) mv = (j0 + e <= i && (!MASKED || j0 + e >= lo)) ? fmaxf(mv, x[e]) : mv;
+    // MASKED: mv = -inf when no key of this thread's is visible yet (keep exp2(-inf + inf) out)
+    float acc = MASKED && mv == -INFINITY ? 0.f : l * exp2f((m - mv) * scale_log2e);
     for (int e = 0; e < 8; e++)
-      acc += (j0 + e <= i) ? exp2f((x[e] - mv) * scale_log2e) : 0.f;
+      acc += (j0 + e <= i && (!MASKED || j0 + e >= lo)) ? exp2f((x[e] - mv) * scale_log2e) : 0.f;
     m = mv, l = acc;
   }
   const float M = row_max<kLoopNT>(m, red_m);
@@ -295,7 +312,7 @@ __global__ void __launch_bounds__(kLoopNT)
     float x[8] = {};
     if (j0 <= i) load8(row + j0, x);
     for (int e = 0; e < 8; e++)
-      x[e] = (j0 + e <= i) ? exp2f((x[e] - M) * scale_log2e) * inv : 0.f;
+      x[e] = (j0 + e <= i && (!MASKED || j0 + e >= lo)) ? exp2f((x[e] - M) * scale_log2e) * inv : 0.f;
     store8(row + j0, x);
   }
 }
@@ -327,11 +344,12 @@ __global__ void __launch_bounds__(kLoopNT)
   }
 }
 
-template <int NT, int VPT>
-void launch_softmax_fwd(floatX* P, const Rows& R, float sl2e, cudaStream_t st) {
+template <int NT, int VPT, bool MASKED>
+void launch_softmax_fwd(floatX* P, const Rows& R, float sl2e, const SoftmaxMask& M,
+                        cudaStream_t st) {
   constexpr int rpb = rows_per_block<NT>();
-  softmax_fwd_reg_kernel<NT, VPT>
-      <<<unsigned(ceil_div(R.count, size_t(rpb))), NT * rpb, 0, st>>>(P, R, sl2e);
+  softmax_fwd_reg_kernel<NT, VPT, MASKED>
+      <<<unsigned(ceil_div(R.count, size_t(rpb))), NT * rpb, 0, st>>>(P, R, sl2e, M);
   CUDA_CHECK_LAUNCH();
 }
 template <int NT, int VPT>
@@ -386,11 +404,19 @@ void launch_softmax_loop(Kernel kernel, const Rows& R, cudaStream_t st, Args... 
   CUDA_CHECK_LAUNCH();
 }
 
-void softmax_forward(floatX* P, const Plan& p, int cfg, float sl2e, cudaStream_t st) {
+template <bool MASKED>
+void softmax_forward_as(floatX* P, const Plan& p, int cfg, float sl2e, const SoftmaxMask& M,
+                        cudaStream_t st) {
   const Rows R = all_rows(p);
   with_softmax_config(
-      cfg, [&](auto nt, auto vpt) { launch_softmax_fwd<nt(), vpt()>(P, R, sl2e, st); },
-      [&] { launch_softmax_loop(softmax_fwd_loop_kernel, R, st, P, R, sl2e); });
+      cfg, [&](auto nt, auto vpt) { launch_softmax_fwd<nt(), vpt(), MASKED>(P, R, sl2e, M, st); },
+      [&] { launch_softmax_loop(softmax_fwd_loop_kernel<MASKED>, R, st, P, R, sl2e, M); });
+}
+void softmax_forward(floatX* P, const Plan& p, int cfg, float sl2e, const AttnMask& mask,
+                     cudaStream_t st) {
+  const SoftmaxMask M{mask, p.NH};
+  if (mask.is_causal()) softmax_forward_as<false>(P, p, cfg, sl2e, M, st);
+  else softmax_forward_as<true>(P, p, cfg, sl2e, M, st);
 }
 void softmax_backward(floatX* dP, const floatX* P, const Plan& p, int cfg, cudaStream_t st) {
   const Rows R = all_rows(p);
@@ -448,7 +474,7 @@ class NaiveAttention final : public AttentionBackend {
   }
 
   void forward(const AttnForwardArgs& a, cudaStream_t st) const override {
-    check(a.shape);
+    check(a.shape, a.mask);
     CHECK(is_aligned16(a.out) && is_aligned16(a.qkv) && is_aligned16(a.saved) && is_aligned16(a.scratch),
           "naive attention: out, qkv, saved and scratch must be 16-byte aligned");
     const Plan p(a.shape, sizeof(floatX));
@@ -473,7 +499,7 @@ class NaiveAttention final : public AttentionBackend {
       gemm(CUBLAS_OP_T, CUBLAS_OP_N, r1, n, p.HS, 1.f, arr(K, 0), p.ld, arr(Q, c), p.ld,
            arr(PP, c), kCudaFloatX, p.ldP, p.BNH);
     }
-    softmax_forward(static_cast<floatX*>(a.saved), p, cfg, sl2e, st);
+    softmax_forward(static_cast<floatX*>(a.saved), p, cfg, sl2e, a.mask, st);
     for (int c = 0; c < p.nc; c++) {  // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
       const int r1 = p.r1(c), n = r1 - p.r0(c);
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, p.HS, n, r1, 1.f, arr(V, 0), p.ld, arr(PP, c), p.ldP,
@@ -482,7 +508,7 @@ class NaiveAttention final : public AttentionBackend {
   }
 
   void backward(const AttnBackwardArgs& a, cudaStream_t st) const override {
-    check(a.shape);
+    check(a.shape, a.mask);
     CHECK(is_aligned16(a.dqkv) && is_aligned16(a.dout) && is_aligned16(a.qkv) && is_aligned16(a.saved) &&
               is_aligned16(a.scratch),
           "naive attention: dqkv, dout, qkv, saved and scratch must be 16-byte aligned");

@@ -1,4 +1,4 @@
-// scalar.cu — the "scalar" attention backend: exact causal attention on CUDA cores, one warp per
+// scalar.cu — the "scalar" attention backend: exact attention on CUDA cores, one warp per
 // query row, fp32 arithmetic, no tiles and no tensor cores. It is the FP32 build's LSE backend
 // (flash and flash1 are bf16 tensor-core kernels) and, in both builds, a simple deterministic GPU
 // oracle. Slow: O(T^2 HS) per head in warp-reduced dot products. Spec (limits, sizes, cost):
@@ -14,11 +14,14 @@
 //   p_ts = exp(scale q_t . k_s - LSE_t), dp_ts = dO_t . v_s, ds_ts = p_ts (dp_ts - D_t)
 //   dq_t = scale sum_{s<=t} ds_ts k_s                        (one warp per query row)
 //   dk_s = scale sum_{h in group, t>=s} ds_ts q_t,  dv_s = sum p_ts dO_t   (one warp per key row)
+// Masks (mask.h; MASKED kernels, the causal ones unchanged): query t's loops run over keys
+// lo(t)..t, key s's over queries s..(the last t with lo(t) <= s): the work the mask leaves.
 // Scratch: D (B, NH, T) fp32. Limits: HS 32, 64 or 128 (HS/32 elements per lane); any T >= 1.
 //
 // Test:  ./build/test_gpu --gtest_filter='AttentionGpu*scalar*'   (and FlashGpu* in the FP32 build)
 // Bench: ./build/flashgpt bench-attention --backends scalar --seq-lens 1024
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention/attention.cuh"
 
@@ -35,9 +38,9 @@ __device__ __forceinline__ bool warp_row(int B, int heads, int T, int& b, int& h
   return true;
 }
 
-template <typename T_, int NPL>  // NPL = HS / 32 elements per lane
+template <typename T_, int NPL, bool MASKED>  // NPL = HS / 32 elements per lane
 __global__ void scalar_fwd_kernel(T_* out, float* lse, const T_* qkv, int B, int T, int NH, int NKV,
-                                  float scale) {
+                                  float scale, AttnMask mask) {
   constexpr int HS = NPL * 32;
   const int lane = threadIdx.x & 31;
   int b, h, t;
@@ -52,7 +55,7 @@ __global__ void scalar_fwd_kernel(T_* out, float* lse, const T_* qkv, int B, int
     o[k] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  for (int s = 0; s <= t; ++s) {
+  for (int s = MASKED ? mask.seq(b, T).lo(t) : 0; s <= t; ++s) {
     const T_* kp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + kvh) * HS;
     const T_* vp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + NKV + kvh) * HS;
     float x = 0.f;
@@ -92,10 +95,11 @@ __global__ void scalar_bwd_dot_kernel(float* D, const T_* dout, const T_* out, s
   if (lane == 0) D[(b * NH + h) * T + t] = d;
 }
 
-// dQ: one warp per (b, h, query t), keys s = 0..t in order. No atomics.
-template <typename T_, int NPL>
+// dQ: one warp per (b, h, query t), keys s = 0..t (lo(t)..t) in order. No atomics.
+template <typename T_, int NPL, bool MASKED>
 __global__ void scalar_bwd_dq_kernel(T_* dqkv, const T_* dout, const T_* qkv, const float* lse,
-                                     const float* D, int B, int T, int NH, int NKV, float scale) {
+                                     const float* D, int B, int T, int NH, int NKV, float scale,
+                                     AttnMask mask) {
   constexpr int HS = NPL * 32;
   const int lane = threadIdx.x & 31;
   int b, h, t;
@@ -112,7 +116,7 @@ __global__ void scalar_bwd_dq_kernel(T_* dqkv, const T_* dout, const T_* qkv, co
     dq[k] = 0.f;
   }
   const float L = lse[((size_t)b * NH + h) * T + t], Dt = D[((size_t)b * NH + h) * T + t];
-  for (int s = 0; s <= t; ++s) {
+  for (int s = MASKED ? mask.seq(b, T).lo(t) : 0; s <= t; ++s) {
     const T_* kp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + kvh) * HS;
     const T_* vp = qkv + ((size_t)b * T + s) * ld + (size_t)(NH + NKV + kvh) * HS;
     float x = 0.f, dp = 0.f;
@@ -136,10 +140,12 @@ __global__ void scalar_bwd_dq_kernel(T_* dqkv, const T_* dout, const T_* qkv, co
 }
 
 // dK, dV: one warp per (b, kv head, key s), over the group's query heads and queries t >= s
-// in a fixed order. No atomics: bitwise reproducible.
-template <typename T_, int NPL>
+// (MASKED: up to the last whose lo(t) <= s; lo is non-decreasing) in a fixed order. No atomics:
+// bitwise reproducible.
+template <typename T_, int NPL, bool MASKED>
 __global__ void scalar_bwd_dkv_kernel(T_* dqkv, const T_* dout, const T_* qkv, const float* lse,
-                                      const float* D, int B, int T, int NH, int NKV, float scale) {
+                                      const float* D, int B, int T, int NH, int NKV, float scale,
+                                      AttnMask mask) {
   constexpr int HS = NPL * 32;
   const int lane = threadIdx.x & 31;
   int b, kvh, s;
@@ -155,8 +161,9 @@ __global__ void scalar_bwd_dkv_kernel(T_* dqkv, const T_* dout, const T_* qkv, c
     vr[k] = to_f32(vp[lane + 32 * k]);
     dk[k] = dv[k] = 0.f;
   }
+  const SeqMask sm = mask.seq(b, T);
   for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
-    for (int t = s; t < T; ++t) {
+    for (int t = s; t < T && (!MASKED || sm.lo(t) <= s); ++t) {
       const T_* q = qkv + ((size_t)b * T + t) * ld + (size_t)h * HS;
       const T_* dop = dout + (((size_t)b * T + t) * NH + h) * HS;
       float x = 0.f, dp = 0.f;
@@ -189,30 +196,48 @@ __global__ void scalar_bwd_dkv_kernel(T_* dqkv, const T_* dout, const T_* qkv, c
   }
 }
 
-template <int NPL>
+template <int NPL, bool MASKED>
 void scalar_forward(floatX* out, float* lse, const floatX* qkv, const AttnShape& s,
-                    cudaStream_t stream) {
+                    const AttnMask& mask, cudaStream_t stream) {
   const size_t threads = (size_t)s.B * s.NH * s.T * 32;
-  scalar_fwd_kernel<floatX, NPL><<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(
-      out, lse, qkv, s.B, s.T, s.NH, s.NKV, 1.f / sqrtf((float)s.HS));
+  scalar_fwd_kernel<floatX, NPL, MASKED>
+      <<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(
+          out, lse, qkv, s.B, s.T, s.NH, s.NKV, 1.f / sqrtf((float)s.HS), mask);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int NPL>
+template <int NPL, bool MASKED>
 void scalar_backward(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv,
-                     const floatX* out, const float* lse, const AttnShape& s, cudaStream_t stream) {
+                     const floatX* out, const float* lse, const AttnShape& s,
+                     const AttnMask& mask, cudaStream_t stream) {
   const float scale = 1.f / sqrtf((float)s.HS);
   const size_t rows = (size_t)s.B * s.NH * s.T, kv_rows = (size_t)s.B * s.NKV * s.T;
   scalar_bwd_dot_kernel<floatX, NPL>
       <<<(unsigned)ceil_div(rows * 32, (size_t)256), 256, 0, stream>>>(D, dout, out, rows, s.T, s.NH);
   CUDA_CHECK_LAUNCH();
-  scalar_bwd_dq_kernel<floatX, NPL><<<(unsigned)ceil_div(rows * 32, (size_t)256), 256, 0, stream>>>(
-      dqkv, dout, qkv, lse, D, s.B, s.T, s.NH, s.NKV, scale);
+  scalar_bwd_dq_kernel<floatX, NPL, MASKED>
+      <<<(unsigned)ceil_div(rows * 32, (size_t)256), 256, 0, stream>>>(
+          dqkv, dout, qkv, lse, D, s.B, s.T, s.NH, s.NKV, scale, mask);
   CUDA_CHECK_LAUNCH();
-  scalar_bwd_dkv_kernel<floatX, NPL>
-      <<<(unsigned)ceil_div(kv_rows * 32, (size_t)256), 256, 0, stream>>>(dqkv, dout, qkv, lse, D,
-                                                                          s.B, s.T, s.NH, s.NKV, scale);
+  scalar_bwd_dkv_kernel<floatX, NPL, MASKED>
+      <<<(unsigned)ceil_div(kv_rows * 32, (size_t)256), 256, 0, stream>>>(
+          dqkv, dout, qkv, lse, D, s.B, s.T, s.NH, s.NKV, scale, mask);
   CUDA_CHECK_LAUNCH();
+}
+
+// The kernels of head size HS (NPL = HS / 32) with the mask at compile time: f(npl, masked).
+template <class F>
+void with_scalar_kernels(int HS, const AttnMask& mask, F&& f) {
+  using std::integral_constant;
+  auto by_mask = [&](auto npl) {
+    if (mask.is_causal()) f(npl, integral_constant<bool, false>{});
+    else f(npl, integral_constant<bool, true>{});
+  };
+  switch (HS) {
+    case 32: by_mask(integral_constant<int, 1>{}); break;
+    case 64: by_mask(integral_constant<int, 2>{}); break;
+    default: by_mask(integral_constant<int, 4>{}); break;
+  }
 }
 
 class ScalarAttention final : public AttentionBackend {
@@ -220,24 +245,21 @@ class ScalarAttention final : public AttentionBackend {
   ScalarAttention() : AttentionBackend(attention_spec("scalar")) {}
 
   void forward(const AttnForwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);
+    check(a.shape, a.mask);
     float* lse = static_cast<float*>(a.saved);
-    switch (a.shape.HS) {
-      case 32: scalar_forward<1>(a.out, lse, a.qkv, a.shape, stream); break;
-      case 64: scalar_forward<2>(a.out, lse, a.qkv, a.shape, stream); break;
-      default: scalar_forward<4>(a.out, lse, a.qkv, a.shape, stream); break;
-    }
+    with_scalar_kernels(a.shape.HS, a.mask, [&](auto npl, auto masked) {
+      scalar_forward<npl(), masked()>(a.out, lse, a.qkv, a.shape, a.mask, stream);
+    });
   }
 
   void backward(const AttnBackwardArgs& a, cudaStream_t stream) const override {
-    check(a.shape);
+    check(a.shape, a.mask);
     const float* lse = static_cast<const float*>(a.saved);
     float* D = static_cast<float*>(a.scratch);
-    switch (a.shape.HS) {
-      case 32: scalar_backward<1>(a.dqkv, D, a.dout, a.qkv, a.out, lse, a.shape, stream); break;
-      case 64: scalar_backward<2>(a.dqkv, D, a.dout, a.qkv, a.out, lse, a.shape, stream); break;
-      default: scalar_backward<4>(a.dqkv, D, a.dout, a.qkv, a.out, lse, a.shape, stream); break;
-    }
+    with_scalar_kernels(a.shape.HS, a.mask, [&](auto npl, auto masked) {
+      scalar_backward<npl(), masked()>(a.dqkv, D, a.dout, a.qkv, a.out, lse, a.shape, a.mask,
+                                       stream);
+    });
   }
 };
 

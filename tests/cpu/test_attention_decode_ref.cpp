@@ -4,6 +4,8 @@
 //
 //   AttentionDecodeRef.EqualsLastRowOfCausalAttention   vs attention_naive_forward_ref's row
 //                                           t = n-1 (n = 1, 2, 17, 100; MHA, GQA, MQA)
+//   AttentionDecodeRef.EqualsLastRowOfMaskedAttention  decode over the keys the mask leaves the
+//                                           newest position vs the masked attention's last row
 //   AttentionDecodeRef.FloatIsDoubleRoundedOnce, RejectsBadShapes
 //
 // Every check prints its error and tolerance; outputs are poisoned with NaN beforehand.
@@ -67,6 +69,30 @@ TEST(AttentionDecodeRef, EqualsLastRowOfCausalAttention) {
                   flashgpt::strformat("n=%d NH=%d NKV=%d HS=%d", n, NH, NKV, HS),
                   max_rel_error(out, last, 1.0), 1e-12);  // outputs are O(1): |err| / max(|ref|, 1)
       }
+}
+
+// A mask is the caller's choice of keys (decode.h): decode over cache positions lo(n-1)..n-1
+// equals the last row of masked attention (a document that starts mid-cache, and a window).
+TEST(AttentionDecodeRef, EqualsLastRowOfMaskedAttention) {
+  const int n = 40, NH = 4, NKV = 2, HS = 16;
+  const AttnShape s{1, n, NH, NKV, HS};
+  std::vector<int> tok(n, 0);
+  tok[11] = tok[25] = 1;  // documents from 11 and 25: the last row's starts at 25
+  const std::vector<int> doc_start = document_starts(tok.data(), 1, n, 1);
+  for (int W : {0, 7, 30}) {
+    const AttnMask mask{doc_start.data(), W};
+    const int lo = mask.seq(0, n).lo(n - 1);
+    const Vec qkv = normal((size_t)n * (NH + 2 * NKV) * HS, 2.0);
+    Vec out_full((size_t)n * NH * HS, kNaN), P((size_t)NH * n * n, kNaN);
+    attention_naive_forward_ref(out_full.data(), P.data(), qkv.data(), s, mask);
+    const Vec last(out_full.end() - (size_t)NH * HS, out_full.end());
+    Vec q, k, v, out((size_t)NH * HS, kNaN);
+    split_qkv(qkv, n, NH, NKV, HS, q, k, v);
+    attention_decode_ref(out.data(), q.data(), k.data() + (size_t)lo * NKV * HS,
+                         v.data() + (size_t)lo * NKV * HS, n - lo, NH, NKV, HS);
+    expect_le("decode over lo..n-1 vs masked attention row n-1",
+              flashgpt::strformat("W=%d lo=%d", W, lo), max_rel_error(out, last, 1.0), 1e-12);
+  }
 }
 
 TEST(AttentionDecodeRef, FloatIsDoubleRoundedOnce) {

@@ -35,6 +35,33 @@ TEST(AttentionSpec, Auto) {
   expect_error([] { attention_auto({1, 64, 4, 4, 12}, 2); }, "--device cpu");
 }
 
+// Masks (--mask document, --window): every backend but flash1 runs them; flash1 refuses them in
+// one line that names the backends that do, and auto skips it.
+TEST(AttentionSpec, Masks) {
+  const AttnShape s{2, 1024, 12, 4, 64};
+  MaskSpec doc, win, both;
+  doc.kind = MaskKind::kDocument;
+  win.window = 256;
+  both.kind = MaskKind::kDocument, both.window = 1024;
+  for (const AttnBackendSpec& spec : attention_specs())
+    for (const MaskSpec& m : {doc, win, both}) {
+      const std::string why = attention_unsupported_reason(spec, s, 2, m);
+      if (std::string(spec.name) == "flash1") {
+        EXPECT_NE(why.find("--attn flash or flash3"), std::string::npos) << why;
+        EXPECT_EQ(why.find('\n'), std::string::npos) << "one line: " << why;
+      } else {
+        EXPECT_EQ(why, "") << spec.name;
+      }
+      EXPECT_EQ(attention_unsupported_reason(spec, s, 2, MaskSpec{}), "") << spec.name;
+    }
+  EXPECT_EQ(attention_auto(s, 2, both), "flash3");
+  EXPECT_EQ(attention_auto({1, 64, 4, 4, 32}, 2, doc), "naive");
+  // The shape's reason comes first: flash1 at HS 96 names the head size, not the mask.
+  const std::string hs = attention_unsupported_reason(attention_spec("flash1"), {1, 64, 4, 4, 96},
+                                                      2, doc);
+  EXPECT_NE(hs.find("head size"), std::string::npos) << hs;
+}
+
 // flash3's forward goes head-major once the K/V of all heads outgrow L2 (flash3_tiles.h): the
 // shapes it was measured at on an H100 (50 MiB of L2) fall on the side that measured faster.
 TEST(AttentionSpec, Flash3WorkOrder) {

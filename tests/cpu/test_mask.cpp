@@ -6,6 +6,10 @@
 //   Mask.RowsMatchDefinition     SeqMask::lo / visible vs the definition, lo monotone, lo(t) <= t
 //   Mask.TilesMatchDefinition    tile_kind, kv_tiles_for_q_tile, q_tiles_for_kv_tile on every
 //                                tile pair vs counting visible pairs (0: EMPTY, all: FULL)
+//   Mask.RowFormsMatchDefinition kv_tiles_for_rows, q_tiles_for_keys (a ring pair's rows and
+//                                keys, end-aligned row tiles) on every tile pair vs counting
+//   Mask.SearchBy32Probes        first_row_past_key_32way (the backward kernels' warp search,
+//                                lanes simulated) vs first_row_past_key
 //   Mask.PairsAndArea            visible_pairs, window_pairs, visited_tile_area vs counting;
 //                                causal: T(T+1)/2 and causal_tile_area
 //   Mask.NamesAndChecks          --mask names, describe_mask, validate_mask(_spec) errors
@@ -195,6 +199,124 @@ TEST(Mask, TilesMatchDefinition) {
               counts[1], counts[2]);
   // Each kind must have been met many times, or the check covers less than it claims.
   for (size_t c : counts) EXPECT_GT(c, 1000u);
+}
+
+// The forms for rows and keys from anywhere in the sequence (a ring pair: query rows from
+// q_pos0, keys from k_pos0; flash3's end-aligned row tiles) against the definition: every Q tile
+// of the problem's rows (tiles from its first row, or ending at its last) against every K tile
+// of its keys, and back. A ragged last K tile is never FULL in the forward (its padding keys
+// are no keys).
+TEST(Mask, RowFormsMatchDefinition) {
+  SEED_TRACE();
+  std::mt19937_64 rng = test_rng();
+  size_t pairs = 0, counts[3] = {0, 0, 0}, empty_ranges = 0;
+  for (int T : {1, 5, 17, 64, 100, 129})
+    for (const auto& tl : kTiles) {
+      const int Br = tl[0], Bc = tl[1];
+      for (const std::vector<int>& tok : token_windows(T, rng)) {
+        const std::vector<int> ds = document_starts(tok.data(), 1, T, kEot);
+        for (int W : windows_for(T, Br, Bc, rng))
+          for (int rep = 0; rep < 3; rep++) {
+            const SeqMask m{ds.data(), W};
+            const Definition def(tok, W);
+            // A problem: Tq rows from q_pos0, Tk keys from k_pos0 (the whole sequence first).
+            int q_pos0 = 0, Tq = T, k_pos0 = 0, Tk = T;
+            if (rep > 0) {
+              q_pos0 = int(rng() % T), Tq = 1 + int(rng() % (T - q_pos0));
+              k_pos0 = int(rng() % T), Tk = 1 + int(rng() % (T - k_pos0));
+            }
+            const int Tr = (Tq + Br - 1) / Br, Tc = (Tk + Bc - 1) / Bc;
+            auto key_tile = [&](int x, int& k0, int& k1) {
+              k0 = k_pos0 + x * Bc, k1 = std::min(k0 + Bc, k_pos0 + Tk) - 1;
+            };
+            // Forward: row tiles from the first row, and end-aligned (the first one ragged).
+            for (bool end_aligned : {false, true})
+              for (int i = 0; i < Tr; i++) {
+                const int start = end_aligned ? Tq - (Tr - i) * Br : i * Br;
+                const int r0 = q_pos0 + std::max(start, 0),
+                          r1 = q_pos0 + std::min(start + Br, Tq) - 1;
+                const TileRange r = kv_tiles_for_rows(m, r0, r1, k_pos0, Tk, Bc);
+                empty_ranges += r.begin == r.end;
+                ASSERT_LE(r.begin, r.end);
+                for (int x = 0; x < Tc; x++, pairs++) {
+                  int k0, k1;
+                  key_tile(x, k0, k1);
+                  TileKind want = brute_kind(def, r0, r1, k0, k1);
+                  if (want == TileKind::kFull && x * Bc + Bc > Tk) want = TileKind::kPartial;
+                  counts[int(want)]++;
+                  ASSERT_EQ(kind_name(r.kind(x)), kind_name(want))
+                      << "forward: T=" << T << " W=" << W << " Br=" << Br << " Bc=" << Bc
+                      << " rows " << r0 << ".." << r1 << " keys from " << k_pos0 << " (" << Tk
+                      << ") tile " << x;
+                }
+              }
+            // Backward: each K tile against the Q tiles from the first row.
+            for (int x = 0; x < Tc; x++) {
+              int k0, k1;
+              key_tile(x, k0, k1);
+              const TileRange r = q_tiles_for_keys(m, k0, k1, q_pos0, Tq, Br);
+              empty_ranges += r.begin == r.end;
+              ASSERT_LE(r.begin, r.end);
+              for (int y = 0; y < Tr; y++, pairs++) {
+                const int r0 = q_pos0 + y * Br, r1 = std::min(r0 + Br, q_pos0 + Tq) - 1;
+                const TileKind want = brute_kind(def, r0, r1, k0, k1);
+                counts[int(want)]++;
+                ASSERT_EQ(kind_name(r.kind(y)), kind_name(want))
+                    << "backward: T=" << T << " W=" << W << " Br=" << Br << " Bc=" << Bc
+                    << " keys " << k0 << ".." << k1 << " rows from " << q_pos0 << " (" << Tq
+                    << ") tile " << y;
+              }
+            }
+          }
+      }
+    }
+  std::printf("  %zu tile pairs checked: %zu EMPTY, %zu PARTIAL, %zu FULL; %zu empty ranges\n",
+              pairs, counts[0], counts[1], counts[2], empty_ranges);
+  for (size_t c : counts) EXPECT_GT(c, 1000u);
+  EXPECT_GT(empty_ranges, 100u);
+}
+
+// The 32-way search of the backward kernels (problem_mask.cuh: one probe per lane of a warp
+// each round) against the binary search, lanes simulated: the same row for every (from, end,
+// key), random and at the edges (key below every lo, above every row, from = end - 1), on
+// documents and windows up to T = 1M; at most 4 rounds.
+TEST(Mask, SearchBy32Probes) {
+  SEED_TRACE();
+  std::mt19937_64 rng = test_rng();
+  size_t checks = 0;
+  int most_rounds = 0;
+  for (int T : {1, 2, 33, 1000, 5000, 1 << 20}) {
+    for (double p_eot : {0.0, 0.01, 0.5}) {
+      std::bernoulli_distribution is_eot(p_eot);
+      std::vector<int> tok(T);
+      for (int& x : tok) x = is_eot(rng) ? kEot : 0;
+      const std::vector<int> ds = document_starts(tok.data(), 1, T, kEot);
+      for (int W : {0, 1, 7, 1000}) {
+        const SeqMask m{ds.data(), W};
+        for (int rep = 0; rep < (T > 100000 ? 20 : 200); rep++) {
+          const int from = int(rng() % T), end = from + 1 + int(rng() % (T - from));
+          const int keys[] = {int(rng() % T), from, m.lo(from) - 1, m.lo(from), end, T + 3};
+          for (int key : keys) {
+            int rounds = 0;
+            const int got = first_row_past_key_32way(end, from, [&](int a, int step, int b) {
+              rounds++;
+              uint32_t past = 0;
+              for (int l = 0; l < 32; l++)
+                if (a + l * step >= b || m.lo(a + l * step) > key) past |= 1u << l;
+              return past;
+            });
+            ASSERT_EQ(got, first_row_past_key(m, end, from, key))
+                << "T=" << T << " W=" << W << " from=" << from << " end=" << end
+                << " key=" << key;
+            most_rounds = std::max(most_rounds, rounds);
+            checks++;
+          }
+        }
+      }
+    }
+  }
+  std::printf("  %zu searches checked, at most %d rounds\n", checks, most_rounds);
+  EXPECT_LE(most_rounds, 4);
 }
 
 TEST(Mask, PairsAndArea) {

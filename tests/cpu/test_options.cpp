@@ -229,6 +229,21 @@ TEST(Options, BenchAttention) {
   bad({"--cp", "2", "--deterministic"}, "--deterministic with --cp 2");
   EXPECT_EQ(o.cp, 1);
   EXPECT_EQ(parsed(parse_bench_attention_options, {"bench-attention", "--cp", "4"}).cp, 4);
+  // Masks: causal by default; --mask document with --doc-len, --window with either.
+  EXPECT_TRUE(o.mask.is_causal());
+  EXPECT_EQ(o.doc_len, 0);
+  const BenchAttentionOptions m = parsed(parse_bench_attention_options,
+      {"bench-attention", "--mask", "document", "--doc-len", "2048", "--window", "1024"});
+  EXPECT_EQ(m.mask.kind, MaskKind::kDocument);
+  EXPECT_EQ(m.mask.window, 1024);
+  EXPECT_EQ(m.doc_len, 2048);
+  EXPECT_EQ(parsed(parse_bench_attention_options, {"bench-attention", "--window", "64"}).mask.window,
+            64);
+  bad({"--mask", "doc"}, "--mask 'doc' is unknown; use one of: causal, document");
+  bad({"--mask", "document"}, "--mask document needs --doc-len N");
+  bad({"--doc-len", "100"}, "--doc-len 100 needs --mask document");
+  bad({"--window", "-1"}, "--window must be at least 0");
+  bad({"--cp", "2", "--window", "8"}, "--cp 2 with --mask document or --window");
 }
 
 TEST(Options, BenchKernels) {

@@ -10,6 +10,8 @@
 //       value too large by a wrong scale (3% at T = 1000; 25% at T = 4, where dQ and dK can be
 //       small beside their terms, and one rounding of a term worth a few percent of them);
 //       each must fail, the correct one must pass.
+//   ToleranceRule.BaselineTakesTheMask  the baseline with a document mask and a window: within
+//       bf16 rounding of the masked oracle, far from the causal one.
 //   TestSeeds.IterationSeedRepeatsInputs  what --gtest_repeat relies on (tests/main.cpp): each
 //       iteration's seed is new, and iteration_rng() and test_rng() give the inputs a run
 //       started with that seed (FLASHGPT_SEED) would give.
@@ -219,6 +221,43 @@ TEST(ToleranceRule, RejectsWrongResults) {
         EXPECT_FALSE(c.passed()) << what << ": " << w.first << " passed the rule";
       }
     }
+  }
+}
+
+// The baseline with a mask (the GPU mask tests' baseline, tests/gpu/test_attention_mask.cu):
+// within bf16 rounding of the masked oracle, and far from the causal one (the mask is applied).
+TEST(ToleranceRule, BaselineTakesTheMask) {
+  SEED_TRACE();
+  std::mt19937_64 rng = test_rng();
+  const AttnShape s{2, 200, 2, 1, 64};
+  std::normal_distribution<float> nd(0.f, 1.f);
+  VecF qkv(size_t(s.B) * s.T * (s.NH + 2 * s.NKV) * s.HS), dout(size_t(s.B) * s.T * s.NH * s.HS);
+  for (float& x : qkv) x = bf16_round(nd(rng));
+  for (float& x : dout) x = bf16_round(nd(rng));
+  std::vector<int> tok(size_t(s.B) * s.T, 0);
+  tok[50] = tok[130] = tok[131] = 1;  // sequence 0: documents from 50, 130, 131; sequence 1: one
+  std::vector<int> doc_start = document_starts(tok.data(), s.B, s.T, 1);
+  const AttnMask mask{doc_start.data(), 40};
+  VecF P(size_t(s.B) * s.NH * s.T * s.T), ref_out(dout.size()), ref_dqkv(qkv.size()),
+      causal_out(dout.size()), causal_dqkv(qkv.size()), base_out, base_dqkv;
+  attention_naive_forward_ref<float>(ref_out.data(), P.data(), qkv.data(), s, mask);
+  attention_naive_backward_ref<float>(ref_dqkv.data(), dout.data(), qkv.data(), P.data(), s, mask);
+  attention_naive_forward_ref<float>(causal_out.data(), P.data(), qkv.data(), s);
+  attention_naive_backward_ref<float>(causal_dqkv.data(), dout.data(), qkv.data(), P.data(), s);
+  const AttentionFloors f = plain_bf16_attention(base_out, base_dqkv, qkv, dout, s, mask);
+  const VecF* ref[2] = {&ref_out, &ref_dqkv};
+  const VecF* causal[2] = {&causal_out, &causal_dqkv};
+  const VecF* base[2] = {&base_out, &base_dqkv};
+  for (int k = 0; k < 2; k++) {
+    const ErrorStats e = error_stats(*base[k], *ref[k]), c = error_stats(*base[k], *causal[k]);
+    std::printf("  %-4s baseline vs masked oracle rel L2 %.2e, vs causal oracle %.2e\n",
+                k ? "dqkv" : "out", e.l2 / e.ref_l2, c.l2 / c.ref_l2);
+    EXPECT_LT(e.l2, 1e-2 * e.ref_l2) << (k ? "dqkv" : "out");
+    EXPECT_GT(c.l2, 0.1 * c.ref_l2) << (k ? "dqkv" : "out") << ": the mask made no difference";
+  }
+  for (const RoundingFloor& r : {f.out, f.dq, f.dk, f.dv}) {
+    EXPECT_GT(r.l2, 0);
+    EXPECT_TRUE(std::isfinite(r.l2) && std::isfinite(r.max));
   }
 }
 
