@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/mask.h"
 #include "model/cli.h"
 #include "model/recompute.h"
 
@@ -23,6 +24,12 @@ struct ProfileOptions {  // `flashgpt profile` (bench/profile.h says what each d
   // position-table effect into a sweep about attention (bench/profile.h).
   PosEncoding pos = PosEncoding::rope;
   int cp = 1;  // --cp: plan and measure one GPU of a cp group (ModelOptions cp_rank 0)
+  // --mask, --window (kernels/attention/mask.h). The document mask needs documents: --data DIR
+  // (the first windows of its training shards) or --doc-len N (random tokens with an
+  // end-of-text token at each position with probability 1/N: documents of mean length N).
+  MaskSpec mask;
+  int doc_len = 0;
+  std::string data_dir;
   int vocab = 50257;
   std::string out_dir = "runs/profile";
   bool plan_only = false;
@@ -49,6 +56,8 @@ struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_atten
   float budget_ms = 3000;  // GPU time per measurement at the most (at least 3 runs)
   float warmup_ms = 500;   // untimed GPU time before each measurement (bench_attention.cu: why)
   bool deterministic = false;
+  MaskSpec mask;    // --mask, --window (kernels/attention/mask.h)
+  int doc_len = 0;  // --doc-len N: synthetic documents of mean length N for --mask document; 0 = none
   // --cp N > 1: also time each backend's context-parallel ring (ring_attention.cuh) with N
   // virtual ranks on this one GPU (threads; the hops are device copies): the ring's compute
   // overhead against the whole-sequence backend, an upper bound on the efficiency of N GPUs.
