@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/attention/backends.h"
+#include "kernels/attention/mask.h"
 #include "kernels/cuda_common.cuh"
 
 struct AttnForwardArgs {
@@ -17,6 +18,7 @@ struct AttnForwardArgs {
   void* scratch;      // scratch_bytes()
   const floatX* qkv;  // (B, T, NH + 2*NKV, HS)
   AttnShape shape;
+  AttnMask mask;  // {}: causal; doc_start a device pointer (B, T) (kernels/attention/mask.h)
 };
 struct AttnBackwardArgs {
   floatX* dqkv;        // (B, T, NH + 2*NKV, HS) overwritten
@@ -29,6 +31,7 @@ struct AttnBackwardArgs {
   // --deterministic: the backends with a deterministic mode (spec().deterministic_mode) sum dQ
   // in a fixed order, so the whole backward is bitwise reproducible; the others already are.
   bool deterministic = false;
+  AttnMask mask;  // the forward's
 };
 
 // ---- one attention problem (bf16), for the ring of context parallelism (ring_attention.cuh) ----
@@ -46,6 +49,12 @@ struct AttnFwdProblem {
   // true: key s is visible to query t iff s <= t (Tq == Tk, same origin: the diagonal pair);
   // false: every key < Tk is visible (a pair whose keys all precede its queries).
   bool causal;
+  // A mask that is not causal replaces `causal`: key s visible to query t iff
+  // lo(q_pos0 + t) <= k_pos0 + s <= q_pos0 + t, lo read at GLOBAL positions from
+  // mask.doc_start + b*mask_T (device, (B, mask_T)).
+  AttnMask mask;
+  size_t mask_T;
+  int q_pos0, k_pos0;
   float* lse;  // (B, NH, lse_T) fp32: row t of (b, h) at lse[(b*NH + h)*lse_T + t]
   size_t lse_T;
   // Output, exactly one of: `out`, bf16 O; or `o_run`, the ring's running fp32 O, which with
@@ -74,6 +83,9 @@ struct AttnBwdProblem {
   int dq_row0;
   int B, Tq, Tk, NH, NKV, HS;
   bool causal;  // as AttnFwdProblem
+  AttnMask mask;  // as AttnFwdProblem
+  size_t mask_T;
+  int q_pos0, k_pos0;
   // dK (times scale) and dV of kv head g, key s at dk + b*dkv_bs + s*dkv_ld + g*HS: bf16
   // overwritten (dk, dv), or fp32 added to (dk_acc, dv_acc: the ring's travelling accumulator).
   __nv_bfloat16* dk;

@@ -27,7 +27,8 @@ void row_norms(const std::vector<float>& x, int HS, std::vector<double>& l2,
 
 AttentionFloors plain_bf16_attention(std::vector<float>& out, std::vector<float>& dqkv,
                                      const std::vector<float>& qkv,
-                                     const std::vector<float>& dout, const AttnShape& s) {
+                                     const std::vector<float>& dout, const AttnShape& s,
+                                     const AttnMask& mask) {
   const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HS = s.HS, G = NH / NKV;
   const size_t H3 = size_t(NH) + 2 * NKV;
   const double scale = 1.0 / std::sqrt(double(HS));
@@ -62,31 +63,32 @@ AttentionFloors plain_bf16_attention(std::vector<float>& out, std::vector<float>
         float* prow = &P[(size_t(b) * NH + h) * TT + size_t(t) * T];
         float* dsrow = &dS[(size_t(b) * NH + h) * TT + size_t(t) * T];
         std::vector<float> srow(t + 1), dprow(t + 1);
+        const int lo = mask.seq(b, T).lo(t);  // keys lo..t are visible (P is 0 elsewhere)
         float m = -INFINITY;
-        for (int u = 0; u <= t; u++) {
+        for (int u = lo; u <= t; u++) {
           double acc = 0;
           for (int d = 0; d < HS; d++) acc += double(q(b, t, h)[d]) * k(b, u, g)[d];
           srow[u] = bf16_round(float(scale * acc));
           m = std::max(m, srow[u]);
         }
         double sum = 0;
-        for (int u = 0; u <= t; u++) sum += std::exp(double(srow[u]) - m);
-        for (int u = 0; u <= t; u++) prow[u] = bf16_round(float(std::exp(double(srow[u]) - m) / sum));
+        for (int u = lo; u <= t; u++) sum += std::exp(double(srow[u]) - m);
+        for (int u = lo; u <= t; u++) prow[u] = bf16_round(float(std::exp(double(srow[u]) - m) / sum));
         const float* dot = &dout[o_at(b, t, h)];
         std::vector<double> acc(HS, 0.0);
-        for (int u = 0; u <= t; u++)
+        for (int u = lo; u <= t; u++)
           for (int d = 0; d < HS; d++) acc[d] += double(prow[u]) * v(b, u, g)[d];
         for (int d = 0; d < HS; d++) out[o_at(b, t, h) + d] = bf16_round(float(acc[d]));
         double D = 0;
-        for (int u = 0; u <= t; u++) {
+        for (int u = lo; u <= t; u++) {
           double acc = 0;
           for (int d = 0; d < HS; d++) acc += double(dot[d]) * v(b, u, g)[d];
           dprow[u] = bf16_round(float(acc));
           D += double(prow[u]) * dprow[u];
         }
-        for (int u = 0; u <= t; u++) dsrow[u] = bf16_round(float(prow[u] * (dprow[u] - D)));
+        for (int u = lo; u <= t; u++) dsrow[u] = bf16_round(float(prow[u] * (dprow[u] - D)));
         const size_t q_row = row(b, t, h), dot_row = (size_t(b) * T + t) * NH + h;
-        for (int u = 0; u <= t; u++) {
+        for (int u = lo; u <= t; u++) {
           const double p = prow[u], sigma = p * (std::fabs(dprow[u]) + std::fabs(D));
           const size_t ku = row(b, u, NH + g), vu = row(b, u, NH + NKV + g);
           f_out_l2 = std::max(f_out_l2, p * qkv_l2[vu]);
@@ -100,7 +102,7 @@ AttentionFloors plain_bf16_attention(std::vector<float>& out, std::vector<float>
         }
         float* dq = &dqkv[((size_t(b) * T + t) * H3 + h) * HS];
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int u = 0; u <= t; u++)
+        for (int u = lo; u <= t; u++)
           for (int d = 0; d < HS; d++) acc[d] += double(dsrow[u]) * k(b, u, g)[d];
         for (int d = 0; d < HS; d++) dq[d] = bf16_round(float(scale * acc[d]));
       }
