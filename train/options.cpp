@@ -101,7 +101,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .add("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", recompute)
     .add("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", opt.classifier_chunk)
     .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (13-25% slower attention backward)", opt.deterministic);
-  cli::add_mask_flags(t, opt.mask, "causal, or the --init / --resume model's");
+  cli::add_mask_flags(t, opt.mask, "the --init / --resume model's, else causal with no window");
   t.add("device", kDeviceHelp, opt.device)
     .add("seq-len", "sequence length T", opt.seq_len)
     .add("batch", "micro-batch B (sequences per forward pass)", opt.batch)
