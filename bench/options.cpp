@@ -17,6 +17,27 @@ using cli::join;
 using cli::parse_attn_list;
 
 
+namespace {
+
+const char* const kDocLenHelp =
+    "with --mask document: random documents of this mean length in tokens (an end-of-text token "
+    "at each position with probability 1/N); 0 = none";
+
+// --doc-len N (and profile's --data DIR): the documents the document mask needs, and nothing
+// without it. reads_data: the command takes --data.
+void check_document_source(const MaskSpec& mask, int doc_len, bool reads_data, bool data_given) {
+  cli::check_at_least("--doc-len", doc_len, 0, "; 0 = no synthetic documents");
+  const bool document = mask.kind == MaskKind::kDocument;
+  CHECK(!document || doc_len > 0 || data_given, "--mask document needs documents: give %s"
+        "--doc-len N (random documents of mean length N)",
+        reads_data ? "--data DIR (its training shards') or " : "");
+  CHECK(document || (doc_len == 0 && !data_given), "%s documents to --mask document; with --mask "
+        "%s it changes nothing: drop it", data_given ? "--data gives" : "--doc-len gives",
+        mask_kind_name(mask.kind));
+}
+
+}  // namespace
+
 int profile_batch(const ProfileOptions& opt, int T) {
   return opt.batch > 0 ? opt.batch : std::max(1, opt.tokens / T);
 }
@@ -44,6 +65,9 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
     .add("seed", "random seed (parameters and tokens)", opt.seed)
     .add("recompute", "activation recomputation: " + recompute_names_list() + " (model/recompute.h)", recompute)
     .add("pos", "positions: rope (no parameters) | learned (a maxT x C table per point)", pos);
+  cli::add_mask_flags(t, opt.mask);
+  t.add("doc-len", kDocLenHelp, opt.doc_len)
+    .add("data", "with --mask document: the documents of this directory's training shards (made by `flashgpt prepare`, or llm.c's: train_*.bin) instead of --doc-len's", opt.data_dir);
   if (!t.parse(argc, argv)) return false;
   opt.attn = parse_attn_list("--attn", opt.attn);
   opt.recompute = parse_recompute(recompute);
@@ -75,6 +99,11 @@ bool parse_profile_options(int argc, char** argv, ProfileOptions& opt) {
         "(at most %.0f)", opt.gpu_memory_gib, kMaxGpuMemoryGiB);
   CHECK(opt.max_step_seconds > 0, "--max-step-seconds must be > 0 (got %g)", opt.max_step_seconds);
   gpt_preset(opt.model, opt.vocab, 1);  // throws naming --model
+  check_document_source(opt.mask, opt.doc_len, true, !opt.data_dir.empty());
+  CHECK(opt.data_dir.empty() || opt.doc_len == 0, "--data and --doc-len both give documents; "
+        "drop one");
+  CHECK(opt.cp == 1 || opt.mask.is_causal(), "profile --cp %d --mask %s: the plan of a cp rank "
+        "counts the causal work; drop --mask or --cp", opt.cp, describe_mask(opt.mask).c_str());
   return true;
 }
 
@@ -82,7 +111,6 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
   cli::Table t(opt, "bench-attention",
                "flashgpt bench-attention: time the GPU attention backends (forward, backward, "
                "forward+backward; TFLOP/s and extra memory)");
-  std::string mask = mask_kind_name(opt.mask.kind);
   t.add("backends", "attention backends, comma-separated: " + attn_help(AttnAuto::refused), opt.backends)
     .add("hs", "head sizes", opt.head_sizes)
     .add("seq-lens", "sequence lengths T", opt.seq_lens)
@@ -95,19 +123,13 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
     .add("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", opt.budget_ms)
     .add("warmup-ms", "untimed runs before each measurement until this much GPU time has passed (sustained-load clocks; 0: --warmup runs only)", opt.warmup_ms)
     .on("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)", opt.deterministic)
-    .add("mask", "causal | document: each query sees its own document only (synthetic documents of --doc-len tokens on average)", mask)
-    .add("window", "each query sees at most its W most recent keys (0: no limit)", opt.mask.window)
-    .add("doc-len", "mean document length of --mask document (lengths geometric, from a fixed seed: bench_attention.cu)", opt.doc_len)
     .add("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", opt.cp)
     .add("csv", "also write the results to this CSV file", opt.csv_path);
+  cli::add_mask_flags(t, opt.mask);
+  t.add("doc-len", kDocLenHelp, opt.doc_len);
   if (!t.parse(argc, argv)) return false;
+  check_document_source(opt.mask, opt.doc_len, false, false);
   opt.backends = parse_attn_list("--backends", opt.backends);
-  opt.mask.kind = mask_kind_from_name(mask);
-  check_at_least("--window", opt.mask.window, 0, "; 0 = no limit");
-  if (opt.mask.kind == MaskKind::kDocument)
-    CHECK(opt.doc_len >= 1, "--mask document needs --doc-len N (the mean document length, >= 1)");
-  else
-    CHECK(opt.doc_len == 0, "--doc-len %d needs --mask document", opt.doc_len);
   check_at_least("--cp", opt.cp, 1);
   CHECK(opt.cp == 1 || opt.mask.is_causal(),
         "--cp %d with --mask document or --window: bench-attention times the ring with the causal "

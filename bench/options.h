@@ -24,6 +24,12 @@ struct ProfileOptions {  // `flashgpt profile` (bench/profile.h says what each d
   // position-table effect into a sweep about attention (bench/profile.h).
   PosEncoding pos = PosEncoding::rope;
   int cp = 1;  // --cp: plan and measure one GPU of a cp group (ModelOptions cp_rank 0)
+  // --mask, --window (kernels/attention/mask.h). The document mask needs documents: --data DIR
+  // (the first windows of its training shards) or --doc-len N (random tokens with an
+  // end-of-text token at each position with probability 1/N: documents of mean length N).
+  MaskSpec mask;
+  int doc_len = 0;
+  std::string data_dir;
   int vocab = 50257;
   std::string out_dir = "runs/profile";
   bool plan_only = false;
@@ -51,7 +57,7 @@ struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_atten
   float warmup_ms = 500;   // untimed GPU time before each measurement (bench_attention.cu: why)
   bool deterministic = false;
   MaskSpec mask;    // --mask, --window (kernels/attention/mask.h)
-  int doc_len = 0;  // --doc-len: mean length of the synthetic documents (--mask document); 0: none
+  int doc_len = 0;  // --doc-len: synthetic documents of this mean length (--mask document); 0: none
   // --cp N > 1: also time each backend's context-parallel ring (ring_attention.cuh) with N
   // virtual ranks on this one GPU (threads; the hops are device copies): the ring's compute
   // overhead against the whole-sequence backend, an upper bound on the efficiency of N GPUs.

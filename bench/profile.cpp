@@ -9,6 +9,9 @@
 #include <memory>
 
 #include "bench/profile_report.h"
+#include "data/dataloader.h"
+#include "data/files.h"
+#include "data/tokenizer.h"
 #include "kernels/attention/backends.h"
 #include "kernels/common.h"
 #include "kernels/rng.h"
@@ -27,6 +30,70 @@ double gib(double bytes) { return bytes / kGiB; }
 // ---------------------------------------------------------------------------------------------
 // Points
 
+// The mask of every point: --mask and --window, documents ending at the end-of-text token of
+// --data's tokenizer (when it has one), else the vocabulary's last id.
+MaskSpec profile_mask(const ProfileOptions& opt) {
+  MaskSpec m = opt.mask;
+  const std::string tok = opt.data_dir + "/tokenizer.bin";
+  if (!opt.data_dir.empty() && file_exists(tok)) m.eot = Tokenizer::load(tok).eot_token();
+  validate_mask_spec(m, opt.vocab);
+  return m;
+}
+
+// The (B, T) batch a point trains on and its document starts: random tokens (seeded by --seed
+// and T; with --doc-len N an end-of-text token at each position with probability 1/N), or with
+// --data the first B windows of its training shards, in order.
+struct PointBatch {
+  std::vector<int> inputs, targets, doc_start;  // doc_start: (B, T) with the document mask
+  int window = 0;
+  AttnMask mask() const { return AttnMask{doc_start.empty() ? nullptr : doc_start.data(), window}; }
+};
+PointBatch point_batch(const ProfileOptions& opt, int B, int T) {
+  const MaskSpec m = profile_mask(opt);
+  const size_t n = (size_t)B * T;
+  PointBatch pb;
+  pb.inputs.resize(n);
+  pb.targets.resize(n);
+  pb.window = m.window;
+  if (!opt.data_dir.empty()) {
+    DataLoader loader(opt.data_dir + "/train_*.bin", "--data", B, T, opt.vocab, false, opt.seed);
+    loader.next_batch(pb.inputs.data(), pb.targets.data());
+  } else {
+    Rng rng(opt.seed * 1000003ull + (uint64_t)T);
+    const int eot = m.eot_token(opt.vocab);
+    for (size_t i = 0; i < n; i++) {
+      pb.inputs[i] = (int)rng.below((uint64_t)opt.vocab);
+      pb.targets[i] = (int)rng.below((uint64_t)opt.vocab);
+    }
+    if (opt.doc_len > 0)  // an EOT with probability 1/doc_len, else a token that is not one
+      for (int& t : pb.inputs)
+        t = rng.uniform() * opt.doc_len < 1.0 ? eot : t == eot ? (eot + 1) % opt.vocab : t;
+  }
+  if (m.kind == MaskKind::kDocument)
+    pb.doc_start = document_starts(pb.inputs.data(), B, T, m.eot_token(opt.vocab));
+  return pb;
+}
+
+// The work a point's mask leaves, as shares of causal attention's: its visible (query, key)
+// pairs (exact) and the area of the 128 x 128 tiles it leaves (the flash backends' key tile; an
+// approximation of each backend's own tiles). Both 1 for the causal mask.
+void mask_shares(const AttnMask& m, int B, int T, ProfilePoint& p) {
+  if (m.is_causal()) return;
+  p.mask_pairs_share = (double)visible_pairs(m, B, T) / (double(B) * T * (T + 1.0) / 2);
+  p.mask_tiles_share = visited_tile_area(m, B, T, 128, 128) / (double(B) * causal_tile_area(T, 128, 128));
+}
+
+// One layer's attention cost under the point's mask: the backend's causal cost, the
+// convention FLOPs scaled by the visible pairs' share and the executed matrix FLOPs by the
+// tiles' share; the minimum bytes unchanged (each input is still read once).
+AttnCost masked_cost(AttnCost c, const ProfilePoint& p) {
+  for (AttnPassCost* pass : {&c.fwd, &c.bwd}) {
+    pass->flops *= p.mask_pairs_share;
+    pass->mma_flops *= p.mask_tiles_share;
+  }
+  return c;
+}
+
 ModelOptions model_options(const ProfileOptions& opt, const std::string& backend, int T) {
   ModelOptions mo;
   mo.config = gpt_preset(opt.model, opt.vocab, T);
@@ -37,6 +104,7 @@ ModelOptions model_options(const ProfileOptions& opt, const std::string& backend
   mo.attn = backend;
   mo.seed = opt.seed;
   mo.recompute = opt.recompute;
+  mo.mask = profile_mask(opt);
   mo.time_attention = true;
   // --cp (with --plan-only): the plan of one GPU of a cp group, cp rank 0's (the ranks' local
   // lengths differ by at most 2 rows: context_parallel.h).
@@ -71,15 +139,10 @@ void measure_point(const ProfileOptions& opt, ProfilePoint& p) {
   const ModelOptions mo = model_options(opt, p.backend, p.T);
   std::unique_ptr<Model> model = make_cuda_model(mo);
   const size_t n = (size_t)p.B * p.T;
-  std::vector<int> inputs(n), targets(n);
-  Rng rng(opt.seed * 1000003ull + (uint64_t)p.T);
-  for (size_t i = 0; i < n; i++) {
-    inputs[i] = (int)rng.below((uint64_t)opt.vocab);
-    targets[i] = (int)rng.below((uint64_t)opt.vocab);
-  }
+  const PointBatch batch = point_batch(opt, p.B, p.T);
   int step = 0;
   auto train_step = [&]() {
-    p.loss = model->forward(inputs.data(), targets.data(), p.B, p.T);
+    p.loss = model->forward(batch.inputs.data(), batch.targets.data(), p.B, p.T);
     model->backward(1.0f);
     model->grad_norm();
     model->adamw_step(AdamWHyper{}, 1.0f, ++step);
@@ -120,7 +183,7 @@ void fill_speedups(const ProfileOptions& opt, const DeviceCeilings* ceil, Profil
       const GPTConfig& c = mo.config;
       const AttnShape s{p.B, p.T, c.num_heads, c.num_kv_heads, c.head_size()};
       const double naive_ms =
-          roof_step_ms(opt, c, attention_cost("naive", s, memory_plan_inputs_host(mo).es), ceil);
+          roof_step_ms(opt, c, masked_cost(attention_cost("naive", s, memory_plan_inputs_host(mo).es), p), ceil);
       p.pred_speedup = naive_ms / p.roof_attn_ms;
     }
     for (const ProfilePoint& q : r.points)
@@ -152,7 +215,8 @@ ProfilePoint predict_profile_point(const ProfileOptions& opt, const std::string&
   }
   const GPTConfig& c = mo.config;
   p.shape = AttnShape{p.B, T, c.num_heads, c.num_kv_heads, c.head_size()};
-  p.cost = attention_cost(backend, p.shape, in.es);
+  mask_shares(point_batch(opt, p.B, T).mask(), p.B, T, p);
+  p.cost = masked_cost(attention_cost(backend, p.shape, in.es), p);
   const int nf = attention_forwards_per_step(opt.recompute);
   p.attn_flops_step = c.num_layers * (nf * p.cost.fwd.flops + p.cost.bwd.flops);
   p.attn_bytes_step = c.num_layers * (nf * p.cost.fwd.bytes + p.cost.bwd.bytes);

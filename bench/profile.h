@@ -13,6 +13,11 @@
 //   --tokens 16384         tokens per step: B = max(1, tokens / T);  --batch B overrides it
 //   --warmup 1 --steps 3   untimed steps, then timed steps (median wall time reported)
 //   --recompute none       none | gelu | layer (ModelOptions.recompute, model/recompute.h)
+//   --mask causal --window 0   the attention mask (kernels/attention/mask.h); the document mask
+//                          takes its documents from --data DIR (the first windows of its
+//                          training shards) or --doc-len N (random tokens, an end-of-text token
+//                          at each position with probability 1/N). The predicted FLOPs and
+//                          roofline count what the mask leaves (ProfilePoint::mask_*_share).
 //   --pos rope             rope | learned. Default rope: learned positions would add a
 //                          (maxT, C) table per point (T*C parameters, with gradients and AdamW
 //                          state: 16 bytes each, 6 GiB at T = 128K for d12), which mixes a
@@ -79,6 +84,10 @@ struct ProfilePoint {
   std::vector<MemoryLine> pred_lines;  // plan breakdown
   size_t attn_saved_bytes = 0;         // "attention saved" line (all layers kept)
   size_t attn_scratch_bytes = 0;       // "attention scratch" line
+  // The mask's share of causal attention's work (1, 1 for causal): its visible (query, key)
+  // pairs, and the area of the 128 x 128 tiles it leaves; cost is the backend's causal cost
+  // scaled by them (FLOPs by the first, executed matrix FLOPs by the second).
+  double mask_pairs_share = 1, mask_tiles_share = 1;
   AttnCost cost;                       // one layer's attention call
   double attn_flops_step = 0;          // convention FLOPs per step (all layers, fwd + bwd [+ fwd])
   double attn_bytes_step = 0;          // minimum HBM bytes per step

@@ -289,11 +289,15 @@ void run_plot_script(const std::string& csv, const std::string& out_dir, std::FI
 std::string model_description(const ProfileOptions& opt) {
   GPTConfig c = gpt_preset(opt.model, opt.vocab, opt.seq_lens.front());
   c.rope = opt.pos == PosEncoding::rope;
+  const std::string docs = opt.mask.kind != MaskKind::kDocument ? ""
+                           : !opt.data_dir.empty() ? ", documents of " + opt.data_dir
+                                                   : strformat(", random documents of mean %d", opt.doc_len);
   return strformat("%s (L=%d C=%d NH=%d HS=%d, %.1fM parameters at T=%d, %s positions, "
-                   "recompute %s)",
+                   "recompute %s, %s mask%s)",
                    opt.model.c_str(), c.num_layers, c.channels, c.num_heads, c.head_size(),
                    ParamLayout(c).total / 1e6, opt.seq_lens.front(),
-                   c.rope ? "rotary" : "learned", recompute_name(opt.recompute));
+                   c.rope ? "rotary" : "learned", recompute_name(opt.recompute),
+                   describe_mask(opt.mask).c_str(), docs.c_str());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,7 +311,8 @@ void print_plan(const ProfileOptions& opt, const ProfileReport& r, const std::st
                              : strformat("%d tokens per step", opt.tokens).c_str(),
                gib((double)r.capacity_bytes), cap_src.c_str());
   std::fprintf(out, "GiB by line of the memory plan (model/memory_plan.h); attention per training "
-                    "step, all layers: TFLOP (4*B*NH*T^2*HS/2 forward, 2.5x backward) and GB of "
+                    "step, all layers: TFLOP (4*B*NH*T^2*HS/2 forward, 2.5x backward, times the mask's "
+                    "share of the visible pairs) and GB of "
                     "minimum HBM traffic\n");
   std::fprintf(out, "%-7s %7s %4s %11s %11s %10s %12s %8s %7s %9s %10s %9s  %s\n", "backend", "T",
                "B", "params+opt", "activations", "attn saved", "attn scratch", "logits", "other",

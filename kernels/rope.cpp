@@ -60,15 +60,15 @@ void rope_apply(real* qkv, int B, int T, int NH, int NKV, int HS, int pos0, floa
 
 }  // namespace
 
-void rope_table_ref(float* cos_sin, int rows, int HS, float theta) {
-  CHECK(rows >= 0, "rope_table_ref: rows=%d must be >= 0", rows);
+void rope_table_ref(float* cos_sin, int rows, int HS, float theta, int pos0) {
+  CHECK(rows >= 0 && pos0 >= 0, "rope_table_ref: rows=%d, pos0=%d must be >= 0", rows, pos0);
   CHECK(HS > 0 && HS % 2 == 0, "rope: head size HS=%d must be even (pairs x[i], x[i+HS/2])", HS);
   const int half = HS / 2;
   const std::vector<double> f = inv_freq(HS, theta);
 #pragma omp parallel for if ((size_t)rows * half >= kParallelMin)
   for (int p = 0; p < rows; p++)
     for (int i = 0; i < half; i++) {
-      const double a = (double)p * f[i];
+      const double a = (double)(pos0 + p) * f[i];
       cos_sin[((size_t)p * half + i) * 2 + 0] = (float)std::cos(a);
       cos_sin[((size_t)p * half + i) * 2 + 1] = (float)std::sin(a);
     }

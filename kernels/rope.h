@@ -13,10 +13,10 @@
 // Test: build/test_cpu --gtest_filter='RopeRef*'
 #pragma once
 
-// cos_sin (rows, HS/2, 2): cos and sin of p*theta_i for p = 0..rows-1, computed in double,
-// stored fp32. Row p, pair i: cos_sin[(p*HS/2 + i)*2 + 0] = cos, [... + 1] = sin.
+// cos_sin (rows, HS/2, 2): cos and sin of p*theta_i for p = pos0..pos0+rows-1, computed in
+// double, stored fp32. Row r, pair i: cos_sin[(r*HS/2 + i)*2 + 0] = cos, [... + 1] = sin.
 void rope_table_ref(float* cos_sin,  // (rows, HS/2, 2) overwritten
-                    int rows, int HS, float theta);
+                    int rows, int HS, float theta, int pos0 = 0);
 
 template <typename real>
 void rope_forward_ref(real* qkv,  // (B, T, NH + 2*NKV, HS) in place (q and k heads)

@@ -71,9 +71,27 @@ GPTConfig config_from_header(const int* h, const std::string& path) {
   return c;
 }
 
+// Slots 12 and 13: the attention mask the model was trained with (checkpoint.h).
+MaskSpec mask_from_header(const int* h, const std::string& path) {
+  CHECK((h[12] == 0 || h[12] == 1) && h[13] >= 0, "'%s' has an unknown attention mask (kind %d, "
+        "window %d) in its header", path.c_str(), h[12], h[13]);
+  MaskSpec m;
+  m.kind = h[12] == 1 ? MaskKind::kDocument : MaskKind::kCausal;
+  m.window = h[13];
+  return m;
+}
+
+void read_header(const std::string& path, int* h) {
+  File in;
+  in.f = fopen(path.c_str(), "rb");
+  CHECK(in.f, "cannot open checkpoint '%s': %s", path.c_str(), strerror(errno));
+  CHECK(fread(h, sizeof(int), 256, in.f) == 256, "'%s' is truncated (no full header)", path.c_str());
+}
+
 }  // namespace
 
-void save_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params) {
+void save_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params,
+                     const MaskSpec& mask) {
   ParamLayout layout(c);
   CHECK(params.size() == layout.total, "internal: %zu parameters for a model of %zu",
         params.size(), layout.total);
@@ -85,6 +103,8 @@ void save_model_file(const std::string& path, const GPTConfig& c, const std::vec
   h[9] = c.rope;                              // 1: RoPE, no wpe rows (llm.c cannot read it)
   h[10] = c.rope ? (int)c.rope_theta : 0;     // RoPE base, rounded (older readers)
   if (c.rope) std::memcpy(&h[11], &c.rope_theta, sizeof(float));  // RoPE base, exact
+  h[12] = mask.kind == MaskKind::kDocument ? 1 : 0;  // llm.c ignores both: it trains causal
+  h[13] = mask.window;
   write_file_atomically(path, [&](FILE* f) {
     return fwrite(h, sizeof(int), 256, f) == 256 &&
            fwrite(params.data(), sizeof(float), params.size(), f) == params.size();
@@ -92,12 +112,16 @@ void save_model_file(const std::string& path, const GPTConfig& c, const std::vec
 }
 
 GPTConfig read_model_config(const std::string& path) {
-  File in;
-  in.f = fopen(path.c_str(), "rb");
-  CHECK(in.f, "cannot open checkpoint '%s': %s", path.c_str(), strerror(errno));
   int h[256];
-  CHECK(fread(h, sizeof(int), 256, in.f) == 256, "'%s' is truncated (no full header)", path.c_str());
+  read_header(path, h);
   return config_from_header(h, path);
+}
+
+MaskSpec read_model_mask(const std::string& path) {
+  int h[256];
+  read_header(path, h);
+  config_from_header(h, path);  // a file that is not a model says so first
+  return mask_from_header(h, path);
 }
 
 void load_model_file(const std::string& path, GPTConfig& c, std::vector<float>& params) {
@@ -107,6 +131,7 @@ void load_model_file(const std::string& path, GPTConfig& c, std::vector<float>& 
   int h[256];
   CHECK(fread(h, sizeof(int), 256, in.f) == 256, "'%s' is truncated (no full header)", path.c_str());
   c = config_from_header(h, path);
+  mask_from_header(h, path);  // a bad mask slot is a bad file, whoever reads it
   ParamLayout layout(c);
   size_t elem = h[1] == 3 ? 4 : 2;
   size_t want = 256 * sizeof(int) + layout.total * elem;

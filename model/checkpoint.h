@@ -5,7 +5,10 @@
 //   [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp, [8] NKV (ours: 0 or NH means plain
 //   multi-head attention, which is all llm.c knows), [9] 1 for RoPE models (then wpe has 0
 //   rows), [10] the RoPE base theta rounded to an integer (for older readers), [11] its exact
-//   float bits (0 in older files); then the 16 parameter tensors in ParamLayout order. We
+//   float bits (0 in older files), [12] the attention mask the model was trained with (0
+//   causal, 1 document: kernels/attention/mask.h), [13] its sliding window W (0: none); both 0
+//   in older files and in llm.c's, which ignores them (llm.c runs any file causal, unwindowed);
+//   then the 16 parameter tensors in ParamLayout order. We
 //   write version 3; we read 3 and 5. llm.c reads our files of plain multi-head models with
 //   learned positions; a GQA or RoPE file holds fewer numbers than llm.c's layout expects
 //   and llm.c stops at its file read.
@@ -29,17 +32,22 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/mask.h"
 #include "model/config.h"
 
 constexpr int kModelMagic = 20240326;
 constexpr int64_t kStateMagic = 20261122;
 constexpr int64_t kDataShuffled = 1, kDataInOrder = 2;  // TrainState::data_order
 
-void save_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params);
+void save_model_file(const std::string& path, const GPTConfig& c, const std::vector<float>& params,
+                     const MaskSpec& mask = {});
 // Reads a version 3 or 5 file; throws one clear line naming the file on any problem.
 void load_model_file(const std::string& path, GPTConfig& c, std::vector<float>& params);
 // Only the header (config).
 GPTConfig read_model_config(const std::string& path);
+// The mask and window the model was trained with (header slots 12, 13; eot is not recorded:
+// the tokenizer's). Throws like read_model_config.
+MaskSpec read_model_mask(const std::string& path);
 // Throws naming path and the tensor when a weight is NaN or infinite.
 void check_finite_params(const std::vector<float>& params, const GPTConfig& c,
                          const std::string& path);

@@ -20,6 +20,13 @@ std::string parse_attn(const std::string& value, AttnAuto autos) {
   return attention_spec(value).name;  // unknown (auto too, where refused): throws listing them
 }
 
+MaskSpec MaskFlags::over(const MaskSpec& model) const {
+  MaskSpec m = model;
+  if (kind) m.kind = *kind;
+  if (window) m.window = *window;
+  return m;
+}
+
 namespace cli {
 namespace {
 
@@ -111,6 +118,36 @@ std::string attn_help(AttnAuto autos) {
          summary.substr(0, summary.find(':')) + ")";
   }
   return s;
+}
+
+namespace {
+
+const char* const kMaskHelp =
+    "attention mask: causal (a query sees every earlier token of its window) | document (only the "
+    "tokens of its own document; a document starts at each end-of-text token)";
+const char* const kWindowHelp =
+    "sliding window: a query sees at most its W most recent tokens, itself included; combines "
+    "with --mask (0 = no limit)";
+
+int checked_window(int w) {
+  check_at_least("--window", w, 0, "; 0 = no limit");
+  return w;
+}
+
+}  // namespace
+
+void add_mask_flags(Table& t, MaskSpec& mask) {
+  t.add_with<std::string>("mask", kMaskHelp, mask_kind_name(mask.kind),
+                          [&mask](const std::string& v) { mask.kind = mask_kind_from_name(v); })
+      .add_with<int>("window", kWindowHelp, std::to_string(mask.window),
+                     [&mask](const int& w) { mask.window = checked_window(w); });
+}
+
+void add_mask_flags(Table& t, MaskFlags& flags, const std::string& model_default) {
+  t.add_with<std::string>("mask", std::string(kMaskHelp) + "; default: " + model_default, "",
+                          [&flags](const std::string& v) { flags.kind = mask_kind_from_name(v); })
+      .add_with<int>("window", std::string(kWindowHelp) + "; default: " + model_default, "",
+                     [&flags](const int& w) { flags.window = checked_window(w); });
 }
 
 void check_tokens_per_pass(int B, int T, const char* seq_flag, const char* hint) {

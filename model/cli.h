@@ -6,8 +6,11 @@
 // with one line naming the flag, before any work starts. It sits in model/ because both train/
 // and bench/ build on the model, and neither includes the other.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "kernels/attention/mask.h"
 
 // --pos: how the model knows where a token stands.
 enum class PosEncoding {
@@ -24,6 +27,16 @@ const char* pos_name(PosEncoding pos);            // "learned" | "rope"
 // learn it from there with no edit here.
 enum class AttnAuto { allowed, refused };
 std::string parse_attn(const std::string& value, AttnAuto autos);  // unknown: throws listing names
+
+// --mask and --window as given on a command line whose model carries its own (train with
+// --init or --resume, eval, sample: model/checkpoint.h records them). A flag left out is the
+// model's.
+struct MaskFlags {
+  std::optional<MaskKind> kind;
+  std::optional<int> window;
+  MaskSpec over(const MaskSpec& model) const;  // the model's, each given flag replacing its part
+  bool given() const { return kind || window; }
+};
 
 namespace cli {
 

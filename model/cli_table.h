@@ -70,6 +70,21 @@ class Table {
                       }});
     return *this;
   }
+  // --name VALUE read as a T and handed to `set`, which converts and checks it; `shown`: the
+  // default --help shows ("": none).
+  template <typename T>
+  Table& add_with(const std::string& name, const std::string& help, const std::string& shown,
+                  std::function<void(const T&)> set) {
+    flags_.push_back({name, [=](cxxopts::OptionAdder&& adder) {
+                        auto value = cxxopts::value<T>();
+                        if (!shown.empty()) value->default_value(shown);
+                        adder(name, help, value);
+                      },
+                      [name, set](const cxxopts::ParseResult& r) {
+                        if (r.count(name)) set(get<T>(r, name.c_str()));
+                      }});
+    return *this;
+  }
   // --name (a switch) sets field to `when_given`.
   Table& on(const std::string& name, const std::string& help, bool& field, bool when_given = true) {
     flags_.push_back({name, [=](cxxopts::OptionAdder&& adder) { adder(name, help); },
@@ -112,5 +127,12 @@ class Table {
   std::vector<Flag> flags_;
   std::vector<std::pair<std::string, std::string>> sections_;  // first flag, help group
 };
+
+// --mask causal|document and --window W (kernels/attention/mask.h), checked as they are read
+// (an unknown kind or a negative window throws naming the flag): into `mask` (profile,
+// bench-attention), or into `flags`, where a flag left out stays unset and is the model's
+// (train, eval, sample; `model_default` says so in --help).
+void add_mask_flags(Table& t, MaskSpec& mask);
+void add_mask_flags(Table& t, MaskFlags& flags, const std::string& model_default);
 
 }  // namespace cli

@@ -79,6 +79,24 @@ int64_t CpLayout::causal_pairs(int r) const {
   return n;
 }
 
+bool cp_pair_live(const AttnMask& m, int B, int T, const CpChunk& q, const CpChunk& k) {
+  for (int b = 0; b < (m.doc_start ? B : 1); b++)  // without documents every sequence is alike
+    if (tile_kind(m.seq(b, T), q.global_begin, q.global_begin + q.len - 1, k.global_begin,
+                  k.global_begin + k.len - 1) != TileKind::kEmpty)
+      return true;
+  return false;
+}
+
+std::vector<int64_t> cp_rank_visible_pairs(const CpLayout& L, const SeqMask& m) {
+  std::vector<int64_t> pairs(L.cp(), 0);
+  for (int r = 0; r < L.cp(); r++)
+    for (int which = 0; which < 2; which++) {
+      const CpChunk c = L.chunk(r, which);
+      for (int t = c.global_begin; t < c.global_begin + c.len; t++) pairs[r] += t - m.lo(t) + 1;
+    }
+  return pairs;
+}
+
 CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
                           size_t dkv_elem) {
   // Rank r sends, after ring step s, the K/V block it holds (owner ring_source(r, s)) on to

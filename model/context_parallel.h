@@ -34,6 +34,21 @@
 // src > r: Q chunk 2N-1-r against both K chunks. So every step after the first costs every
 // rank the same two full c x c blocks (c = T / 2N), and step 0 two diagonal blocks + one full.
 //
+// Masks (kernels/attention/mask.h: the document mask, a sliding window). The ring passes
+// GLOBAL positions: a chunk pair (q chunk, k chunk) masks key position kp for query position qp
+// by the mask of the whole sequence, lo(qp) <= kp <= qp, with doc_start of the whole (B, T)
+// batch on every rank (each rank computes it from the batch tokens it reads anyway). A pair the
+// mask empties in every sequence of the batch (cp_pair_live) is never computed; its K/V block
+// still travels, because the ring is one-directional: the block of rank r must reach every rank
+// after it, and with the zigzag layout the ranks that need it under a window are r's two
+// neighbours, r + 1 (step 1) and r - 1 (step N - 1, the last): a window only lets every rank
+// skip the compute of the pairs it cannot reach, never a hop. The causal mask keeps the fused
+// problems of the GPU path below; other masks run one problem per live chunk pair.
+// Load balance: zigzag equalises the causal triangle, not a mask. Under the document mask a
+// rank's share of the visible pairs is the sum over its rows t of t - lo(t) + 1
+// (cp_rank_visible_pairs); the trainer's start line prints the shares on the first windows of
+// the data (tests/cpu/test_context_parallel.cpp measures them on synthetic documents).
+//
 // Communication (per rank, per layer, per sequence of the batch; e = bytes per element):
 //   forward   K/V of the NKV key/value heads passed N-1 times:
 //               (N-1) * 2 * (T/N) * NKV * HS * e_kv
@@ -133,6 +148,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/mask.h"
+
 // One zigzag chunk as a rank holds it.
 struct CpChunk {
   int index;         // k in [0, 2N)
@@ -184,6 +201,13 @@ class CpLayout {
  private:
   int N_, T_;
 };
+
+// Whether the chunk pair (q, k) holds a visible (query, key) pair in any of the B sequences of
+// mask m, read at global positions (m.doc_start: (B, T) on the host; {}: causal).
+bool cp_pair_live(const AttnMask& m, int B, int T, const CpChunk& q, const CpChunk& k);
+// The visible (query, key) pairs each rank's queries hold in one sequence under mask m (the
+// sequence's SeqMask over its T global positions): rank r's share of the mask's work.
+std::vector<int64_t> cp_rank_visible_pairs(const CpLayout& L, const SeqMask& m);
 
 // Bytes one rank sends per layer for B sequences of the batch (see the header comment).
 // kv_elem: bytes per K/V element (2 for bf16); dkv_elem: of the dK/dV accumulator (4 for fp32).

@@ -58,8 +58,8 @@ GptCpu<real>::GptCpu(const ModelOptions& opt)
   mask_spec_ = opt.mask;
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());
-  kv_cap_ = opt.kv_cache;
-  kv_cache_.assign((size_t)cfg_.num_layers * 2 * kv_cap_ * kv_row(), 0);
+  kv_ = KvCache(cfg_, mask_spec_, opt.kv_cache, maxT_);
+  kv_cache_.assign((size_t)cfg_.num_layers * 2 * kv_.slots() * kv_row(), 0);
   std::vector<float> init = gpt_init_params(cfg_, opt.seed);
   params.assign(init.begin(), init.end());
   grads.assign(layout_.total, 0);
@@ -317,20 +317,11 @@ void GptCpu<real>::logits_at(int t, float* out) {
 
 template <typename real>
 void GptCpu<real>::prefill(const int* tokens, int n, float* logits) {
-  check_prefill(n, kv_cap_, maxT_);
-  CHECK(mask_spec_.is_causal(), "generation with a KV cache supports the causal mask only; this "
-        "model's mask is %s (--mask, --window)", describe_mask(mask_spec_).c_str());
-  forward(tokens, nullptr, 1, n);
-  const int NH = cfg_.num_heads, NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
-  const size_t QKV = cfg_.qkv_channels(), NQKV = (size_t)maxB_ * maxT_ * QKV;
-  for (int l = 0; l < cfg_.num_layers; l++) {
-    const real* qkv = layer(qkv_, l, NQKV);
-    for (int t = 0; t < n; t++) {
-      std::copy_n(qkv + t * QKV + (size_t)NH * HS, kv_row(), k_cache(l) + t * kv_row());
-      std::copy_n(qkv + t * QKV + (size_t)(NH + NKV) * HS, kv_row(), v_cache(l) + t * kv_row());
-    }
-  }
-  kv_len_ = n;
+  kv_.check_prefill(n);
+  forward(tokens, nullptr, 1, n);  // under the model's mask
+  const size_t NQKV = (size_t)maxB_ * maxT_ * cfg_.qkv_channels();
+  for (int l = 0; l < cfg_.num_layers; l++) store_kv(l, layer(qkv_, l, NQKV), 0, n);
+  kv_.prefilled(tokens, n);
   logits_at(n - 1, logits);
 }
 
@@ -340,8 +331,10 @@ template <typename real>
 void GptCpu<real>::decode(int token, float* logits) {
   const int C = cfg_.channels, L = cfg_.num_layers, Vp = cfg_.padded_vocab_size,
             QKV = cfg_.qkv_channels(), NH = cfg_.num_heads, NKV = cfg_.num_kv_heads,
-            HS = cfg_.head_size(), pos = kv_len_;
-  check_decode(cfg_, kv_cap_, kv_len_, token);
+            HS = cfg_.head_size(), pos = kv_.positions();
+  kv_.check_decode(token);
+  kv_.decoded(token);
+  const KvCache::Keys keys = kv_.visible();
   const real* wpe = cfg_.rope ? (const real*)nullptr : param(P_WPE) + (size_t)pos * C;
   encoder_forward_ref(encoded_, &token, param(P_WTE), wpe, 1, 1, C);
   real* x = encoded_;
@@ -353,9 +346,9 @@ void GptCpu<real>::decode(int token, float* logits) {
     matmul_forward_ref(qkv_, ln1_, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, 1,
                        C, QKV);
     if (cfg_.rope) rope_forward_ref(qkv_, 1, 1, NH, NKV, HS, pos, cfg_.rope_theta);
-    std::copy_n(qkv_ + (size_t)NH * HS, kv_row(), k_cache(l) + (size_t)pos * kv_row());
-    std::copy_n(qkv_ + (size_t)(NH + NKV) * HS, kv_row(), v_cache(l) + (size_t)pos * kv_row());
-    attention_decode_ref(atty_, qkv_, k_cache(l), v_cache(l), pos + 1, NH, NKV, HS);
+    store_kv(l, qkv_, pos, 1);
+    attention_decode_ring_ref(atty_, qkv_, k_cache(l), v_cache(l), keys.n, keys.first,
+                              kv_.slots(), NH, NKV, HS);
     matmul_forward_ref(attproj_, atty_, param(P_ATTPROJW) + (size_t)l * C * C,
                        param(P_ATTPROJB) + l * C, 1, C, C);
     residual_forward_ref(residual2_, x, attproj_, (size_t)C);
@@ -373,8 +366,22 @@ void GptCpu<real>::decode(int token, float* logits) {
   matmul_forward_ref(logits_, lnf_, param(P_WTE), (const real*)nullptr, 1, C, Vp);
   T_ = 1;
   have_targets_ = false;
-  kv_len_ = pos + 1;
   logits_at(0, logits);
+}
+
+// Keys and values of positions p0 .. p0+n-1 (rows 0.. of qkv, (n, QKV)) into layer l's cache,
+// at the rows the cache keeps them in.
+template <typename real>
+void GptCpu<real>::store_kv(int l, const real* qkv, int p0, int n) {
+  const int NH = cfg_.num_heads, NKV = cfg_.num_kv_heads, HS = cfg_.head_size();
+  const size_t QKV = cfg_.qkv_channels();
+  kv_.for_each_store(p0, n, [&](int row, int offset, int len) {
+    for (int i = 0; i < len; i++) {
+      const real* src = qkv + (size_t)(offset + i) * QKV;
+      std::copy_n(src + (size_t)NH * HS, kv_row(), k_cache(l) + (size_t)(row + i) * kv_row());
+      std::copy_n(src + (size_t)(NH + NKV) * HS, kv_row(), v_cache(l) + (size_t)(row + i) * kv_row());
+    }
+  });
 }
 
 template <typename real>

@@ -26,12 +26,14 @@
 // start at each EOT, which belongs to the document it starts) and kept for the backward and
 // recompute. Positions stay the window's: a document that starts at row p sees position
 // embeddings (or RoPE angles) p, p+1, ..., as the GPU model does; only the attention mask
-// changes. prefill()/decode() refuse a non-causal mask (the KV cache path has none).
+// changes. prefill()/decode() run under the mask too: a sliding window keeps a ring of the
+// last W positions, a generated end-of-text token starts a new document (model/kv_cache.h).
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "kernels/attention/attention_ref.h"
+#include "model/kv_cache.h"
 #include "model/layout.h"
 #include "model/model.h"
 
@@ -58,7 +60,8 @@ class GptCpu : public Model {
   size_t peak_memory_bytes() const override;
   void prefill(const int* tokens, int n, float* logits) override;
   void decode(int token, float* logits) override;
-  int cached_positions() const override { return kv_len_; }
+  int cached_positions() const override { return kv_.positions(); }
+  bool can_decode() const override { return kv_.can_decode(); }
 
   // Public for the finite-difference tests.
   std::vector<real> params, grads;  // (layout.total) in llm.c order
@@ -94,11 +97,13 @@ class GptCpu : public Model {
   MaskSpec mask_spec_;
   std::vector<int> doc_start_;  // (B, T) of the last forward's inputs (document mask)
   AttnMask mask_;               // the last forward's mask (into doc_start_)
-  // KV cache (ModelOptions.kv_cache positions): per layer K (kv, NKV, HS) then V, after RoPE.
+  // KV cache (ModelOptions.kv_cache rows, model/kv_cache.h says which position is where): per
+  // layer K (slots, NKV, HS) then V, after RoPE.
   std::vector<real> kv_cache_;
-  int kv_cap_ = 0, kv_len_ = 0;
-  real* k_cache(int l) { return kv_cache_.data() + (size_t)l * 2 * kv_cap_ * kv_row(); }
-  real* v_cache(int l) { return k_cache(l) + (size_t)kv_cap_ * kv_row(); }
+  KvCache kv_;
+  real* k_cache(int l) { return kv_cache_.data() + (size_t)l * 2 * kv_.slots() * kv_row(); }
+  real* v_cache(int l) { return k_cache(l) + (size_t)kv_.slots() * kv_row(); }
+  void store_kv(int l, const real* qkv, int p0, int n);
   size_t kv_row() const { return (size_t)cfg_.num_kv_heads * cfg_.head_size(); }
   int B_ = 0, T_ = 0;
   bool have_targets_ = false;

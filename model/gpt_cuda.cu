@@ -10,10 +10,11 @@
 // directly (cuBLASLt beta = 1, fp32 D; same speed, the output is tiny next to the operands).
 // Activations floatX, LayerNorm statistics and losses fp32.
 //
-// Generation (ModelOptions.kv_cache = positions): prefill() is a forward over the prompt that
+// Generation (ModelOptions.kv_cache = rows): prefill() is a forward over the prompt that
 // also copies every layer's K and V (after RoPE) into the cache (two strided 2-D copies per
-// layer); decode() runs one token through block_forward with decode_pos = its position: the
-// same kernels on one row, and attention_decode (split-K online softmax over the cache).
+// layer and run of rows); decode() runs one token through block_forward with decode_pos = its
+// position: the same kernels on one row, and attention_decode_ring (split-K online softmax over
+// the cache rows its mask lets it see; a sliding window keeps a ring: model/kv_cache.h).
 //
 // Memory: every device buffer is a line of FLASHGPT_MODEL_BUFFERS (model/memory_plan.h, with its
 // shape), sized at construction for (maxB, maxT) by plan_memory() (host code: --plan-only and
@@ -86,7 +87,9 @@ void GptCuda::init(const ModelOptions& opt) {
   device_name_ = prop.name;
   attn_ = make_attention(opt.attn);
   const AttnShape s = shape(maxB_, maxT_);
-  const std::string why = attn_->unsupported_reason(s);
+  validate_mask_spec(opt.mask, cfg_.vocab_size);
+  mask_spec_ = opt.mask;
+  const std::string why = attn_->unsupported_reason(s, mask_spec_);
   CHECK(why.empty(), "--attn %s cannot run this model: %s", opt.attn.c_str(), why.c_str());
   CHECK(!cp_ || attn_->supports_ring(),
         "--attn %s cannot run context parallel (--cp %d): it saves more than the LSE; use --attn "
@@ -96,7 +99,7 @@ void GptCuda::init(const ModelOptions& opt) {
   CHECK(opt.kv_cache >= 0, "internal: negative KV cache length");
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());
-  kv_cap_ = opt.kv_cache;
+  kv_ = KvCache(cfg_, mask_spec_, opt.kv_cache, maxT_);
   MemoryPlanInputs in = memory_plan_inputs(opt);
   in.params_alloc = comm_->params_alloc();
   in.opt_size = comm_->opt_size();
@@ -158,6 +161,7 @@ void GptCuda::init(const ModelOptions& opt) {
   CUDA_CHECK(cudaMallocHost(&h_tokens_, 2 * maxN() * sizeof(int)));
   CUDA_CHECK(cudaMallocHost(&h_loss_, sizeof(float)));
   CUDA_CHECK(cudaMallocHost(&h_norm_, sizeof(double)));
+  if (b_.rope_decode) CUDA_CHECK(cudaMallocHost(&h_rope_row_, cfg_.head_size() * sizeof(float)));
 
   // Deterministic initialisation, the same values as the CPU model (and on every rank).
   const size_t P = comm_->params_alloc(), S = comm_->opt_size();  // ZeRO-1 padding included
@@ -191,6 +195,7 @@ void GptCuda::release() {
   if (h_tokens_) cudaFreeHost(h_tokens_);
   if (h_loss_) cudaFreeHost(h_loss_);
   if (h_norm_) cudaFreeHost(h_norm_);
+  if (h_rope_row_) cudaFreeHost(h_rope_row_);
   if (inputs_copied_) cudaEventDestroy(inputs_copied_);
   att_timer_.reset();
   comm_.reset();
@@ -200,6 +205,7 @@ void GptCuda::release() {
   h_tokens_ = nullptr;
   h_loss_ = nullptr;
   h_norm_ = nullptr;
+  h_rope_row_ = nullptr;
   inputs_copied_ = nullptr;
   stream_ = nullptr;
 }
@@ -278,7 +284,7 @@ void GptCuda::logits_row(const floatX* lnf_row, float* out) {
 }
 
 void GptCuda::prefill(const int* tokens, int n, float* logits) {
-  check_prefill(n, kv_cap_, maxT_);
+  kv_.check_prefill(n);
   kv_fill_ = true;
   try {
     forward(tokens, nullptr, 1, n);
@@ -287,18 +293,24 @@ void GptCuda::prefill(const int* tokens, int n, float* logits) {
     throw;
   }
   kv_fill_ = false;
-  kv_len_ = n;
+  kv_.prefilled(tokens, n);
   logits_at(n - 1, logits);
 }
 
 void GptCuda::decode(int token, float* logits) {
-  const int C = cfg_.channels, L = cfg_.num_layers, pos = kv_len_;
-  check_decode(cfg_, kv_cap_, kv_len_, token);
+  const int C = cfg_.channels, L = cfg_.num_layers, pos = kv_.positions();
+  kv_.check_decode(token);
   attach();
   CUDA_CHECK(cudaEventSynchronize(inputs_copied_));
   h_tokens_[0] = token;
   CUDA_CHECK(cudaMemcpyAsync(b_.inputs, h_tokens_, sizeof(int), cudaMemcpyHostToDevice, stream_));
+  if (cfg_.rope) {  // this position's rotation: any position, past the table's (memory_plan.h)
+    rope_table_ref(h_rope_row_, 1, cfg_.head_size(), cfg_.rope_theta, pos);
+    CUDA_CHECK(cudaMemcpyAsync(b_.rope_decode, h_rope_row_, cfg_.head_size() * sizeof(float),
+                               cudaMemcpyHostToDevice, stream_));
+  }
   CUDA_CHECK(cudaEventRecord(inputs_copied_, stream_));
+  kv_.decoded(token);
   encoder_forward(b_.encoded, b_.inputs, param(P_WTE),
                   cfg_.rope ? nullptr : param(P_WPE) + (size_t)pos * C, 1, 1, C, stream_);
   for (int l = 0; l < L; l++) block_forward(l, 1, 1, pos);
@@ -307,7 +319,6 @@ void GptCuda::decode(int token, float* logits) {
                     param(P_LNFB), 1, C, stream_);
   T_ = 1;  // logits_at(0) is this token's
   have_targets_ = false;
-  kv_len_ = pos + 1;
   logits_row(b_.lnf, logits);
 }
 
@@ -380,7 +391,7 @@ std::unique_ptr<Model> make_cuda_model(const ModelOptions& opt) {
   const GPTConfig& c = opt.config;
   ModelOptions chosen = opt;
   chosen.attn = attention_auto({opt.B, opt.T, c.num_heads, c.num_kv_heads, c.head_size()},
-                               sizeof(floatX));
+                               sizeof(floatX), opt.mask);
   return std::make_unique<GptCuda>(chosen);
 }
 

@@ -10,6 +10,7 @@
 
 #include "kernels/adamw.cuh"
 #include "kernels/attention/attention.cuh"
+#include "kernels/attention/mask.cuh"
 #include "model/context_parallel.h"
 #include "model/ring_attention.cuh"
 #include "kernels/attention/decode.cuh"
@@ -25,6 +26,7 @@
 #include "kernels/rope.h"
 #include "kernels/scale.cuh"
 #include "model/grad_comm.cuh"
+#include "model/kv_cache.h"
 #include "model/layout.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
@@ -101,7 +103,8 @@ class GptCuda : public Model {
   void logits_at(int t, float* out) override;
   void prefill(const int* tokens, int n, float* logits) override;
   void decode(int token, float* logits) override;
-  int cached_positions() const override { return kv_len_; }
+  int cached_positions() const override { return kv_.positions(); }
+  bool can_decode() const override { return kv_.can_decode(); }
 
   // Tests: the guard bytes after every buffer (memory_plan.h).
   std::vector<std::string> guard_violations() const;
@@ -126,9 +129,16 @@ class GptCuda : public Model {
   DeviceBuffers b_;
   size_t guard_bytes_ = 0;  // tests: checked guards after every buffer (memory_plan.h)
 
-  // long context and generation: b_.kv_cache (L, 2, kv_cap_, NKV, HS), per layer K then V
-  int kv_cap_ = 0, kv_len_ = 0;  // cache capacity and positions filled
+  // long context and generation: b_.kv_cache (L, 2, slots, NKV, HS), per layer K then V; which
+  // position is in which row: model/kv_cache.h
+  KvCache kv_;
   bool kv_fill_ = false;         // the running forward is a prefill: copy K, V into the cache
+  // The attention mask (ModelOptions.mask): mask_ of the last forward, its doc_start in
+  // b_.doc_start (B, T of the whole sequence), made once per batch and read by every layer's
+  // forward, backward and recomputation.
+  MaskSpec mask_spec_;
+  AttnMask mask_;
+  std::vector<int> host_doc_start_;  // context parallel: the starts the ring plans with
   Recompute recompute_ = Recompute::kNone;  // ModelOptions.recompute
   bool deterministic_ = false;  // ModelOptions.deterministic
   // ModelOptions.time_attention: CUDA events around every attention call
@@ -140,6 +150,7 @@ class GptCuda : public Model {
 
   // pinned host staging
   int* h_tokens_ = nullptr;  // (2N): inputs, targets
+  float* h_rope_row_ = nullptr;  // (HS) RoPE models with a KV cache: decode()'s position
   float* h_loss_ = nullptr;  // (1)
   double* h_norm_ = nullptr; // (1)
 
@@ -189,12 +200,15 @@ class GptCuda : public Model {
   // residual2 = residual + attproj(atty) -> ln2 -> fc + GELU [-> residual3 = residual2 + fcproj]
   void block_after_attention(int l, int N, bool write_residual3);
   void recompute(int l, int B, int T);  // before layer l's backward: what the mode did not keep
-  floatX* k_cache(int l) const {  // (kv_cap_, NKV, HS) of layer l, then its values
-    return b_.kv_cache + (size_t)l * 2 * kv_cap_ * cfg_.num_kv_heads * cfg_.head_size();
+  floatX* k_cache(int l) const {  // (slots, NKV, HS) of layer l, then its values
+    return b_.kv_cache + (size_t)l * 2 * kv_.slots() * cfg_.num_kv_heads * cfg_.head_size();
   }
   floatX* v_cache(int l) const {
-    return k_cache(l) + (size_t)kv_cap_ * cfg_.num_kv_heads * cfg_.head_size();
+    return k_cache(l) + (size_t)kv_.slots() * cfg_.num_kv_heads * cfg_.head_size();
   }
+  // The forward's batch mask from its inputs: doc_start on the device, and with --cp on the
+  // host too (the ring skips the chunk pairs it empties).
+  void make_mask(const int* inputs, int B, int Tseq);
   void attention_timer(bool start) {  // CUDA event before / after an attention call
     if (att_timer_) start ? att_timer_->start(stream_) : att_timer_->stop(stream_);
   }

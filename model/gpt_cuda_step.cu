@@ -20,6 +20,11 @@
 // used while they are in memory (llm.c's order); the price is 154 MB for the d(wte) buffer at
 // d12 and one extra rounding of d(lnf) when loss_scale is not 1. Without targets no logits are
 // made at all: logits_at() computes its row from the saved lnf (one 1 x C x Vp product).
+// Masks (ModelOptions.mask, kernels/attention/mask.h): forward() makes the batch's mask once,
+// before the first layer: the document starts (b_.doc_start) by document_starts_gpu from the
+// input tokens on the device, or with --cp on the host from the whole batch (the ring plans
+// which chunk pairs to compute from them) and copied up; every attention call of the step
+// (forward, backward, recomputation) gets that mask.
 // Backward mirrors gpt_cpu.cpp: one residual-stream gradient (dresidual, floatX) accumulated
 // by the LayerNorm backwards; per-layer temporaries dl_btc (N, C) and dl_bt4c (N, 4C), the
 // latter reused for dqkv (RoPE: rotated back in place before the qkv product). The GELU
@@ -87,20 +92,23 @@ void GptCuda::block_qkv(int l, int B, int T, int decode_pos) {
   matmul_forward(a.qkv, a.ln1, param(P_QKVW) + (size_t)l * QKV * C, param(P_QKVB) + l * QKV, N, C,
                  QKV, st);
   if (cfg_.rope) {
-    if (decode_pos >= 0)
-      rope_forward(a.qkv, b_.rope_table, B, T, NH, NKV, HS, decode_pos, st);
+    if (decode_pos >= 0)  // decode()'s one row of cos/sin is its position's
+      rope_forward(a.qkv, b_.rope_decode, B, T, NH, NKV, HS, 0, st);
     else
       rope(a.qkv, false, B, T);
   }
-  // Keys and values (after RoPE) into the cache: K rows at qkv + NH*HS, V at + (NH+NKV)*HS.
+  // Keys and values (after RoPE) into the cache rows of their positions (kv_cache.h): K at
+  // qkv + NH*HS, V at + (NH+NKV)*HS of each row.
   if (decode_pos >= 0 || kv_fill_) {
     const size_t es = sizeof(floatX), kv_row = (size_t)NKV * HS;
-    const int pos0 = decode_pos >= 0 ? decode_pos : 0;
-    CUDA_CHECK(cudaMemcpy2DAsync(k_cache(l) + pos0 * kv_row, kv_row * es, a.qkv + (size_t)NH * HS,
-                                 (size_t)QKV * es, kv_row * es, T, cudaMemcpyDeviceToDevice, st));
-    CUDA_CHECK(cudaMemcpy2DAsync(v_cache(l) + pos0 * kv_row, kv_row * es,
-                                 a.qkv + (size_t)(NH + NKV) * HS, (size_t)QKV * es, kv_row * es, T,
-                                 cudaMemcpyDeviceToDevice, st));
+    kv_.for_each_store(decode_pos >= 0 ? decode_pos : 0, T, [&](int row, int offset, int len) {
+      const floatX* src = a.qkv + (size_t)offset * QKV;
+      CUDA_CHECK(cudaMemcpy2DAsync(k_cache(l) + row * kv_row, kv_row * es, src + (size_t)NH * HS,
+                                   (size_t)QKV * es, kv_row * es, len, cudaMemcpyDeviceToDevice, st));
+      CUDA_CHECK(cudaMemcpy2DAsync(v_cache(l) + row * kv_row, kv_row * es,
+                                   src + (size_t)(NH + NKV) * HS, (size_t)QKV * es, kv_row * es,
+                                   len, cudaMemcpyDeviceToDevice, st));
+    });
   }
 }
 
@@ -108,13 +116,16 @@ void GptCuda::block_attention(int l, int B, int T, int decode_pos) {
   const LayerActs a = acts(l);
   attention_timer(true);
   if (decode_pos >= 0) {
-    attention_decode(a.atty, a.qkv, k_cache(l), v_cache(l), decode_pos + 1, cfg_.num_heads,
-                     cfg_.num_kv_heads, cfg_.head_size(), b_.decode_scratch, stream_);
+    const KvCache::Keys keys = kv_.visible();
+    attention_decode_ring(a.atty, a.qkv, k_cache(l), v_cache(l), keys.n, keys.first, kv_.slots(),
+                          cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_size(), b_.decode_scratch,
+                          stream_);
   } else if (ring_) {
     ring_->forward(*attn_, a.atty, static_cast<float*>(static_cast<void*>(a.att_saved)), a.qkv,
                    shape(B, T), ring_bufs_, stream_);
   } else {
     AttnForwardArgs fa{a.atty, a.att_saved, b_.att_scratch, a.qkv, shape(B, T)};
+    fa.mask = mask_;
     attn_->forward(fa, stream_);
   }
   attention_timer(false);
@@ -214,6 +225,7 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   B_ = B;
   T_ = T;
   have_targets_ = targets != nullptr;
+  make_mask(inputs, B, Tseq);
   cudaStream_t st = stream_;
 
   encode(B, T);
@@ -250,6 +262,25 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   // means, which every rank returns).
   const double sum = (double)*h_loss_ * N;
   return world_comm_->all_reduce_mean((float)cp_loss_share(sum, cp_->cp(), B, cp_->T()));
+}
+
+void GptCuda::make_mask(const int* inputs, int B, int Tseq) {
+  mask_ = AttnMask{nullptr, mask_spec_.window};
+  if (mask_spec_.kind != MaskKind::kDocument) {
+    if (ring_) ring_->set_mask(mask_, mask_, B);
+    return;
+  }
+  const int eot = mask_spec_.eot_token(cfg_.vocab_size);
+  const size_t bytes = (size_t)B * Tseq * sizeof(int);
+  if (ring_) {  // every rank the whole sequence's starts, on the host too (the ring's plan)
+    host_doc_start_ = document_starts(inputs, B, Tseq, eot);
+    CUDA_CHECK(cudaMemcpyAsync(b_.doc_start, host_doc_start_.data(), bytes,
+                               cudaMemcpyHostToDevice, stream_));  // pageable: staged at return
+  } else {
+    document_starts_gpu(b_.doc_start, b_.inputs, B, Tseq, eot, stream_);
+  }
+  mask_.doc_start = b_.doc_start;
+  if (ring_) ring_->set_mask(mask_, AttnMask{host_doc_start_.data(), mask_spec_.window}, B);
 }
 
 void GptCuda::backward(float loss_scale) {
@@ -295,6 +326,7 @@ void GptCuda::backward(float loss_scale) {
                       ring_bufs_, st);
     } else {
       AttnBackwardArgs ba{dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty, a.att_saved, s, deterministic_};
+      ba.mask = mask_;
       attn_->backward(ba, st);
     }
     attention_timer(false);

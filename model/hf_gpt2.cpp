@@ -283,3 +283,7 @@ void load_any_model(const std::string& path, GPTConfig& c, std::vector<float>& p
   if (is_hf_model_path(path)) load_hf_gpt2(path, c, params);
   else load_model_file(path, c, params);
 }
+
+MaskSpec read_any_model_mask(const std::string& path) {
+  return is_hf_model_path(path) ? MaskSpec{} : read_model_mask(path);
+}

@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/mask.h"
 #include "model/config.h"
 
 // model.safetensors' metadata "producer": how export recognises its own earlier output.
@@ -57,3 +58,6 @@ void load_hf_gpt2(const std::string& path, GPTConfig& c, std::vector<float>& par
 bool is_hf_model_path(const std::string& path);
 // load_hf_gpt2 or load_model_file (model/checkpoint.h), by is_hf_model_path.
 void load_any_model(const std::string& path, GPTConfig& c, std::vector<float>& params);
+// The mask a model was trained with: read_model_mask for our files, causal for a Hugging Face
+// GPT-2 (it has no other).
+MaskSpec read_any_model_mask(const std::string& path);

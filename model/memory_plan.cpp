@@ -21,23 +21,6 @@ size_t align(size_t n) { return round_up(n, 256); }
 
 }  // namespace
 
-void check_prefill(int n, int kv_cap, int maxT) {
-  CHECK(kv_cap > 0, "internal: prefill() on a model made without a KV cache");
-  CHECK(n >= 1 && n <= kv_cap && n <= maxT,
-        "the prompt is %d tokens; this model holds at most %d (KV cache %d, --seq-len %d)", n,
-        std::min(kv_cap, maxT), kv_cap, maxT);
-}
-
-void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token) {
-  CHECK(kv_cap > 0 && kv_len >= 1, "internal: decode() before prefill()");
-  CHECK(kv_len < kv_cap, "the KV cache is full (%d positions); start again with a shorter context",
-        kv_cap);
-  CHECK(c.rope || kv_len < c.max_seq_len, "position %d is past the model's learned positions "
-        "(%d)", kv_len, c.max_seq_len);
-  CHECK(token >= 0 && token < c.vocab_size, "token id %d is outside the vocabulary (%d)", token,
-        c.vocab_size);
-}
-
 int plan_rows_per_sequence(const ModelOptions& o) {
   return o.cp > 1 ? CpLayout(o.cp, o.T).max_local_len() : o.T;  // CpLayout names --cp, --seq-len
 }
@@ -60,7 +43,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   p.att_saved_per_layer = align(attn.saved_bytes(shape, in.es));
   p.att_scratch_bytes = attn.scratch_bytes(shape, in.es);
   p.kv_per_layer = (size_t)std::max(o.kv_cache, 0) * 2 * cfg.num_kv_heads * cfg.head_size();
-  p.rope_rows = cfg.rope ? std::max<size_t>(o.T, o.kv_cache) : 0;
+  p.rope_rows = cfg.rope ? (size_t)o.T : 0;
 
   const ParamLayout layout(cfg);
   BufferDims d{};
@@ -76,6 +59,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   d.kv = p.kv_per_layer;
   d.decode_scratch = o.kv_cache > 0 ? in.decode_scratch : 0;
   d.rope = p.rope_rows * cfg.head_size();
+  d.rope_decode = cfg.rope && o.kv_cache > 0 ? cfg.head_size() : 0;
+  d.doc = o.mask.kind == MaskKind::kDocument ? (size_t)o.B * o.T : 0;
   d.workspace = in.workspace;
   if (o.cp > 1) {
     const CpRingElems e = cp_ring_elems(CpLayout(o.cp, o.T), o.B, cfg.num_heads,
@@ -93,6 +78,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                 (double)d.KA,    (double)d.KG,       (double)d.chunk,
                                 (double)d.att_saved, (double)d.att_scratch, (double)d.kscratch,
                                 (double)d.kv,    (double)d.decode_scratch, (double)d.rope,
+                                (double)d.rope_decode, (double)d.doc,
                                 (double)d.workspace, (double)d.cp_kv, (double)d.cp_dkv,
                                 (double)d.cp_o};
   const size_t fx = in.es, f32 = 4, f64 = 8, i32 = 4, byte = 1;

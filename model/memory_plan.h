@@ -21,7 +21,10 @@
 // kernels' scratch sizes from their CUDA-free headers.
 // Context parallel (--cp > 1): every per-token buffer holds this rank's rows (B x Tl, Tl the
 // largest zigzag share, about T/cp), plus the ring's K/V blocks, dK/dV accumulators and running
-// O ("context parallel" lines; model/ring_attention.cuh).
+// O ("context parallel" lines; model/ring_attention.cuh). The document mask's starts
+// (doc_start) cover the whole sequence on every rank: the ring reads them at global positions.
+// The RoPE table covers the positions of a forward (T); decode() rotates its one position by a
+// row made on the host (rope_decode), so a ring KV cache (model/kv_cache.h) decodes past it.
 // Each buffer is rounded up to 256 bytes. Not in the plan: the CUDA context, cuBLAS handles and
 // library code (the measured peak counts them; they are tens of MiB).
 #pragma once
@@ -48,6 +51,8 @@ struct BufferDimsOf {
   T kv;                      // KV-cache elements per layer: positions * 2 * NKV * HS, or 0
   T decode_scratch;          // bytes: attention_decode's split-K partials, or 0
   T rope;                    // RoPE table floats: positions * HS (0: learned positions)
+  T rope_decode;             // RoPE floats of decode()'s one position: HS (0: none)
+  T doc;                     // document starts: B * T of the whole sequence (0: no document mask)
   T workspace;               // bytes: cuBLASLt workspace
   T cp_kv, cp_dkv, cp_o;     // context parallel (--cp > 1, else 0): elements of the two K/V
                              // blocks in flight, of all dK/dV buffers, of the running O
@@ -80,6 +85,7 @@ using BufferDims = BufferDimsOf<size_t>;
   X(lnf_mean, "activations", f32, 1, d.N)                /* (N) */                              \
   X(lnf_rstd, "activations", f32, 1, d.N)                /* (N) */                              \
   X(inputs, "activations", i32, 1, d.N)                  /* (N) token ids */                    \
+  X(doc_start, "activations", i32, 1, d.doc)             /* (B, T) mask.h's document starts */  \
   X(targets, "activations", i32, 0, d.N)                 /* (N) */                              \
   X(att_saved, "attention saved", byte, 1, d.KA * d.att_saved) /* (KA, saved per layer) */      \
   X(att_scratch, "attention scratch", byte, 0, d.att_scratch)                                   \
@@ -96,6 +102,7 @@ using BufferDims = BufferDimsOf<size_t>;
   X(kv_cache, "KV cache", fx, 0, d.L * d.kv)             /* (L, 2, positions, NKV, HS) */       \
   X(decode_scratch, "KV cache", byte, 0, d.decode_scratch)                                      \
   X(rope_table, "RoPE table", f32, 0, d.rope)            /* (positions, HS/2, 2) cos, sin */    \
+  X(rope_decode, "RoPE table", f32, 0, d.rope_decode)    /* (HS/2, 2) decode()'s position */    \
   X(workspace, "cuBLASLt workspace", byte, 0, d.workspace)                                    \
   X(cp_kv, "context parallel", fx, 0, d.cp_kv)       /* 2 x (B, Tl, 2*NKV, HS) K/V in flight */    \
   X(cp_dkv, "context parallel", f32, 0, d.cp_dkv)     /* 3 (4 at cp > 2) x (B, Tl, 2*NKV, HS) dK/dV */ \

@@ -76,14 +76,17 @@ class Model {
   // the overlap did not hide); empty otherwise. Waits for the device.
   virtual RingStepTimes cp_times() { return {}; }
 
-  // Generation with a KV cache (ModelOptions.kv_cache > 0 positions, batch row 0 only):
+  // Generation with a KV cache (ModelOptions.kv_cache > 0 rows, batch row 0 only):
   // prefill() runs the prompt (n <= ModelOptions.T tokens) as one forward, stores every
-  // layer's keys and values (after RoPE) at positions 0..n-1 and writes the logits (Vp floats)
+  // layer's keys and values (after RoPE) of positions 0..n-1 and writes the logits (Vp floats)
   // of its last position; decode() appends one token at the next position, attends over the
-  // cache and writes that token's next-token logits. Throws when the cache is full.
+  // cache and writes that token's next-token logits. Both run under the model's mask: with a
+  // sliding window W <= kv_cache rows the cache is a ring of the last W positions and decoding
+  // goes on past the cache's size (model/kv_cache.h). Throws when no position is left.
   virtual void prefill(const int* tokens, int n, float* logits) = 0;
   virtual void decode(int token, float* logits) = 0;
-  virtual int cached_positions() const = 0;  // prompt + decoded tokens held in the cache
+  virtual int cached_positions() const = 0;  // prompt + decoded tokens so far
+  virtual bool can_decode() const = 0;       // decode() has room for one more position
 };
 
 class DistComm;  // the multi-GPU process group: model/dist_comm.h
@@ -108,7 +111,7 @@ struct ModelOptions {
   // model always is.
   bool deterministic = false;
   // --mask / --window (kernels/attention/mask.h): which keys attention lets each query see;
-  // the document mask's documents come from each batch's input tokens. CPU model only so far.
+  // the document mask's documents come from each batch's input tokens.
   MaskSpec mask;
   size_t guard_bytes = 0;          // tests: guards after every device buffer (memory_plan.h)
   // Context parallelism (--cp, CUDA model only; model/context_parallel.h): each
@@ -126,9 +129,6 @@ struct ModelOptions {
   RingTransport* cp_transport = nullptr;
 };
 constexpr int kDefaultClassifierChunk = 8192;
-// The KV-cache preconditions both models check (one error line each; model/memory_plan.cpp).
-void check_prefill(int n, int kv_cap, int maxT);
-void check_decode(const GPTConfig& c, int kv_cap, int kv_len, int token);
 
 // GPT-2 initialisation (llm.c/nanoGPT): weights N(0, 0.02), residual projections
 // (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1 / bias 0.

@@ -220,17 +220,39 @@ const __nv_bfloat16* bf(const floatX* x) { return reinterpret_cast<const __nv_bf
 
 }  // namespace
 
-RingAttention::Pair RingAttention::pair_at(int s) const {
+std::vector<RingAttention::Pair> RingAttention::pairs_at(int s) const {
+  if (!mask_.is_causal()) return live_[s];
   const int r = r_, Tl = L_.local_len(r);
   // Own chunks against own K/V: local rows are in global order within each chunk and chunk r
   // precedes chunk 2N-1-r, so the plain causal mask on local rows is the global one.
-  if (s == 0) return {0, Tl, Tl, true};
+  if (s == 0) return {{0, Tl, 0, Tl, 0, 0, true, false}};
   const int src = L_.ring_source(r, s);
   // src < r: both Q chunks against the block's first chunk (its second follows them: skipped).
-  if (src < r) return {0, Tl, L_.chunk(src, 0).len, false};
+  if (src < r) return {{0, Tl, 0, L_.chunk(src, 0).len, 0, 0, false, true}};
   // src > r: Q chunk 2N-1-r against the whole block (chunk r precedes both: skipped).
   const CpChunk q1 = L_.chunk(r, 1);
-  return {q1.local_begin, q1.len, L_.local_len(src), false};
+  return {{q1.local_begin, q1.len, 0, L_.local_len(src), 0, 0, false, true}};
+}
+
+void RingAttention::set_mask(const AttnMask& device, const AttnMask& host, int B) {
+  CHECK(device.is_causal() == host.is_causal() && device.window == host.window &&
+            (device.doc_start == nullptr) == (host.doc_start == nullptr),
+        "internal: the ring's device and host masks differ");
+  mask_ = device;
+  live_.assign(L_.cp(), {});
+  if (device.is_causal()) return;
+  for (int s = 0; s < L_.cp(); s++) {
+    // Step 0: the own diagonal pairs first, which write the running (O, LSE) of every row.
+    std::vector<CpBlockPair> ps = L_.pairs(r_, s);
+    std::stable_sort(ps.begin(), ps.end(), [](const CpBlockPair& a, const CpBlockPair& b) {
+      return a.kind == CpPairKind::kDiagonal && b.kind != CpPairKind::kDiagonal;
+    });
+    for (const CpBlockPair& p : ps)
+      if (p.kind != CpPairKind::kSkipped && cp_pair_live(host, B, L_.T(), p.q, p.k))
+        live_[s].push_back(Pair{p.q.local_begin, p.q.len, p.k.local_begin, p.k.len,
+                                p.q.global_begin, p.k.global_begin, false,
+                                p.kind != CpPairKind::kDiagonal});
+  }
 }
 
 int RingAttention::begin(const AttentionBackend& a, const AttnShape& local) {
@@ -296,6 +318,8 @@ void RingAttention::forward(const AttentionBackend& a, floatX* out, float* lse,
   p.lse_T = Tl;
   p.o_ld = ldo;
   p.o_bs = (size_t)Tl * ldo;
+  p.mask = mask_;
+  p.mask_T = L_.T();
   for (int s = 0; s < N; s++) {
     if (s > 0) {
       if (s + 1 < N) {  // the next block's hop overlaps this step
@@ -305,17 +329,23 @@ void RingAttention::forward(const AttentionBackend& a, floatX* out, float* lse,
       wait(st, kv_ready, Clock::kKvWait);
       if (s + 1 < N) kv_ready = record(comm_st_);
     }
-    const Pair pr = pair_at(s);
-    set_kv(qkv, rb, s, local, p.k, p.v, p.kv_ld, p.kv_bs);
-    p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
-    p.Tq = pr.Tq;
-    p.Tk = pr.Tk;
-    p.causal = pr.causal;
-    p.lse = lse + pr.q_row0;
-    p.o_run = rb.o_run + (size_t)pr.q_row0 * ldo;
-    p.merge = s > 0;  // step 0 writes the running (O, LSE), later steps merge into them
+    const __nv_bfloat16 *k, *v;
+    set_kv(qkv, rb, s, local, k, v, p.kv_ld, p.kv_bs);
     const int clock = clock_start(Clock::kForward, s, st);
-    a.ring_forward(p, st);
+    for (const Pair& pr : pairs_at(s)) {
+      p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
+      p.k = k + (size_t)pr.k_row0 * p.kv_ld;
+      p.v = v + (size_t)pr.k_row0 * p.kv_ld;
+      p.Tq = pr.Tq;
+      p.Tk = pr.Tk;
+      p.q_pos0 = pr.q_pos0;
+      p.k_pos0 = pr.k_pos0;
+      p.causal = pr.causal;
+      p.lse = lse + pr.q_row0;
+      p.o_run = rb.o_run + (size_t)pr.q_row0 * ldo;
+      p.merge = pr.merge;  // step 0 writes the running (O, LSE), later steps merge into them
+      a.ring_forward(p, st);
+    }
     clock_stop(clock, st);
     done_prev = record(st);
   }
@@ -351,6 +381,8 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
   p.dq_accum = a.ring_dq_accum(scratch, local);
   p.dq_T = Tl;
   p.dkv_ld = row;
+  p.mask = mask_;
+  p.mask_T = L_.T();
   // dkv_acc += the contribution in dkv_in, once it has arrived.
   auto add_in = [&]() {
     wait(st, in_ready, Clock::kDkvWait);
@@ -374,21 +406,27 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
       if (out_free[o]) wait(st, out_free[o]);  // its send two steps ago is done
       CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)L_.local_len(src) * frow, st));
     }
-    const Pair pr = pair_at(s);
-    set_kv(qkv, rb, s, local, p.k, p.v, p.kv_ld, p.kv_bs);
-    p.dk_acc = acc;
-    p.dv_acc = acc + (size_t)NKV * HS;
+    const __nv_bfloat16 *k, *v;
+    set_kv(qkv, rb, s, local, k, v, p.kv_ld, p.kv_bs);
     p.dkv_bs = (size_t)L_.local_len(src) * row;
-    p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
-    p.dout = bf(dout + (size_t)pr.q_row0 * ldo);
-    p.lse = lse + pr.q_row0;
-    p.D = D + pr.q_row0;
-    p.dq_row0 = pr.q_row0;
-    p.Tq = pr.Tq;
-    p.Tk = pr.Tk;
-    p.causal = pr.causal;
     const int clock = clock_start(Clock::kBackward, s, st);
-    a.ring_backward(p, st);
+    for (const Pair& pr : pairs_at(s)) {
+      p.k = k + (size_t)pr.k_row0 * p.kv_ld;
+      p.v = v + (size_t)pr.k_row0 * p.kv_ld;
+      p.dk_acc = acc + (size_t)pr.k_row0 * row;
+      p.dv_acc = p.dk_acc + (size_t)NKV * HS;
+      p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
+      p.dout = bf(dout + (size_t)pr.q_row0 * ldo);
+      p.lse = lse + pr.q_row0;
+      p.D = D + pr.q_row0;
+      p.dq_row0 = pr.q_row0;
+      p.Tq = pr.Tq;
+      p.Tk = pr.Tk;
+      p.q_pos0 = pr.q_pos0;
+      p.k_pos0 = pr.k_pos0;
+      p.causal = pr.causal;
+      a.ring_backward(p, st);
+    }
     clock_stop(clock, st);
     if (s > 1) add_in();  // step s-1's contribution from rank r+s-1, before dkv_in is reused
     done_prev = record(st);

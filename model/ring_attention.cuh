@@ -1,4 +1,4 @@
-// ring_attention — context-parallel causal attention on the GPU: this rank's zigzag chunks of
+// ring_attention — context-parallel attention on the GPU: this rank's zigzag chunks of
 // each sequence (context_parallel.h) against the K/V blocks of every rank as they come round a
 // ring of NCCL send/recv, with any backend that offers the ring hooks (attention.cuh: flash,
 // flash3). The CPU oracle, and the maths in the FlashAttention paper's notation, is
@@ -29,7 +29,14 @@
 //   dqkv = (scale dQacc, dkv_acc) -> bf16
 // The K/V hop of step s+1 overlaps step s, and each dK/dV contribution's trip overlaps the next
 // step: the compute stream meets the other ranks only at the first K/V hop of each layer's
-// backward. (An accumulator that travels with its block, each rank adding to it in turn, makes
+// backward.
+// Masks (set_mask, once per batch; context_parallel.h "Masks"): a mask other than causal runs
+// one problem per chunk pair that it leaves live (cp_pair_live on the host copy of the batch's
+// doc_start), each with its global q_pos0 / k_pos0 and the device doc_start (B, T): step 0
+// writes the own diagonal pairs first (every row sees itself, so every row's running LSE is
+// finite) and merges the third pair; later steps merge. A pair the mask empties launches
+// nothing; its block is still passed on. The kernels must merge a row with no visible key in a
+// live pair (LSE_blk = -inf) as nothing. (An accumulator that travels with its block, each rank adding to it in turn, makes
 // two hard meeting points per layer at cp 2: ~4% of a step at T = 1M on 2 x H100.)
 // take_times() (timing on) measures each step's attention and the compute stream's waits for
 // the ring: what the overlap failed to hide, and the skew between the ranks.
@@ -40,7 +47,8 @@
 // GPU, copies between the buffers of virtual ranks that run as threads of one process
 // (LocalRingHub): the same schedule, events and buffers, only the wire differs.
 //
-// Limits: bf16 (the ring hooks are bf16 kernels); the backend's own (HS 64/128); T >= 2N;
+// Limits: bf16 (the ring hooks are bf16 kernels); the backend's own (HS 64/128, and the masks
+// its spec takes); T >= 2N;
 // kArrival dQ order (not bitwise reproducible: --deterministic with --cp > 1 is refused).
 //
 // Test:  ./build/test_gpu --gtest_filter='*RingAttention*' (tests/gpu/test_ring_attention.cu;
@@ -157,6 +165,10 @@ class RingAttention {
   RingAttention(const RingAttention&) = delete;
   RingAttention& operator=(const RingAttention&) = delete;
 
+  // The batch's mask, before its first forward: `device` what the kernels read (doc_start
+  // (B, L.T()) on the device; {}: causal), `host` the same with doc_start on the host, which
+  // the schedule plans with (the pairs to compute). B: the batch's sequences.
+  void set_mask(const AttnMask& device, const AttnMask& host, int B);
   // local: (B, Tl = L.local_len(r), NH, NKV, HS). out (B, Tl, NH, HS); lse (B, NH, Tl);
   // qkv (B, Tl, NH + 2*NKV, HS) with RoPE already applied at global positions.
   void forward(const AttentionBackend& a, floatX* out, float* lse, const floatX* qkv,
@@ -196,12 +208,18 @@ class RingAttention {
   int clock_start(Clock what, int step, cudaStream_t st);
   void clock_stop(int interval, cudaStream_t st);
   // What this rank computes at ring step s: its query rows [q_row0, q_row0 + Tq) against rows
-  // [0, Tk) of the K/V in hand (its own in qkv at s = 0), causal only at s = 0.
+  // [k_row0, k_row0 + Tk) of the K/V in hand (its own in qkv at s = 0), at global positions
+  // q_pos0 / k_pos0 under a mask; causal (only at s = 0) under the causal mask; merge: into the
+  // running (O, LSE) (else it writes them).
   struct Pair {
-    int q_row0, Tq, Tk;
-    bool causal;
+    int q_row0, Tq, k_row0, Tk, q_pos0, k_pos0;
+    bool causal, merge;
   };
-  Pair pair_at(int s) const;
+  // The causal mask: one fused problem per step (context_parallel.h). Another: one problem per
+  // live chunk pair, planned by set_mask.
+  std::vector<Pair> pairs_at(int s) const;
+  AttnMask mask_;                        // the device mask of set_mask
+  std::vector<std::vector<Pair>> live_;  // [step] the live chunk pairs (a mask other than causal)
   int begin(const AttentionBackend& a, const AttnShape& local);  // checks; returns Tl
   // kv[0] = this rank's K/V, its first hop posted; returns "kv[1] arrived" (null for cp 1).
   cudaEvent_t send_own_kv(const floatX* qkv, const AttnShape& local, const RingBuffers& rb,

@@ -9,8 +9,9 @@
 // rank computes at step s depends on another rank's step s.
 //
 // Inside a block: for a query at global position qp and keys at global positions
-// kg .. kg + len - 1, the visible keys are a prefix, the first clamp(qp - kg + 1, 0, len): a
-// full pair sees all of them, a diagonal pair a prefix, and no pair ever needs a T x T mask.
+// kg .. kg + len - 1, the visible keys are one run, those at positions lo(qp) .. qp (mask.h;
+// causal: lo = 0, so a prefix): a full pair sees all of them, a diagonal pair a prefix, and no
+// pair ever needs a T x T mask.
 #include "model/ring_attention_ref.h"
 
 #include <algorithm>
@@ -59,15 +60,30 @@ void check_ring(const AttnShape& s, const CpLayout& L, const char* who) {
   CHECK(s.T == L.T(), "%s: shape T=%d but the cp layout is for T=%d", who, s.T, L.T());
 }
 
-// Keys of chunk k visible to the query at global position qp: a prefix of this many.
-int visible_keys(int qp, const CpChunk& k) {
-  return std::max(0, std::min(k.len, qp - k.global_begin + 1));
+// Keys of chunk k visible to the query at global position qp: those of index c0 <= c < c1 in
+// the chunk (c0 >= c1: none).
+struct KeyRun {
+  int c0, c1;
+};
+KeyRun visible_keys(const SeqMask& m, int qp, const CpChunk& k) {
+  return KeyRun{std::max(0, m.lo(qp) - k.global_begin),
+                std::max(0, std::min(k.len, qp - k.global_begin + 1))};
 }
 
-int64_t visible_pairs(const CpChunk& q, const CpChunk& k) {
+// Visible pairs of the chunk pair over the batch's sequences.
+int64_t visible_pairs(const AttnMask& m, int B, int T, const CpChunk& q, const CpChunk& k) {
   int64_t n = 0;
-  for (int r = 0; r < q.len; r++) n += visible_keys(q.global_begin + r, k);
+  for (int b = 0; b < B; b++)
+    for (int r = 0; r < q.len; r++) {
+      const KeyRun run = visible_keys(m.seq(b, T), q.global_begin + r, k);
+      n += std::max(0, run.c1 - run.c0);
+    }
   return n;
+}
+
+// Whether the ring computes the pair: not skipped by the causal layout, and (a mask) live.
+bool computed(const CpBlockPair& p, const AttnMask& m, int B, int T) {
+  return p.kind != CpPairKind::kSkipped && (m.is_causal() || cp_pair_live(m, B, T, p.q, p.k));
 }
 
 // The K/V heads of a rank's qkv, packed as the block that travels: (B, Tl, 2*NKV, HS).
@@ -112,7 +128,8 @@ void reset_trace(RingTrace* t, int N) {
 
 template <typename real>
 void attention_block_forward_ref(real* o_blk, real* lse_blk, const real* qkv, const real* kv,
-                                 AttnShape s, int Tq, int Tk, CpChunk q, CpChunk k) {
+                                 AttnShape s, int Tq, int Tk, CpChunk q, CpChunk k,
+                                 const AttnMask& mask) {
   check_block(s, Tq, Tk, q, k, "attention_block_forward_ref");
   const Local X(s, Tq, Tk);
   const int HS = s.HS, group = s.NH / s.NKV;
@@ -122,10 +139,11 @@ void attention_block_forward_ref(real* o_blk, real* lse_blk, const real* qkv, co
     for (int h = 0; h < s.NH; h++) {
       const int kvh = h / group;
       for (int r = 0; r < q.len; r++) {
-        const int t = q.local_begin + r, cols = visible_keys(q.global_begin + r, k);
+        const int t = q.local_begin + r;
+        const KeyRun run = visible_keys(mask.seq(b, s.T), q.global_begin + r, k);
         const real* qr = qkv + X.q(b, t, h);
         double m = kNegInf;
-        for (int c = 0; c < cols; c++) {
+        for (int c = run.c0; c < run.c1; c++) {
           const real* kc = kv + X.k(b, k.local_begin + c, kvh);
           double acc = 0.0;
           for (int d = 0; d < HS; d++) acc += double(qr[d]) * double(kc[d]);
@@ -134,15 +152,16 @@ void attention_block_forward_ref(real* o_blk, real* lse_blk, const real* qkv, co
         }
         double l = 0.0;
         std::fill(O.begin(), O.end(), 0.0);
-        for (int c = 0; c < cols; c++) {
+        for (int c = run.c0; c < run.c1; c++) {
           const double p = std::exp(S[c] - m);
           const real* vc = kv + X.v(b, k.local_begin + c, kvh);
           l += p;
           for (int d = 0; d < HS; d++) O[d] += p * double(vc[d]);
         }
+        const bool any = run.c1 > run.c0;
         real* o = o_blk + X.o(b, t, h);
-        for (int d = 0; d < HS; d++) o[d] = real(cols > 0 ? O[d] / l : 0.0);
-        lse_blk[X.row(b, h, t)] = real(cols > 0 ? m + std::log(l) : kNegInf);
+        for (int d = 0; d < HS; d++) o[d] = real(any ? O[d] / l : 0.0);
+        lse_blk[X.row(b, h, t)] = real(any ? m + std::log(l) : kNegInf);
       }
     }
 }
@@ -176,7 +195,7 @@ void attention_merge_ref(real* o, real* lse, const real* o_blk, const real* lse_
 template <typename real>
 void attention_block_backward_ref(real* dq, real* dkv, const real* dout, const real* qkv,
                                   const real* kv, const real* lse, const real* D, AttnShape s,
-                                  int Tq, int Tk, CpChunk q, CpChunk k) {
+                                  int Tq, int Tk, CpChunk q, CpChunk k, const AttnMask& mask) {
   check_block(s, Tq, Tk, q, k, "attention_block_backward_ref");
   const Local X(s, Tq, Tk);
   const int HS = s.HS, group = s.NH / s.NKV;
@@ -190,12 +209,13 @@ void attention_block_backward_ref(real* dq, real* dkv, const real* dout, const r
       std::fill(dV.begin(), dV.end(), 0.0);
       for (int h = kvh * group; h < (kvh + 1) * group; h++)
         for (int r = 0; r < q.len; r++) {
-          const int t = q.local_begin + r, cols = visible_keys(q.global_begin + r, k);
+          const int t = q.local_begin + r;
+          const KeyRun run = visible_keys(mask.seq(b, s.T), q.global_begin + r, k);
           const real* qr = qkv + X.q(b, t, h);
           const real* dO = dout + X.o(b, t, h);
           const double LSE_r = double(lse[X.row(b, h, t)]), D_r = double(D[X.row(b, h, t)]);
           std::fill(dqr.begin(), dqr.end(), 0.0);
-          for (int c = 0; c < cols; c++) {
+          for (int c = run.c0; c < run.c1; c++) {
             const real* kc = kv + X.k(b, k.local_begin + c, kvh);
             const real* vc = kv + X.v(b, k.local_begin + c, kvh);
             double S = 0.0, dP = 0.0;
@@ -231,8 +251,10 @@ void attention_block_backward_ref(real* dq, real* dkv, const real* dout, const r
 
 template <typename real>
 void ring_attention_forward_ref(real* const* out, real* const* lse, const real* const* qkv,
-                                AttnShape s, const CpLayout& L, RingTrace* trace) {
+                                AttnShape s, const CpLayout& L, const AttnMask& mask,
+                                RingTrace* trace) {
   check_ring(s, L, "ring_attention_forward_ref");
+  validate_mask(mask, s.B, s.T, "ring_attention_forward_ref");
   const int N = L.cp();
   reset_trace(trace, N);
   std::vector<std::vector<real>> hold(N);  // the K/V block each rank holds
@@ -254,13 +276,14 @@ void ring_attention_forward_ref(real* const* out, real* const* lse, const real* 
       CHECK(owner[r] == src, "ring_attention_forward_ref: rank %d holds block %d at step %d, "
             "expected %d", r, owner[r], step, src);
       for (const CpBlockPair& p : L.pairs(r, step)) {
-        if (trace) trace->pairs_by_kind[int(p.kind)][r]++;
-        if (p.kind == CpPairKind::kSkipped) continue;
+        const bool live = computed(p, mask, s.B, s.T);
+        if (trace) trace->pairs_by_kind[int(live ? p.kind : CpPairKind::kSkipped)][r]++;
+        if (!live) continue;
         attention_block_forward_ref(o_blk[r].data(), lse_blk[r].data(), qkv[r], hold[r].data(),
-                                    s, L.local_len(r), L.local_len(src), p.q, p.k);
+                                    s, L.local_len(r), L.local_len(src), p.q, p.k, mask);
         attention_merge_ref(out[r], lse[r], o_blk[r].data(), lse_blk[r].data(), s,
                             L.local_len(r), p.q);
-        if (trace) trace->visible_pairs[r] += visible_pairs(p.q, p.k);
+        if (trace) trace->visible_pairs[r] += visible_pairs(mask, s.B, s.T, p.q, p.k);
       }
     }
     if (step < N - 1) ring_pass(hold, owner, L, trace);
@@ -271,8 +294,9 @@ template <typename real>
 void ring_attention_backward_ref(real* const* dqkv, const real* const* dout,
                                  const real* const* qkv, const real* const* out,
                                  const real* const* lse, AttnShape s, const CpLayout& L,
-                                 RingTrace* trace) {
+                                 const AttnMask& mask, RingTrace* trace) {
   check_ring(s, L, "ring_attention_backward_ref");
+  validate_mask(mask, s.B, s.T, "ring_attention_backward_ref");
   const int N = L.cp();
   reset_trace(trace, N);
   std::vector<std::vector<real>> hold(N), dacc(N);  // K/V block in hand; each rank's dK/dV
@@ -318,12 +342,13 @@ void ring_attention_backward_ref(real* const* dqkv, const real* const* dout,
       if (trace) trace->held[step][r] = step == 0 ? r : owner[r];
       dkv_blk.assign(kv.size(), real(0));
       for (const CpBlockPair& p : L.pairs(r, step)) {
-        if (trace) trace->pairs_by_kind[int(p.kind)][r]++;
-        if (p.kind == CpPairKind::kSkipped) continue;
+        const bool live = computed(p, mask, s.B, s.T);
+        if (trace) trace->pairs_by_kind[int(live ? p.kind : CpPairKind::kSkipped)][r]++;
+        if (!live) continue;
         attention_block_backward_ref(dq[r].data(), dkv_blk.data(), dout[r], qkv[r], kv.data(),
                                      lse[r], D[r].data(), s, L.local_len(r), L.local_len(src),
-                                     p.q, p.k);
-        if (trace) trace->visible_pairs[r] += visible_pairs(p.q, p.k);
+                                     p.q, p.k, mask);
+        if (trace) trace->visible_pairs[r] += visible_pairs(mask, s.B, s.T, p.q, p.k);
       }
       if (step > 0 && trace) {  // sent to the owner
         trace->dkv_sent_to[step][r] = src;
@@ -368,18 +393,21 @@ void cp_rope_backward_ref(real* dqkv, AttnShape s, const CpLayout& L, int r, flo
 
 #define INSTANTIATE(real)                                                                       \
   template void attention_block_forward_ref<real>(real*, real*, const real*, const real*,      \
-                                                  AttnShape, int, int, CpChunk, CpChunk);      \
+                                                  AttnShape, int, int, CpChunk, CpChunk,       \
+                                                  const AttnMask&);                            \
   template void attention_merge_ref<real>(real*, real*, const real*, const real*, AttnShape,   \
                                           int, CpChunk);                                       \
   template void attention_block_backward_ref<real>(real*, real*, const real*, const real*,     \
                                                    const real*, const real*, const real*,      \
-                                                   AttnShape, int, int, CpChunk, CpChunk);     \
+                                                   AttnShape, int, int, CpChunk, CpChunk,      \
+                                                   const AttnMask&);                           \
   template void ring_attention_forward_ref<real>(real* const*, real* const*, const real* const*, \
-                                                 AttnShape, const CpLayout&, RingTrace*);       \
+                                                 AttnShape, const CpLayout&, const AttnMask&,   \
+                                                 RingTrace*);                                   \
   template void ring_attention_backward_ref<real>(real* const*, const real* const*,             \
                                                   const real* const*, const real* const*,       \
                                                   const real* const*, AttnShape,                \
-                                                  const CpLayout&, RingTrace*);                 \
+                                                  const CpLayout&, const AttnMask&, RingTrace*); \
   template void cp_rope_forward_ref<real>(real*, AttnShape, const CpLayout&, int, float);       \
   template void cp_rope_backward_ref<real>(real*, AttnShape, const CpLayout&, int, float);
 INSTANTIATE(float)

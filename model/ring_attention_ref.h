@@ -1,4 +1,4 @@
-// ring_attention_ref — context-parallel causal attention on the CPU: N virtual ranks in one
+// ring_attention_ref — context-parallel attention on the CPU: N virtual ranks in one
 // process, each holding its zigzag chunks (context_parallel.h) of the sequence, passing K/V
 // blocks round a ring. The oracle of the GPU ring (and equal, to fp32 rounding, to full
 // attention: attention_ref.h). Layout, chunks, ring schedule and pair kinds: context_parallel.h.
@@ -15,6 +15,8 @@
 //   for s = 0 .. N-1:                                  (KV_hold[r] is rank (r - s) mod N's)
 //     for each chunk pair (Q chunk i of r, K/V chunk j of the held block):
 //       skipped (j > i): nothing.  full (j < i): no mask.  diagonal (j == i): causal mask
+//       (a mask, mask.h: each key masked by lo(qp) <= kp <= qp at global positions; a pair it
+//       empties in every sequence, cp_pair_live, is skipped too)
 //       S_ij = scale Q_i K_j^T;  m = rowmax S_ij;  l = rowsum exp(S_ij - m)
 //       O_blk = exp(S_ij - m) V_j / l;  LSE_blk = m + log l          (attention_block_forward_ref)
 //       LSE_new = log(exp LSE_i + exp LSE_blk)                        (attention_merge_ref)
@@ -59,23 +61,28 @@ struct RingTrace {
   std::vector<std::vector<int>> held;     // [step][rank] owner of the K/V block held
   std::vector<std::vector<int>> dkv_sent_to;  // [step][rank] backward: where the step's dK/dV
                                               // contribution went (-1: kept, the own step 0)
-  std::vector<int64_t> visible_pairs;     // [rank] unmasked (q, k) pairs computed
-  std::vector<int64_t> pairs_by_kind[3];  // [CpPairKind][rank] chunk pairs met of each kind
+  std::vector<int64_t> visible_pairs;     // [rank] unmasked (q, k) pairs computed, per head,
+                                          // summed over the batch's sequences
+  // [CpPairKind][rank] chunk pairs met of each kind; with a mask, a pair it empties counts as
+  // skipped
+  std::vector<int64_t> pairs_by_kind[3];
   std::vector<size_t> bytes_sent;         // [rank] with sizeof(real) per element
 };
 
 // One (Q chunk, K/V chunk) block: the partial attention of Q rows [q.local_begin, +q.len) of
 // the local qkv against K/V rows [k.local_begin, +k.len) of the block in hand, masked by
-// GLOBAL position (key visible iff k.global_begin + c <= q.global_begin + r), so any offsets
-// work: a full pair never masks, a diagonal pair masks, a row with no visible key gets
-// O_blk = 0, LSE_blk = -inf. Writes only the q chunk's rows of o_blk and lse_blk.
-// s.T is unused; Tq = rows of qkv/o_blk/lse_blk, Tk = rows of kv.
+// GLOBAL position (key kp = k.global_begin + c visible to query qp = q.global_begin + r iff
+// lo(qp) <= kp <= qp; causal: lo = 0), so any offsets work: a full pair never masks, a
+// diagonal pair masks, a row with no visible key gets O_blk = 0, LSE_blk = -inf. Writes only
+// the q chunk's rows of o_blk and lse_blk. Tq = rows of qkv/o_blk/lse_blk, Tk = rows of kv;
+// s.T: the whole sequence's length, at which mask.doc_start (B, s.T) is read.
 template <typename real>
 void attention_block_forward_ref(real* o_blk,       // (B, Tq, NH, HS) partial O, normalised
                                  real* lse_blk,     // (B, NH, Tq) partial LSE
                                  const real* qkv,   // (B, Tq, NH + 2*NKV, HS) (Q heads read)
                                  const real* kv,    // (B, Tk, 2*NKV, HS)
-                                 AttnShape s, int Tq, int Tk, CpChunk q, CpChunk k);
+                                 AttnShape s, int Tq, int Tk, CpChunk q, CpChunk k,
+                                 const AttnMask& mask = {});
 
 // Merges a partial (o_blk, lse_blk) into the running (o, lse) over the rows of chunk q, exactly:
 //   LSE' = log(e^LSE + e^LSE_blk),  O' = e^(LSE - LSE') O + e^(LSE_blk - LSE') O_blk.
@@ -97,22 +104,26 @@ void attention_block_backward_ref(real* dq,          // (B, Tq, NH, HS) +=
                                   const real* kv,    // (B, Tk, 2*NKV, HS)
                                   const real* lse,   // (B, NH, Tq)
                                   const real* D,     // (B, NH, Tq)
-                                  AttnShape s, int Tq, int Tk, CpChunk q, CpChunk k);
+                                  AttnShape s, int Tq, int Tk, CpChunk q, CpChunk k,
+                                  const AttnMask& mask = {});
 
 // The whole ring. Pointer arrays have one entry per rank (L.cp() of them); s.T must equal
-// L.T(). trace: optional (nullptr), filled with what the ring did.
+// L.T(). mask: {} causal, or the mask of the whole (B, T) batch (doc_start at global positions,
+// the same on every rank). trace: optional (nullptr), filled with what the ring did.
 template <typename real>
 void ring_attention_forward_ref(real* const* out,        // [cp] (B, Tl_r, NH, HS)
                                 real* const* lse,        // [cp] (B, NH, Tl_r)
                                 const real* const* qkv,  // [cp] (B, Tl_r, NH + 2*NKV, HS)
-                                AttnShape s, const CpLayout& L, RingTrace* trace = nullptr);
+                                AttnShape s, const CpLayout& L, const AttnMask& mask = {},
+                                RingTrace* trace = nullptr);
 template <typename real>
 void ring_attention_backward_ref(real* const* dqkv,        // [cp] (B, Tl_r, NH+2*NKV, HS) =
                                  const real* const* dout,  // [cp] (B, Tl_r, NH, HS)
                                  const real* const* qkv,   // [cp] (B, Tl_r, NH + 2*NKV, HS)
                                  const real* const* out,   // [cp] (B, Tl_r, NH, HS)
                                  const real* const* lse,   // [cp] (B, NH, Tl_r)
-                                 AttnShape s, const CpLayout& L, RingTrace* trace = nullptr);
+                                 AttnShape s, const CpLayout& L, const AttnMask& mask = {},
+                                 RingTrace* trace = nullptr);
 
 // RoPE at global positions on rank r's local qkv (forward) or dqkv (backward), in place: each
 // chunk's rows are rotated by their global positions (rope.h, pos0 = the chunk's a_k).

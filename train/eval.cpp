@@ -44,9 +44,13 @@ EvalResult run_eval(const EvalOptions& opt, FILE* out) {
           "first", opt.data_dir.c_str());
     pattern = opt.data_dir + "/val_*.bin";
   }
+  // The checkpoint's mask unless --mask / --window say otherwise; documents end at the
+  // tokenizer's end-of-text token.
+  MaskSpec mask = opt.mask.over(read_any_model_mask(opt.checkpoint));
   std::vector<int> token_bytes;
   if (!tok_path.empty()) {
     Tokenizer tok = Tokenizer::load(tok_path);
+    mask.eot = tok.eot_token();
     CHECK(tok.vocab_size() == cfg.vocab_size, "eval: tokenizer '%s' has %d tokens but the "
           "checkpoint's vocabulary is %d; give the tokenizer the model was trained with "
           "(--tokenizer)", tok_path.c_str(), tok.vocab_size(), cfg.vocab_size);
@@ -54,6 +58,7 @@ EvalResult run_eval(const EvalOptions& opt, FILE* out) {
     for (int t = 0; t < cfg.vocab_size; t++)
       token_bytes[t] = t == tok.eot_token() ? 0 : (int)tok.decode_token(t).size();
   }
+  validate_mask_spec(mask, cfg.vocab_size);
   const int B = opt.batch, T = opt.seq_len > 0 ? opt.seq_len : cfg.max_seq_len;
   CHECK(T <= cfg.max_seq_len || cfg.rope, "--seq-len %d is longer than the model's %d learned "
         "positions; lower --seq-len", T, cfg.max_seq_len);
@@ -71,6 +76,7 @@ EvalResult run_eval(const EvalOptions& opt, FILE* out) {
   mo.B = B;
   mo.T = T;
   mo.attn = opt.attn;
+  mo.mask = mask;
   std::unique_ptr<Model> model = make_model(opt.device, mo);
   model->set_params(params);
   EvalResult r;
@@ -79,9 +85,10 @@ EvalResult run_eval(const EvalOptions& opt, FILE* out) {
   r.perplexity = std::exp(r.loss);
   if (r.sums.bytes > 0) r.bits_per_byte = r.sums.loss_sum / std::log(2.0) / r.sums.bytes;
 
-  std::fprintf(out, "eval: %s on %s (%s): %lld batches x %d x %d = %lld tokens | loss %.6f | "
-               "perplexity %.3f | %s\n", opt.checkpoint.c_str(), pattern.c_str(),
-               model->device_name(), (long long)n, B, T, (long long)r.sums.tokens, r.loss,
+  std::fprintf(out, "eval: %s on %s (%s, %s mask): %lld batches x %d x %d = %lld tokens | loss "
+               "%.6f | perplexity %.3f | %s\n", opt.checkpoint.c_str(), pattern.c_str(),
+               model->device_name(), describe_mask(mask).c_str(), (long long)n, B, T,
+               (long long)r.sums.tokens, r.loss,
                r.perplexity, r.bits_per_byte >= 0
                    ? flashgpt::strformat("%.4f bits/byte", r.bits_per_byte).c_str()
                    : "bits/byte: no tokenizer");
@@ -91,6 +98,8 @@ EvalResult run_eval(const EvalOptions& opt, FILE* out) {
     std::string j = "{\"producer\": " + json_quote(kEvalJsonProducer);
     j += ", \"checkpoint\": " + json_quote(opt.checkpoint) + ", \"data\": " + json_quote(pattern);
     j += ", \"device\": " + json_quote(model->device_name());
+    j += flashgpt::strformat(", \"mask\": %s, \"window\": %d",
+                             json_quote(mask_kind_name(mask.kind)).c_str(), mask.window);
     j += flashgpt::strformat(", \"batches\": %lld, \"batch\": %d, \"seq_len\": %d, \"tokens\": %lld",
                              (long long)n, B, T, (long long)r.sums.tokens);
     j += flashgpt::strformat(", \"loss\": %.9g, \"perplexity\": %.9g", r.loss, r.perplexity);

@@ -12,6 +12,10 @@ void run_export(const ExportOptions& opt, FILE* out) {
   GPTConfig cfg;
   std::vector<float> params;
   load_any_model(opt.checkpoint, cfg, params);
+  const MaskSpec mask = read_any_model_mask(opt.checkpoint);
+  CHECK(mask.is_causal(), "export --format hf: '%s' was trained with the mask '%s' (--mask, "
+        "--window); GPT2LMHeadModel attends causally over its whole context and would compute "
+        "another model; only a causal model without a window exports", opt.checkpoint.c_str(), describe_mask(mask).c_str());
   std::string tok_path = tokenizer_beside(opt.checkpoint);
   int eot = -1;
   if (file_exists(tok_path)) {

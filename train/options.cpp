@@ -100,8 +100,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .add("rope-theta", "RoPE base", opt.rope_theta)
     .add("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", recompute)
     .add("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", opt.classifier_chunk)
-    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (the attention backward 6-22% slower with flash3, 11-15% with flash)", opt.deterministic)
-    .add("device", kDeviceHelp, opt.device)
+    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (the attention backward 6-22% slower with flash3, 11-15% with flash)", opt.deterministic);
+  cli::add_mask_flags(t, opt.mask, "the --init / --resume model's, else causal with no window");
+  t.add("device", kDeviceHelp, opt.device)
     .add("seq-len", "sequence length T", opt.seq_len)
     .add("batch", "micro-batch B (sequences per forward pass)", opt.batch)
     .add("total-batch", "tokens per optimizer step (gradient accumulation when > batch*seq-len); 0 = batch*seq-len", opt.total_batch)
@@ -233,6 +234,7 @@ bool parse_sample_options(int argc, char** argv, SampleOptions& opt) {
     .add("seed", "random seed", opt.seed)
     .add("context", "tokens the model sees at once (0 = the model's maximum; RoPE models may go beyond it); a longer prompt or output slides the window", opt.context)
     .on("no-kv-cache", "recompute the whole context for every new token (no KV cache)", opt.kv_cache, false);
+  cli::add_mask_flags(t, opt.mask, "the checkpoint's");
   if (!t.parse(argc, argv)) return false;
   check_checkpoint_options(opt, "sample");
   CHECK(opt.tokens >= 1 && opt.tokens <= kMaxSampleTokens,
@@ -253,6 +255,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& opt) {
     .add("seq-len", "tokens per sequence (0 = the model's maximum)", opt.seq_len)
     .add("steps", "batches to evaluate (0 = the whole split)", opt.steps)
     .add("json", "also write the result as JSON to this file", opt.json_path);
+  cli::add_mask_flags(t, opt.mask, "the checkpoint's");
   if (!t.parse(argc, argv)) return false;
   check_checkpoint_options(opt, "eval");
   CHECK(!opt.data_dir.empty() || !opt.val_pattern.empty(),

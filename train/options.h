@@ -35,6 +35,9 @@ struct TrainOptions {
   Recompute recompute = Recompute::kNone;  // --recompute (model/recompute.h)
   int classifier_chunk = 0;        // --classifier-chunk rows (0 = 8192)
   bool deterministic = false;      // --deterministic: bitwise-reproducible attention backward
+  // --mask, --window (kernels/attention/mask.h): left out, the --init or --resume model's, else
+  // causal with no window
+  MaskFlags mask;
   std::string device = "auto";     // auto | cpu | cuda
   // batch and schedule
   int seq_len = 256, batch = 8;
@@ -77,6 +80,7 @@ struct SampleOptions {  // `flashgpt sample` (train/sample.h)
   std::string attn = "auto";  // parse_attn: a registry name or auto
   int tokens = 256, top_k = 0;
   int context = 0;  // --context: the window in tokens; 0 = the model's max_seq_len
+  MaskFlags mask;   // --mask, --window: left out, the checkpoint's
   float temperature = 1.0f;
   uint64_t seed = 1337;
   bool kv_cache = true;  // --no-kv-cache: recompute the whole context for every token
@@ -89,6 +93,7 @@ struct EvalOptions {  // `flashgpt eval` (train/eval.h)
   int batch = 8;
   int seq_len = 0;    // 0: the model's max_seq_len
   int64_t steps = 0;  // batches; 0: the whole split
+  MaskFlags mask;     // --mask, --window: left out, the checkpoint's
 };
 
 struct ExportOptions {  // `flashgpt export` (train/export.h)

@@ -83,6 +83,15 @@ TrainOptions resume_options(const TrainOptions& opt, int64_t step, const TrainSt
       res.setting(flag, o, s, "a resumed run keeps its optimizer and schedule (to train on with "
                   "another, start a new run from the weights with --init)");
   });
+  // The mask is the model's (model_N.bin records it; older files: causal, no window).
+  const MaskSpec model_mask = read_model_mask(model_checkpoint_path(opt.out_dir, step));
+  std::string kind = r.mask.kind ? mask_kind_name(*r.mask.kind) : "";
+  int window = r.mask.window.value_or(0);
+  const char* why_mask = "a resumed run keeps the mask its model was trained with (to train on "
+                         "with another, start a new run from the weights with --init)";
+  res.setting("mask", kind, std::string(mask_kind_name(model_mask.kind)), why_mask);
+  res.setting("window", window, model_mask.window, why_mask);
+  r.mask = MaskFlags{mask_kind_from_name(kind), window};
   if (saved.data_order != 0) {  // older files do not say
     const bool in_order = saved.data_order == kDataInOrder;
     CHECK(!opt.given.count("no-shuffle") || in_order, "--resume: the checkpoint ('%s') was "

@@ -7,6 +7,8 @@
 //     --lr --warmup --lr-final-frac --weight-decay --grad-clip  the optimizer and its schedule
 //     --layers --heads --kv-heads --channels --pos --max-seq-len --rope-theta, and --model
 //                                                               the model (model_N.bin)
+//     --mask --window                                           the mask it is trained with
+//                                                               (model_N.bin)
 //   or may change:
 //     --steps   where the run stops; not given: where the checkpoint's run was to stop. The
 //               schedule stays the first run's: its cosine ends at the step where that run's

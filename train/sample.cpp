@@ -36,7 +36,8 @@ int sample_from_logits(const float* logits, int V, float temperature, int top_k,
 
 int kv_restart_tokens(int window) { return std::max(1, window / 2); }
 
-SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool kv_cache) {
+SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool kv_cache,
+                               int attn_window, int max_positions) {
   CHECK(prompt >= 1 && n_new >= 1 && window >= 1,
         "internal: sample sizes for prompt %lld, %lld new tokens, window %d", (long long)prompt,
         (long long)n_new, window);
@@ -48,11 +49,28 @@ SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool k
     return s;
   }
   const int64_t first = std::min<int64_t>(prompt, window);  // the first prefill
-  // Decoding fills positions first .. longest - 1; past `window` the cache restarts.
-  const bool restarts = longest > window;
+  // A ring of the model's sliding window (model/kv_cache.h) decodes on until the positions end
+  // (max_positions; 0: never); a plain cache until it holds `window` positions. Then the cache
+  // restarts.
+  const bool ring = attn_window > 0 && attn_window <= window && longest > attn_window;
+  const bool restarts = ring ? max_positions > 0 && longest > max_positions : longest > window;
   s.T = (int)std::max<int64_t>(first, restarts ? kv_restart_tokens(window) : 0);
-  s.kv_cache = (int)std::min<int64_t>(window, longest);
+  s.kv_cache = ring ? attn_window : (int)std::min<int64_t>(window, longest);
   return s;
+}
+
+ModelOptions sample_model_options(const GPTConfig& cfg, const SampleSizes& sizes,
+                                  const MaskSpec& mask, int window, const std::string& attn) {
+  ModelOptions mo;
+  mo.config = cfg;
+  mo.B = 1;
+  mo.T = sizes.T;
+  mo.kv_cache = sizes.kv_cache;
+  mo.mask = mask;
+  mo.attn = attn;
+  // RoPE has no position table: a window past the trained length only needs more table rows.
+  if (cfg.rope) mo.config.max_seq_len = std::max(cfg.max_seq_len, window);
+  return mo;
 }
 
 namespace {
@@ -107,9 +125,9 @@ std::vector<int> generate_kv(Model& model, const std::vector<int>& prompt, int n
   for (int i = 0; i < n_new; i++) {
     const int next = g.draw(temperature, top_k, on_token);
     if (i + 1 == n_new) break;
-    if (model.cached_positions() < window) {
+    if (model.can_decode()) {
       model.decode(next, g.logits.data());
-    } else {  // the window is full: restart from its last half
+    } else {  // the cache is full or the positions end: restart from the window's last half
       const int keep = kv_restart_tokens(window);
       model.prefill(g.toks.data() + g.toks.size() - keep, keep, g.logits.data());
     }
@@ -152,17 +170,22 @@ int run_sample(const SampleOptions& opt, FILE* out) {
   if (prompt.size() > (size_t)window)
     std::fprintf(stderr, "sample: the prompt is %zu tokens, longer than the model's window of %d; "
                  "it sees the last %d\n", prompt.size(), window, window);
+  // The checkpoint's mask unless --mask / --window say otherwise; documents end at the
+  // tokenizer's end-of-text token, which a generated one is too.
+  MaskSpec mask = opt.mask.over(read_any_model_mask(opt.checkpoint));
+  mask.eot = tok.eot_token();
+  validate_mask_spec(mask, cfg.vocab_size);
+  const int max_positions = cfg.rope ? 0 : cfg.max_seq_len;
   const SampleSizes sizes = sample_model_sizes((int64_t)prompt.size(), opt.tokens, window,
-                                               opt.kv_cache);
-  ModelOptions mo;
-  mo.config = cfg;
-  mo.B = 1;
-  mo.T = sizes.T;
-  mo.kv_cache = sizes.kv_cache;
-  // RoPE has no position table: a window past the trained length only needs more table rows.
-  if (cfg.rope) mo.config.max_seq_len = std::max(cfg.max_seq_len, window);
-  mo.attn = opt.attn;
-  std::unique_ptr<Model> model = make_model(opt.device, mo);
+                                               opt.kv_cache, mask.window, max_positions);
+  if (opt.kv_cache && mask.window > 0 && !cfg.rope &&
+      (int64_t)prompt.size() + opt.tokens - 1 > cfg.max_seq_len)
+    std::fprintf(stderr, "sample: the model's %d learned positions end before the %lld tokens "
+                 "of prompt and output; from there the window restarts with its last %d tokens "
+                 "(a --pos rope model with --window generates on in O(window) memory)\n",
+                 cfg.max_seq_len, (long long)prompt.size() + opt.tokens, kv_restart_tokens(window));
+  std::unique_ptr<Model> model =
+      make_model(opt.device, sample_model_options(cfg, sizes, mask, window, opt.attn));
   model->set_params(params);
   std::fputs(opt.prompt.c_str(), out);
   auto print = [&](int t) {

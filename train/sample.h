@@ -10,6 +10,12 @@
 //                  When the cache holds W positions, the last kv_restart_tokens(W) = max(1,
 //                  W/2) tokens are prefilled again at positions 0.. and decoding goes on (a
 //                  window that jumps by W/2, so each restart costs one prefill of W/2 tokens).
+//                  A model with a sliding window --window Wa <= W keeps a ring of its last Wa
+//                  positions instead (model/kv_cache.h): no restart, O(Wa) memory, for as many
+//                  tokens as its positions allow (RoPE: any number; learned: max_seq_len, then
+//                  the restart above).
+// The model's mask applies to both (the checkpoint's, or sample's --mask / --window): a
+// generated end-of-text token starts a new document, which sees only itself and what follows.
 // Inside the window (prompt + output <= W + 1 tokens) both see exactly the same context, so
 // they give the same tokens up to rounding (tests/cpu/test_model.cpp: identical on the CPU;
 // tests/gpu/test_train_gpu.cu). Past it they differ by design (slide by 1 vs jump by W/2).
@@ -34,11 +40,18 @@ int kv_restart_tokens(int window);
 // The model a sampler needs (ModelOptions.T, .kv_cache) for a prompt of `prompt` tokens,
 // n_new new tokens and a window of `window` tokens; kv_cache 0 for generate(). Only what the
 // run reaches is reserved: a short sample from a 128K-context model does not plan 128K rows.
+// attn_window: the model's sliding window (0: none); max_positions: its learned positions
+// (0: RoPE, no end).
 struct SampleSizes {
   int T = 0;         // longest forward: generate()'s context, or generate_kv()'s prefill
-  int kv_cache = 0;  // positions of KV cache (generate_kv() only)
+  int kv_cache = 0;  // rows of KV cache (generate_kv() only)
 };
-SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool kv_cache);
+SampleSizes sample_model_sizes(int64_t prompt, int64_t n_new, int window, bool kv_cache,
+                               int attn_window = 0, int max_positions = 0);
+// The model `flashgpt sample` makes of a checkpoint's config: one sequence, sized by `sizes`,
+// under `mask`, with the window of `window` tokens (RoPE models: past max_seq_len too).
+ModelOptions sample_model_options(const GPTConfig& cfg, const SampleSizes& sizes,
+                                  const MaskSpec& mask, int window, const std::string& attn);
 
 // model: made with ModelOptions sized by sample_model_sizes(prompt.size(), n_new, window,
 // false) or larger. Returns the n_new new tokens; on_token sees each as it is drawn.

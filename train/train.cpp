@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "data/dataloader.h"
+#include "data/documents.h"
 #include "data/files.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
@@ -170,6 +171,7 @@ struct StartPoint {
   int64_t resume_step = -1;
   std::string model_path;
   GPTConfig cfg;
+  MaskSpec mask;  // the model file's (model/checkpoint.h); causal for a fresh model
   std::vector<float> params;
 };
 
@@ -182,6 +184,7 @@ struct Run {
   CpGrid grid;
   DataSources data;
   GPTConfig cfg;
+  MaskSpec mask;  // --mask, --window (or the model's), eot the tokenizer's
   int B = 0, T = 0, accum = 1;  // micro-batch, sequence length, micro-steps per step
   std::unique_ptr<OutDirLock> out_lock;
   std::unique_ptr<DataLoader> train_loader, val_loader;
@@ -270,6 +273,7 @@ StartPoint find_start(const Run& run, int64_t resume_step) {
   int vocab = run.data.tok ? run.data.tok->vocab_size() : opt.vocab_size;
   if (!sp.model_path.empty()) {
     load_any_model(sp.model_path, sp.cfg, sp.params);  // --init: ours, llm.c's or Hugging Face's
+    sp.mask = read_any_model_mask(sp.model_path);
     if (vocab == 0) vocab = sp.cfg.vocab_size;
     CHECK(vocab == sp.cfg.vocab_size, "checkpoint '%s' has a vocabulary of %d but the tokenizer / "
           "--vocab-size says %d; use the matching tokenizer", sp.model_path.c_str(),
@@ -351,6 +355,7 @@ std::unique_ptr<Model> make_run_model(const Run& run, const Comms& comms) {
   mo.attn = opt.attn;
   mo.recompute = opt.recompute;
   mo.deterministic = opt.deterministic;
+  mo.mask = run.mask;
   mo.classifier_chunk = opt.classifier_chunk;
   // With --cp the gradient all-reduce waits for the end of the backward: overlapped, it would run
   // on the world communicator while the ring's hops run on the cp one, two NCCL kernels that
@@ -383,6 +388,76 @@ void restore_state(Run& run, int64_t resume_step) {
   run.first_step = (int)st.step + 1;
 }
 
+// Tokens of the training shards the start line reads for its document statistics: a fraction
+// of a second on a large corpus.
+constexpr size_t kDocumentStatsTokens = 10'000'000;
+
+// With --cp and a mask that is not causal: how the mask's work falls on the zigzag ranks, over
+// the first windows of T tokens of the first shard (at most kDocumentStatsTokens of them, at
+// least one window). "" when the shard holds no whole window.
+std::string cp_balance(const Run& run, const std::string& first_shard) {
+  const std::vector<uint16_t> stream = read_shard(first_shard);
+  const size_t T = run.T;
+  const int windows = (int)std::min(stream.size() / T, std::max<size_t>(1, kDocumentStatsTokens / T));
+  if (windows == 0) return "";
+  const std::vector<int> tokens(stream.begin(), stream.begin() + windows * T);
+  const std::vector<int> starts = run.mask.kind == MaskKind::kDocument
+      ? document_starts(tokens.data(), windows, run.T, run.mask.eot_token(run.cfg.vocab_size))
+      : std::vector<int>();
+  const AttnMask m{starts.empty() ? nullptr : starts.data(), run.mask.window};
+  const CpLayout layout(run.grid.cp, run.T);
+  std::vector<int64_t> pairs(run.grid.cp, 0);
+  for (int w = 0; w < windows; w++) {
+    const std::vector<int64_t> p = cp_rank_visible_pairs(layout, m.seq(w, run.T));
+    for (int r = 0; r < run.grid.cp; r++) pairs[r] += p[r];
+  }
+  int64_t total = 0, most = 0;
+  for (int64_t p : pairs) total += p, most = std::max(most, p);
+  std::string shares;
+  for (int64_t p : pairs) shares += flashgpt::strformat(" %.1f%%", 100.0 * p / std::max<int64_t>(total, 1));
+  const double imbalance = total > 0 ? double(most) * run.grid.cp / double(total) : 1.0;
+  return flashgpt::strformat("context parallel under the %s mask: the ranks' shares of its "
+                             "attention work over %d window%s:%s (busiest / mean %.2f%s)",
+                             describe_mask(run.mask).c_str(), windows, windows > 1 ? "s" : "",
+                             shares.c_str(), imbalance,
+                             imbalance > 1.1 ? flashgpt::strformat(": the others wait %.0f%% of "
+                                 "the ring's attention time", 100 * (1 - 1 / imbalance)).c_str()
+                                             : "");
+}
+
+// The training shards' documents, and what the mask leaves of causal attention's work (with
+// --cp, how it falls on the ranks). --bench reads no shards: only a window's share is said.
+void describe_documents(const Run& run) {
+  if (run.opt.quiet || !run.lead) return;
+  const MaskSpec& m = run.mask;
+  const double window_share = double(window_pairs(run.T, m.window)) / double(window_pairs(run.T, 0));
+  if (run.opt.bench) {
+    if (m.window > 0 && m.window < run.T)
+      run.say(flashgpt::strformat("attention: --window %d leaves %.1f%% of causal attention's "
+                                  "work at T %d", m.window, 100 * window_share, run.T));
+    return;
+  }
+  const std::vector<std::string> files = glob_files(run.data.train_pattern, "--train-pattern");
+  const DocumentLengths docs = shard_document_lengths(files, m.eot_token(run.cfg.vocab_size),
+                                                      kDocumentStatsTokens);
+  std::string line = "documents: " + format_document_stats(docs.stats());
+  if (docs.stats().tokens >= kDocumentStatsTokens)
+    line += flashgpt::strformat(" (the first %zu tokens of the training shards)", kDocumentStatsTokens);
+  if (m.kind == MaskKind::kDocument)
+    line += flashgpt::strformat("; the %s mask leaves %.1f%% of causal attention's work at T %d",
+                                describe_mask(m).c_str(),
+                                100 * document_mask_work_fraction(docs.lengths(), run.T, m.window),
+                                run.T);
+  else if (m.window > 0 && m.window < run.T)
+    line += flashgpt::strformat("; --window %d leaves %.1f%% of causal attention's work at T %d",
+                                m.window, 100 * window_share, run.T);
+  run.say(line);
+  if (run.grid.cp > 1 && !m.is_causal()) {
+    const std::string balance = cp_balance(run, files.front());
+    if (!balance.empty()) run.say(balance);
+  }
+}
+
 // The lines that open a run: the model, the device and batch, the process grid, the memory plan.
 void describe_run(const Run& run) {
   const TrainOptions& opt = run.opt;
@@ -393,9 +468,11 @@ void describe_run(const Run& run) {
                 "positions, %.2fM parameters", cfg.num_layers, cfg.channels, cfg.num_heads,
                 cfg.num_kv_heads, cfg.head_size(), cfg.vocab_size, cfg.padded_vocab_size,
                 cfg.max_seq_len, cfg.rope ? "rotary" : "learned", model.num_parameters() / 1e6));
-  run.say(flashgpt::strformat("device: %s | attention: %s | recompute: %s | batch %d x %d, %d "
-                "micro-steps -> %lld tokens/step", model.device_name(), model.attention_name(),
+  run.say(flashgpt::strformat("device: %s | attention: %s, %s mask | recompute: %s | batch %d x "
+                "%d, %d micro-steps -> %lld tokens/step", model.device_name(),
+                model.attention_name(), describe_mask(run.mask).c_str(),
                 recompute_name(opt.recompute), run.B, run.T, run.accum, (long long)opt.total_batch));
+  describe_documents(run);
   if (run.world > 1)
     run.say(flashgpt::strformat("data parallel: %d processes (NCCL)%s, %d x %d per %s per micro-step, %s",
                                 run.world, cp > 1 ? flashgpt::strformat(" = dp %d x cp %d", dp, cp).c_str() : "",
@@ -440,6 +517,9 @@ void set_up(Run& run, Comms& comms) {
   const int64_t resume_step = opt.resume ? continue_run(run) : -1;
   StartPoint start = find_start(run, resume_step);
   run.cfg = start.cfg;
+  run.mask = opt.mask.over(start.mask);
+  run.mask.eot = run.data.tok ? run.data.tok->eot_token() : -1;
+  validate_mask_spec(run.mask, run.cfg.vocab_size);
   run.B = opt.batch;
   run.T = opt.seq_len;
   // Tokens per micro-step over all ranks: B*T per dp group (its cp ranks share the sequences).
@@ -506,7 +586,8 @@ void save_checkpoint(Run& run, int step) {
   // pair as the latest.
   save_state_file(state_checkpoint_path(opt.out_dir, step, run.rank), st);
   if (run.comm) run.mean_over_ranks(0.0);  // barrier: every rank's state is written
-  if (run.lead) save_model_file(model_checkpoint_path(opt.out_dir, step), run.cfg, params);
+  if (run.lead)
+    save_model_file(model_checkpoint_path(opt.out_dir, step), run.cfg, params, run.mask);
   run.say(flashgpt::strformat("checkpoint: %s", model_checkpoint_path(opt.out_dir, step).c_str()));
 }
 
@@ -695,8 +776,13 @@ void report_bench(const Run& run, const LoopStats& ls, TrainResult& result) {
   std::sort(timed.begin(), timed.end());
   const double med = timed[timed.size() / 2];
   const double tps = opt.total_batch / (med / 1e3);
-  // FLOPs per token, as llm.c: 6N for the matrices + 6*L*C*T for causal attention.
-  const double flops_tok = 6.0 * model.num_parameters() + 6.0 * run.cfg.num_layers * run.cfg.channels * run.T;
+  // FLOPs per token, as llm.c: 6N for the matrices + 6*L*C*T for causal attention, times the
+  // share a --window leaves (the random tokens of --bench hold almost no end-of-text tokens, so
+  // the document mask leaves them whole).
+  const double window_share = double(window_pairs(run.T, run.mask.window)) /
+                              double(window_pairs(run.T, 0));
+  const double flops_tok = 6.0 * model.num_parameters() +
+                           6.0 * run.cfg.num_layers * run.cfg.channels * run.T * window_share;
   const double peak = peak_flops(model.device_name());
   // Rank 0's median: the ranks meet in the collectives every step, so all run at one pace.
   const double tps_gpu = tps / run.world;

@@ -56,8 +56,8 @@ __device__ __forceinline__ float elem(const x128 (&r)[kLoads], int e) {
 template <int HS, int GQ>
 __global__ void __launch_bounds__(DecodeTraits<HS, GQ>::Threads)
     decode_partial_kernel(float* part_acc, float* part_ml, const floatX* q, const floatX* k_cache,
-                          const floatX* v_cache, int n, int NH, int NKV, int chunk, int S,
-                          float qscale) {
+                          const floatX* v_cache, int n, int first, int slots, int NH, int NKV,
+                          int chunk, int S, float qscale) {
   using Tr = DecodeTraits<HS, GQ>;
   constexpr int L = Tr::L, NG = Tr::NG, KU = Tr::KU, Threads = Tr::Threads;
   __shared__ float sm_m[GQ][NG], sm_l[GQ][NG];
@@ -100,8 +100,9 @@ __global__ void __launch_bounds__(DecodeTraits<HS, GQ>::Threads)
       const int j = jb + u * NG + kg;
       valid[u] = j < j1;
       if (valid[u]) {
-        load_row(kr[u], kb + (size_t)j * row);
-        load_row(vr[u], vb + (size_t)j * row);
+        const int slot = first + j < slots ? first + j : first + j - slots;  // j < n <= slots
+        load_row(kr[u], kb + (size_t)slot * row);
+        load_row(vr[u], vb + (size_t)slot * row);
       } else {
 #pragma unroll
         for (int c = 0; c < kLoads; c++)
@@ -239,7 +240,7 @@ void plan_splits(int n, int hchunks, int step, int blocks_per_sm, int* S, int* c
 
 template <int HS, int GQ>
 void run_decode(floatX* out, const floatX* q, const floatX* k_cache, const floatX* v_cache,
-                int n, int NH, int NKV, void* scratch, cudaStream_t stream) {
+                int n, int first, int slots, int NH, int NKV, void* scratch, cudaStream_t stream) {
   const int hchunks = NKV * ceil_div(NH / NKV, GQ);
   int S = 0, chunk = 0;
   plan_splits(n, hchunks, DecodeTraits<HS, GQ>::kStep, partial_blocks_per_sm<HS, GQ>(), &S,
@@ -248,7 +249,7 @@ void run_decode(floatX* out, const floatX* q, const floatX* k_cache, const float
   float* part_ml = (float*)((char*)scratch + align256((size_t)NH * S * HS * sizeof(float)));
   const float qscale = kLog2e / std::sqrt((float)HS);
   decode_partial_kernel<HS, GQ><<<dim3(hchunks, S), DecodeTraits<HS, GQ>::Threads, 0, stream>>>(
-      part_acc, part_ml, q, k_cache, v_cache, n, NH, NKV, chunk, S, qscale);
+      part_acc, part_ml, q, k_cache, v_cache, n, first, slots, NH, NKV, chunk, S, qscale);
   CUDA_CHECK_LAUNCH();
   decode_combine_kernel<<<dim3(NH, HS / 32), kCombineThreads, 0, stream>>>(out, part_acc, part_ml,
                                                                           S, HS);
@@ -257,11 +258,18 @@ void run_decode(floatX* out, const floatX* q, const floatX* k_cache, const float
 
 template <int HS>
 void run_decode_hs(floatX* out, const floatX* q, const floatX* k_cache, const floatX* v_cache,
-                   int n, int NH, int NKV, void* scratch, cudaStream_t stream) {
+                   int n, int first, int slots, int NH, int NKV, void* scratch,
+                   cudaStream_t stream) {
   switch (decode_gq(NH / NKV)) {
-    case 1: run_decode<HS, 1>(out, q, k_cache, v_cache, n, NH, NKV, scratch, stream); break;
-    case 2: run_decode<HS, 2>(out, q, k_cache, v_cache, n, NH, NKV, scratch, stream); break;
-    default: run_decode<HS, kMaxGQ>(out, q, k_cache, v_cache, n, NH, NKV, scratch, stream); break;
+    case 1:
+      run_decode<HS, 1>(out, q, k_cache, v_cache, n, first, slots, NH, NKV, scratch, stream);
+      break;
+    case 2:
+      run_decode<HS, 2>(out, q, k_cache, v_cache, n, first, slots, NH, NKV, scratch, stream);
+      break;
+    default:
+      run_decode<HS, kMaxGQ>(out, q, k_cache, v_cache, n, first, slots, NH, NKV, scratch, stream);
+      break;
   }
 }
 
@@ -269,8 +277,17 @@ void run_decode_hs(floatX* out, const floatX* q, const floatX* k_cache, const fl
 
 void attention_decode(floatX* out, const floatX* q, const floatX* k_cache, const floatX* v_cache,
                       int n, int NH, int NKV, int HS, void* scratch, cudaStream_t stream) {
+  attention_decode_ring(out, q, k_cache, v_cache, n, 0, std::max(n, 1), NH, NKV, HS, scratch,
+                        stream);
+}
+
+void attention_decode_ring(floatX* out, const floatX* q, const floatX* k_cache,
+                           const floatX* v_cache, int n, int first, int slots, int NH, int NKV,
+                           int HS, void* scratch, cudaStream_t stream) {
   CHECK(n >= 1 && NH >= 1 && NKV >= 1, "attention_decode: bad shape n=%d NH=%d NKV=%d", n, NH,
         NKV);
+  CHECK(n <= slots && first >= 0 && first < slots,
+        "attention_decode: %d keys from row %d of a ring of %d rows", n, first, slots);
   CHECK(NH % NKV == 0, "attention_decode: NH=%d is not a multiple of NKV=%d", NH, NKV);
   CHECK(decode_min_step(HS) > 0,
         "attention_decode: head size HS=%d is not supported (32, 64, 128 or 256)", HS);
@@ -279,9 +296,11 @@ void attention_decode(floatX* out, const floatX* q, const floatX* k_cache, const
         "attention_decode: q, k_cache, v_cache and scratch must be 16-byte aligned device "
         "pointers (scratch non-null)");
   switch (HS) {
-    case 32: run_decode_hs<32>(out, q, k_cache, v_cache, n, NH, NKV, scratch, stream); break;
-    case 64: run_decode_hs<64>(out, q, k_cache, v_cache, n, NH, NKV, scratch, stream); break;
-    case 128: run_decode_hs<128>(out, q, k_cache, v_cache, n, NH, NKV, scratch, stream); break;
-    case 256: run_decode_hs<256>(out, q, k_cache, v_cache, n, NH, NKV, scratch, stream); break;
+#define FLASHGPT_DECODE_HS(hs)                                                                  \
+  case hs:                                                                                     \
+    run_decode_hs<hs>(out, q, k_cache, v_cache, n, first, slots, NH, NKV, scratch, stream);    \
+    break;
+    FLASHGPT_DECODE_HS(32) FLASHGPT_DECODE_HS(64) FLASHGPT_DECODE_HS(128) FLASHGPT_DECODE_HS(256)
+#undef FLASHGPT_DECODE_HS
   }
 }

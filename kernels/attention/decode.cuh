@@ -25,7 +25,7 @@
 // bound by the score arithmetic (tuning notes in decode.cu).
 // Limits: n >= 1, NH % NKV == 0, HS in {32, 64, 128, 256} (CHECK with a clear message); q,
 // k_cache, v_cache and scratch 16-byte aligned (CHECK); n <= the max_n the scratch was sized for.
-// Test: build/test_gpu --gtest_filter='AttentionDecode*'
+// Test: build/test_gpu --gtest_filter='AttentionDecode*'  (the ring: AttentionDecode.Ring*)
 // Bench: build/flashgpt bench-kernels --only decode   (n = 131072)
 #pragma once
 #include <cstddef>
@@ -41,3 +41,11 @@ void attention_decode(floatX* out,            // (NH, HS) overwritten
                       int n, int NH, int NKV, int HS,
                       void* scratch,          // attention_decode_scratch_bytes(max_n >= n, NH, HS)
                       cudaStream_t stream);
+// The same over a ring (decode.h): key j = 0..n-1 at row (first + j) % slots of the caches,
+// 1 <= n <= slots, 0 <= first < slots (CHECK). The row index wraps once per key in pass 1.
+void attention_decode_ring(floatX* out, const floatX* q,
+                           const floatX* k_cache,  // (slots, NKV, HS)
+                           const floatX* v_cache,  // (slots, NKV, HS)
+                           int n, int first, int slots, int NH, int NKV, int HS,
+                           void* scratch,  // attention_decode_scratch_bytes(max_n >= n, NH, HS)
+                           cudaStream_t stream);

@@ -5,13 +5,16 @@
 //   Equals the last row (t = n-1) of causal attention over the n positions
 //   (attention_naive_forward_ref with B = 1, T = n).
 //   Masks (mask.h) are the caller's choice of keys: the query sees every key it is given, so a
-//   document mask or window passes the cache positions lo(n-1)..n-1 (k_cache + lo rows, n - lo),
-//   or a window's ring buffer of the last W positions (all visible; the softmax does not depend
-//   on their order).
+//   document mask or window passes the cache positions lo(n-1)..n-1 (k_cache + lo rows, n - lo).
+// Ring (attention_decode_ring*): the cache is a ring of `slots` rows and the n keys the query
+// sees are rows first, first+1, ... (mod slots): a sliding window's last W positions (position p
+// in row p % slots), or the part of them in the query's document (kernels/attention/mask.h).
+// The softmax is over a set, so the rows' order in the ring changes nothing but rounding.
 // CPU reference (the oracle): double arithmetic (max-subtracted softmax), rounded once to
 // `real`; instantiated for float and double in decode.cpp. CUDA version: decode.cuh.
-// Bad shapes (n, NH, NKV or HS < 1, NH % NKV != 0) throw flashgpt::Error.
-// Test: build/test_cpu --gtest_filter='AttentionDecodeRef*'
+// Bad shapes (n, NH, NKV or HS < 1, NH % NKV != 0, a ring range outside the ring) throw
+// flashgpt::Error.
+// Test: build/test_cpu --gtest_filter='AttentionDecodeRef*'  (ring: AttentionDecodeRef.Ring*)
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -54,3 +57,10 @@ void attention_decode_ref(real* out,            // (NH, HS)
                           const real* k_cache,  // (n, NKV, HS) positions 0..n-1
                           const real* v_cache,  // (n, NKV, HS)
                           int n, int NH, int NKV, int HS);
+// Keys j = 0..n-1 at ring rows (first + j) % slots; 1 <= n <= slots, 0 <= first < slots.
+template <typename real>
+void attention_decode_ring_ref(real* out,            // (NH, HS)
+                               const real* q,        // (NH, HS)
+                               const real* k_cache,  // (slots, NKV, HS)
+                               const real* v_cache,  // (slots, NKV, HS)
+                               int n, int first, int slots, int NH, int NKV, int HS);

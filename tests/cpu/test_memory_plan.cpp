@@ -145,7 +145,8 @@ TEST(MemoryPlan, OptionalLines) {
   EXPECT_GT(kv.buffers[kBuf_decode_scratch].bytes, 0u);
   EXPECT_EQ(lines(kv)["KV cache"], (kv.buffers[kBuf_kv_cache].bytes + 255) / 256 * 256 +
                                        (kv.buffers[kBuf_decode_scratch].bytes + 255) / 256 * 256);
-  EXPECT_EQ(kv.rope_rows, 512u);  // the table covers the cache's positions
+  EXPECT_EQ(kv.rope_rows, 256u);  // a forward's positions; decode() rotates by its own row
+  EXPECT_EQ(kv.buffers[kBuf_rope_decode].count, 64u);
   o.config.rope = 0;
   EXPECT_EQ(lines(plan_memory(memory_plan_inputs_host(o))).count("RoPE table"), 0u);
 }

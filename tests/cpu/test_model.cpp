@@ -463,6 +463,37 @@ TEST(Sampling, KvCacheAndRecomputeAgreeInsideTheWindow) {
   }
 }
 
+// A RoPE model trained with a sliding window W samples past its trained length from a ring of
+// W cache rows (model/kv_cache.h), generated EOTs starting new documents: greedy tokens equal
+// those of recomputing the whole sequence under the same mask at every step (no sliding).
+TEST(Sampling, RingCacheGeneratesPastTheTrainedLength) {
+  GPTConfig c = decode_config(true, 4);
+  c.max_seq_len = 16;
+  const MaskSpec mask{MaskKind::kDocument, 6, 3};  // token 3 ends documents: it occurs
+  const int P = 5, n_new = 60, context = c.max_seq_len;
+  const SampleSizes sz = sample_model_sizes(P, n_new, context, true, mask.window, 0);
+  EXPECT_EQ(sz.kv_cache, mask.window);
+  EXPECT_EQ(sz.T, P);  // the prompt's prefill only: the ring never restarts
+  const ModelOptions mo = sample_model_options(c, sz, mask, context, "flash");
+  GptCpu<float> ring(mo);
+  Rng rng(23);
+  for (float& p : ring.params) p += 0.2f * (float)rng.normal();
+  ModelOptions full_opt = mo;
+  full_opt.config.max_seq_len = full_opt.T = P + n_new;
+  full_opt.kv_cache = 0;
+  GptCpu<float> full(full_opt);
+  full.params = ring.params;
+  std::vector<int> prompt(P);
+  random_tokens(prompt, c.vocab_size, 77);
+  prompt[2] = mask.eot;  // the prompt's last document starts at its row 2
+  const std::vector<int> got = generate_kv(ring, prompt, n_new, 0.0f, 0, 1, context);
+  EXPECT_EQ(got, generate(full, prompt, n_new, 0.0f, 0, 1, P + n_new));
+  int eots = 0;
+  for (int t : got) eots += t == mask.eot;
+  std::printf("  %d tokens from a %d-row ring past %d trained positions, %d generated EOTs\n",
+              n_new, sz.kv_cache, c.max_seq_len, eots);
+}
+
 TEST(Sampling, ModelSizesReserveOnlyWhatTheRunReaches) {
   SampleSizes s = sample_model_sizes(3, 10, 131072, true);  // a short sample, a long model
   EXPECT_EQ(s.T, 3);
@@ -475,5 +506,17 @@ TEST(Sampling, ModelSizesReserveOnlyWhatTheRunReaches) {
   EXPECT_EQ(s.kv_cache, 128);
   s = sample_model_sizes(500, 1, 128, true);  // a prompt longer than the window
   EXPECT_EQ(s.T, 128);
+  EXPECT_EQ(s.kv_cache, 128);
+  // A sliding window of 256 within a context of 1024: a ring of 256 rows; RoPE never restarts,
+  // learned positions (1024 of them) restart when they end; a window wider than the context
+  // is no ring.
+  s = sample_model_sizes(2, 100000, 1024, true, 256, 0);
+  EXPECT_EQ(s.T, 2);
+  EXPECT_EQ(s.kv_cache, 256);
+  s = sample_model_sizes(2, 5000, 1024, true, 256, 1024);
+  EXPECT_EQ(s.T, 512);
+  EXPECT_EQ(s.kv_cache, 256);
+  s = sample_model_sizes(2, 5000, 128, true, 256, 0);
+  EXPECT_EQ(s.T, 64);
   EXPECT_EQ(s.kv_cache, 128);
 }

@@ -15,7 +15,10 @@
 //   ModelMask.WindowBoundsTheContext      window W, L layers: row t does not change when tokens
 //                                         before t - L(W-1) change, and does when the token at
 //                                         t - L(W-1) changes
-//   ModelMask.KvCacheRefusesMasks         prefill() with a non-causal mask: one error line
+//   ModelMask.KvCacheFollowsTheMask       prefill + decode under the document mask and windows
+//                                         (a ring of W cache rows, EOTs in the prompt and in
+//                                         the decoded tokens) equal the masked forward's last
+//                                         row at every step; RoPE past the trained length
 // The finite-difference checks of the masked model are in test_model.cpp (ModelGradients).
 // Run: build/test_cpu --gtest_filter='ModelMask*'
 #include <gtest/gtest.h>
@@ -189,21 +192,55 @@ TEST(ModelMask, WindowBoundsTheContext) {
   }
 }
 
-TEST(ModelMask, KvCacheRefusesMasks) {
-  const GPTConfig c = mask_config(false);
-  ModelOptions mo = options(c, 1, kT, MaskSpec{MaskKind::kDocument, 16, -1});
-  mo.kv_cache = kT;
-  GptCpu<float> model(mo);
-  const std::vector<int> prompt = text_tokens(4, c, 8);
-  std::vector<float> logits(c.padded_vocab_size);
-  try {
-    model.prefill(prompt.data(), 4, logits.data());
-    ADD_FAILURE() << "prefill with a document mask did not throw";
-  } catch (const flashgpt::Error& e) {
-    EXPECT_STREQ(e.what(), "generation with a KV cache supports the causal mask only; this "
-                           "model's mask is document, window 16 (--mask, --window)");
+// Generation under the mask: prefill a prompt, then decode tokens one at a time (EOTs among
+// them start new documents); at every step the decoded logits equal the last row of a forward
+// over the whole sequence so far under the same mask. With a window W the cache is a ring of W
+// rows, so the sequence runs far past the cache (and, for RoPE, past the trained length);
+// learned positions stop at max_seq_len (can_decode). In double: the cache path and the tiled
+// forward differ only in the order of their sums.
+TEST(ModelMask, KvCacheFollowsTheMask) {
+  struct Case {
+    bool rope;
+    MaskSpec mask;
+    int slots, total;  // KV cache rows; positions generated in all
+  };
+  for (const Case& k : {Case{true, MaskSpec{MaskKind::kDocument, 8, -1}, 8, 2 * kT},
+                        Case{true, MaskSpec{MaskKind::kCausal, 5, -1}, 5, 60},
+                        Case{false, MaskSpec{MaskKind::kDocument, 8, -1}, 8, kT},
+                        Case{false, kDocument, kT, kT}}) {
+    const GPTConfig c = mask_config(k.rope);
+    SCOPED_TRACE(std::string(k.rope ? "rope " : "learned ") + describe_mask(k.mask));
+    const int P = 12;
+    std::vector<int> seq = text_tokens(k.total, c, 11);
+    for (int t : {5, 13, 14, 30, 31 + k.mask.window, k.total - 3}) seq[t] = eot(c);  // EOTs
+    ModelOptions full_opt = options(c, 1, k.total, k.mask);
+    full_opt.config.max_seq_len = std::max(c.max_seq_len, k.total);  // RoPE: no table to outgrow
+    ModelOptions cached_opt = options(c, 1, P, k.mask);
+    cached_opt.kv_cache = k.slots;
+    GptCpu<double> full(full_opt), cached(cached_opt);
+    perturb(full);
+    cached.params = full.params;
+    std::vector<float> got(c.padded_vocab_size), want(c.padded_vocab_size);
+    cached.prefill(seq.data(), P, got.data());
+    double worst = 0;
+    for (int n = P;; n++) {  // n positions in the cache; got: the logits of position n - 1
+      full.forward(seq.data(), nullptr, 1, n);
+      full.logits_at(n - 1, want.data());
+      for (int v = 0; v < c.vocab_size; v++) worst = std::max(worst, std::fabs(double(got[v]) - want[v]));
+      if (n == k.total) break;
+      ASSERT_TRUE(cached.can_decode()) << "position " << n;
+      cached.decode(seq[n], got.data());
+    }
+    EXPECT_LE(worst, 1e-6) << "decoded logits differ from the masked forward's";
+    EXPECT_EQ(cached.cached_positions(), k.total);
+    // Learned positions end at max_seq_len; a ring of RoPE positions goes on.
+    EXPECT_EQ(cached.can_decode(), k.rope) << "after " << k.total << " positions";
+    std::printf("  %s %s, %d cache rows, %d positions: max |decoded - forward| logit %.1e\n",
+                k.rope ? "rope" : "learned", describe_mask(k.mask).c_str(), k.slots, k.total,
+                worst);
   }
   // A bad window or end-of-text token is refused when the model is made.
+  const GPTConfig c = mask_config(false);
   EXPECT_THROW(GptCpu<float>(options(c, 1, kT, MaskSpec{MaskKind::kCausal, -1, -1})),
                flashgpt::Error);
   EXPECT_THROW(GptCpu<float>(options(c, 1, kT, MaskSpec{MaskKind::kDocument, 0, 50})),

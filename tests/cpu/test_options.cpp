@@ -240,8 +240,6 @@ TEST(Options, BenchAttention) {
   EXPECT_EQ(parsed(parse_bench_attention_options, {"bench-attention", "--window", "64"}).mask.window,
             64);
   bad({"--mask", "doc"}, "--mask 'doc' is unknown; use one of: causal, document");
-  bad({"--mask", "document"}, "--mask document needs --doc-len N");
-  bad({"--doc-len", "100"}, "--doc-len 100 needs --mask document");
   bad({"--window", "-1"}, "--window must be at least 0");
   bad({"--cp", "2", "--window", "8"}, "--cp 2 with --mask document or --window");
 }
@@ -338,4 +336,55 @@ TEST(Options, BenchWarmup) {
   EXPECT_EQ(run_train(o).losses.size(), 3u);
   o.bench_warmup = 0;
   EXPECT_EQ(run_train(o).losses.size(), 2u);
+}
+
+// --mask and --window: declared once (cli::add_mask_flags), read the same by every subcommand.
+// train, eval and sample leave a flag not given unset (the model's: MaskFlags); profile and
+// bench-attention read a MaskSpec, with documents from --doc-len (and profile's --data).
+TEST(Options, MaskFlags) {
+  const TrainOptions none = parsed(parse_train_options, {"train", "--bench"});
+  EXPECT_FALSE(none.mask.given());
+  EXPECT_TRUE(none.mask.over(MaskSpec{MaskKind::kDocument, 64, -1}).kind == MaskKind::kDocument);
+  const TrainOptions t = parsed(parse_train_options,
+                                {"train", "--bench", "--mask", "document", "--window", "256"});
+  EXPECT_TRUE(t.mask.kind == MaskKind::kDocument);
+  EXPECT_EQ(t.mask.window.value_or(-1), 256);
+  const TrainOptions w = parsed(parse_train_options, {"train", "--bench", "--window", "8"});
+  EXPECT_FALSE(w.mask.kind.has_value());  // the window alone: the kind stays the model's
+  EXPECT_EQ(w.mask.over(MaskSpec{MaskKind::kDocument, 0, -1}).window, 8);
+  EXPECT_TRUE(w.mask.over(MaskSpec{MaskKind::kDocument, 0, -1}).kind == MaskKind::kDocument);
+  EXPECT_EQ(parsed(parse_eval_options, {"eval", "--checkpoint", "m.bin", "--data", "d", "--mask",
+                                        "causal"}).mask.kind.value_or(MaskKind::kDocument),
+            MaskKind::kCausal);
+  EXPECT_EQ(parsed(parse_sample_options, {"sample", "--checkpoint", "m.bin", "--window", "32"})
+                .mask.window.value_or(-1), 32);
+  const ProfileOptions p = parsed(parse_profile_options, {"profile", "--mask", "document",
+                                                          "--doc-len", "2048", "--window", "4096"});
+  EXPECT_TRUE(p.mask.kind == MaskKind::kDocument);
+  EXPECT_EQ(p.mask.window, 4096);
+  EXPECT_EQ(p.doc_len, 2048);
+  const BenchAttentionOptions b = parsed(parse_bench_attention_options,
+      {"bench-attention", "--mask", "document", "--doc-len", "1024"});
+  EXPECT_TRUE(b.mask.kind == MaskKind::kDocument);
+  EXPECT_EQ(b.doc_len, 1024);
+  EXPECT_TRUE(parsed(parse_bench_attention_options, {"bench-attention"}).mask.is_causal());
+
+  expect_refused(parse_train_options, {"train", "--bench", "--mask", "packed"},
+                 "--mask 'packed' is unknown; use one of: causal, document");
+  expect_refused(parse_eval_options, {"eval", "--checkpoint", "m.bin", "--data", "d", "--window",
+                                      "-1"}, "--window must be at least 0 (got -1); 0 = no limit");
+  expect_refused(parse_sample_options, {"sample", "--checkpoint", "m.bin", "--mask", "doc"},
+                 "--mask 'doc' is unknown");
+  expect_refused(parse_profile_options, {"profile", "--mask", "document"},
+                 "--mask document needs documents: give --data DIR (its training shards') or "
+                 "--doc-len N");
+  expect_refused(parse_bench_attention_options, {"bench-attention", "--mask", "document"},
+                 "--mask document needs documents: give --doc-len N");
+  expect_refused(parse_bench_attention_options, {"bench-attention", "--doc-len", "512"},
+                 "--doc-len gives documents to --mask document; with --mask causal it changes "
+                 "nothing: drop it");
+  expect_refused(parse_profile_options, {"profile", "--mask", "document", "--doc-len", "-3"},
+                 "--doc-len must be at least 0");
+  expect_refused(parse_profile_options, {"profile", "--mask", "document", "--doc-len", "8",
+                                         "--data", "d"}, "--data and --doc-len both give documents");
 }

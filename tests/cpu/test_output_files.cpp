@@ -145,7 +145,7 @@ TEST(OutputFiles, LogReplacesOnlyAnEarlierLog) {
   export_quietly(train_small_model(dir / "run"), dir / "hf");
   TrainOptions o = small_train_options(2);
   write_text(dir / "notes.txt", "my notes\n");
-  for (const std::string& name : {"hf/model.safetensors", "hf/config.json", "notes.txt"}) {
+  for (const char* name : {"hf/model.safetensors", "hf/config.json", "notes.txt"}) {
     o.log_path = dir / name;
     expect_untouched(o.log_path, [&] { run_train(o); }, "--log '" + o.log_path + "' is a ");
   }

@@ -255,3 +255,41 @@ TEST(Profile, PlanOnlyWritesThePlot) {
   ASSERT_GT(png.size(), 10000u) << "no plot in " << dir / "out";
   EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
+
+// --mask: the predicted FLOPs count what the mask leaves. Documents of mean 1024 (--doc-len:
+// geometric lengths, whose pairs E[n^2]/2 per document make a share near 2 x 1024 / T) at T 16K
+// leave about 1/8 of the causal pairs, a window of 1024 about 1/8 of them too; the
+// convention FLOPs scale by exactly the visible pairs' share, the executed matrix FLOPs by the
+// tiles'; the memory plan gains the document starts (B x T ints) only.
+TEST(Profile, PlanOnlyCountsWhatTheMaskLeaves) {
+  TempDir dir;
+  const int T = 16384;
+  auto plan = [&](std::vector<std::string> mask) {
+    std::vector<std::string> args = {"--plan-only", "--plot=false", "--out", dir.path, "--attn",
+                                     "flash", "--seq-lens", std::to_string(T), "--gpu-memory",
+                                     "80"};
+    args.insert(args.end(), mask.begin(), mask.end());
+    ProfileReport r;
+    run_plan(parse(args), r);
+    EXPECT_EQ(r.points.size(), 1u);
+    return r.points.at(0);
+  };
+  const ProfilePoint causal = plan({}), doc = plan({"--mask", "document", "--doc-len", "1024"}),
+                     win = plan({"--window", "1024"});
+  EXPECT_EQ(causal.mask_pairs_share, 1.0);
+  EXPECT_LT(doc.mask_pairs_share, 0.15);
+  EXPECT_GT(doc.mask_pairs_share, 0.0);
+  const double w = (1024.0 * 1025 / 2 + (T - 1024.0) * 1024) / (T * (T + 1.0) / 2);
+  EXPECT_NEAR(win.mask_pairs_share, w, 1e-12);
+  for (const ProfilePoint* p : {&doc, &win}) {
+    EXPECT_NEAR(p->cost.fwd.flops / causal.cost.fwd.flops, p->mask_pairs_share, 1e-12);
+    EXPECT_NEAR(p->cost.bwd.mma_flops / causal.cost.bwd.mma_flops, p->mask_tiles_share, 1e-12);
+    EXPECT_GE(p->mask_tiles_share, p->mask_pairs_share);  // whole tiles cover the pairs
+    EXPECT_EQ(p->cost.fwd.bytes, causal.cost.fwd.bytes);
+  }
+  EXPECT_EQ(doc.pred_bytes - causal.pred_bytes, (size_t(causal.B) * T * 4 + 255) / 256 * 256);
+  EXPECT_EQ(win.pred_bytes, causal.pred_bytes);
+  std::printf("  T %d: documents of mean 1024 leave %.2f%% of the pairs (%.2f%% of the tiles), a "
+              "window of 1024 %.2f%% (%.2f%%)\n", T, 100 * doc.mask_pairs_share,
+              100 * doc.mask_tiles_share, 100 * win.mask_pairs_share, 100 * win.mask_tiles_share);
+}

@@ -3,6 +3,9 @@
 //   AttentionDecodeGpu.MatchesRef  attention_decode vs attention_decode_ref, n = 1, 17, 1000,
 //                                  70000; GQA group sizes 1, 2, 3, 4, 8, 12; HS 32, 64, 128, 256;
 //                                  output and scratch poisoned with NaN; two runs bit-identical
+//   AttentionDecodeGpu.RingMatchesRef  attention_decode_ring (a ring of cache rows: sliding
+//                                  windows, documents inside them) vs its CPU reference and,
+//                                  bit for bit, vs attention_decode on the gathered rows
 //   AttentionDecodeGpuNoDevice.RejectsBadInput  (no GPU needed)
 // Tolerance, the self-calibrating rule of DESIGN.md (expect_calibrated, tests/test_common.h):
 //   ||gpu - ref||_2 <= 2 ||base - ref||_2 + floor_l2
@@ -125,6 +128,74 @@ TEST_F(AttentionDecodeGpu, MatchesRef) {
   check_decode(100, 4, 4, 32);
   check_decode(333, 4, 2, 256);
   check_decode(5000, 2, 1, 256);
+}
+
+// The ring (attention_decode_ring): n keys from row `first` of a ring of `slots` rows, wrapping.
+// Against the CPU ring reference with the same rule, and bit for bit against attention_decode
+// on the same n rows gathered in order (the kernel visits key j wherever it lies, so its sums
+// run in the same order); the rows outside the range hold NaN, so reading one fails.
+void check_decode_ring(int n, int first, int slots, int NH, int NKV, int HS) {
+  const std::string name = flashgpt::strformat("n=%d first=%d slots=%d NH=%d NKV=%d HS=%d", n,
+                                               first, slots, NH, NKV, HS);
+  SCOPED_TRACE(name);
+  std::printf("attention_decode_ring %s\n", name.c_str());
+  const size_t nq = (size_t)NH * HS, row = (size_t)NKV * HS;
+  VecF q, k, v;
+  std::vector<floatX> qx, kx, vx;
+  random_x(nq, 1.5f, q, qx);
+  random_x((size_t)slots * row, 1.0f, k, kx);
+  random_x((size_t)slots * row, 1.0f, v, vx);
+  // The n visible rows in key order, and the ring with NaN in every other row.
+  VecF kg, vg;
+  std::vector<floatX> kgx, vgx;
+  std::vector<bool> used(slots, false);
+  for (int j = 0; j < n; j++) {
+    const size_t r = (size_t)((first + j) % slots);
+    used[r] = true;
+    kg.insert(kg.end(), k.begin() + r * row, k.begin() + (r + 1) * row);
+    vg.insert(vg.end(), v.begin() + r * row, v.begin() + (r + 1) * row);
+    kgx.insert(kgx.end(), kx.begin() + r * row, kx.begin() + (r + 1) * row);
+    vgx.insert(vgx.end(), vx.begin() + r * row, vx.begin() + (r + 1) * row);
+  }
+  const floatX nan = floatX(NAN);
+  for (int r = 0; r < slots; r++)
+    if (!used[r])
+      for (size_t e = 0; e < row; e++) kx[r * row + e] = vx[r * row + e] = nan;
+  DeviceBuffer<floatX> d_q(nq), d_k((size_t)slots * row), d_v((size_t)slots * row), d_out(nq);
+  DeviceBuffer<floatX> d_kg((size_t)n * row), d_vg((size_t)n * row), d_outg(nq);
+  d_q.upload(qx), d_k.upload(kx), d_v.upload(vx), d_kg.upload(kgx), d_vg.upload(vgx);
+  DeviceBuffer<char> scratch(attention_decode_scratch_bytes(slots, NH, HS));
+  d_out.poison();
+  attention_decode_ring(d_out.ptr, d_q.ptr, d_k.ptr, d_v.ptr, n, first, slots, NH, NKV, HS,
+                        scratch.ptr, 0);
+  CUDA_CHECK(cudaGetLastError());
+  const std::vector<floatX> got = d_out.download();
+  attention_decode(d_outg.ptr, d_q.ptr, d_kg.ptr, d_vg.ptr, n, NH, NKV, HS, scratch.ptr, 0);
+  CUDA_CHECK(cudaGetLastError());
+  const std::vector<floatX> gathered = d_outg.download();
+  EXPECT_EQ(0, std::memcmp(got.data(), gathered.data(), nq * sizeof(floatX)))
+      << "the ring's output differs from the gathered rows'";
+  VecF ref(nq), ref_ring(nq);
+  attention_decode_ref(ref.data(), q.data(), kg.data(), vg.data(), n, NH, NKV, HS);
+  attention_decode_ring_ref(ref_ring.data(), q.data(), k.data(), v.data(), n, first, slots, NH,
+                            NKV, HS);
+  EXPECT_EQ(ref, ref_ring) << "the CPU ring reference differs from the gathered rows'";
+  RoundingFloor floor;
+  const VecF base = plain_bf16_decode(q, kg, vg, n, NH, NKV, HS, floor);
+  expect_calibrated("attention_decode_ring out", to_float(got), base, ref, floor);
+}
+
+TEST_F(AttentionDecodeGpu, RingMatchesRef) {
+  // A sliding window's ring: full (n = slots) from every kind of start, partly full, one key;
+  // a document inside the window (n < slots) that wraps; GQA and MQA; every head size.
+  check_decode_ring(1024, 0, 1024, 12, 12, 64);
+  check_decode_ring(1024, 700, 1024, 12, 12, 64);
+  check_decode_ring(1024, 1023, 1024, 6, 2, 128);
+  check_decode_ring(300, 900, 1024, 12, 3, 128);   // wraps after 124 keys
+  check_decode_ring(1, 5, 8, 8, 1, 128);
+  check_decode_ring(17, 10, 17, 4, 4, 32);
+  check_decode_ring(4000, 3000, 4096, 4, 2, 256);
+  check_decode_ring(70000, 50000, 70001, 12, 12, 64);
 }
 
 TEST(AttentionDecodeGpuNoDevice, RejectsBadInput) {  // the CHECKs run before any CUDA call

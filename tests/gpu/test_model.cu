@@ -10,8 +10,11 @@
 //   CudaModel.Recompute*                 --recompute gelu / layer-but-attn / layer: same loss and
 //                                        gradients as none
 //   CudaModel.Rope*                      RoPE models against the CPU RoPE model
+//   CudaModel.Masked*                    the document mask and windows (flash): forward,
+//                                        backward and 10 training steps against the CPU model
 //   CudaModel.KvCache*                   prefill + decode logits vs full recomputation; sampled
-//                                        tokens identical
+//                                        tokens identical; a ring cache under the document
+//                                        mask and a window vs the CPU model past maxT
 //   CudaModel.MemoryPlanMatchesMeasured  the plan (model/memory_plan.h) vs the measured peak;
 //                                        guard bytes after every buffer stay intact through a
 //                                        training step and KV-cache decoding
@@ -61,6 +64,15 @@ std::vector<int> random_tokens(size_t n, int V, std::mt19937_64& rng) {
   for (int& x : v) x = d(rng);
   return v;
 }
+// Tokens for a model under the document mask: end-of-text tokens (V-1, the mask's default) at
+// each position with probability eot_rate, on top of random_tokens' rare ones.
+std::vector<int> document_tokens(size_t n, int V, double eot_rate, std::mt19937_64& rng) {
+  std::vector<int> v = random_tokens(n, V, rng);
+  std::bernoulli_distribution eot(eot_rate);
+  for (int& x : v)
+    if (eot(rng)) x = V - 1;
+  return v;
+}
 
 double rel_l2(const float* got, const float* ref, size_t n, double* maxerr = nullptr) {
   double num = 0, den = 0, mx = 0, mref = 0;
@@ -100,8 +112,21 @@ ModelOptions small_options() {
 
 class CudaModel : public GpuTest {};
 
-// Loss, logits and every parameter gradient of the CUDA model against the CPU model.
-void check_forward_backward(const ModelOptions& o) {
+// small_options() as a RoPE model with multi-query attention on the LSE backend (HS 64: C = 128,
+// NH = 2, NKV = 1).
+ModelOptions rope_mqa_options() {
+  ModelOptions o = small_options();
+  o.config.rope = 1;
+  o.config.channels = 128;
+  o.config.num_heads = 2;
+  o.config.num_kv_heads = 1;
+  o.attn = lse_attention();
+  return o;
+}
+
+// Loss, logits and every parameter gradient of the CUDA model against the CPU model; inputs
+// with end-of-text tokens at rate eot_rate (the document mask's documents).
+void check_forward_backward(const ModelOptions& o, double eot_rate = 0) {
   // The CPU oracle runs the same exact attention; a GPU-only backend (scalar, the FP32 build's
   // lse_attention()) has no CPU twin, so the oracle there is the CPU flash loop.
   ModelOptions oc = o;
@@ -123,7 +148,8 @@ void check_forward_backward(const ModelOptions& o) {
   for (auto bt : {std::pair<int, int>{B - 1, T - 4}, std::pair<int, int>{B, T}}) {
     const int b = bt.first, t = bt.second;
     SCOPED_TRACE("B=" + std::to_string(b) + " T=" + std::to_string(t));
-    std::vector<int> inp = random_tokens((size_t)b * t, V, rng), tgt = random_tokens((size_t)b * t, V, rng);
+    std::vector<int> inp = document_tokens((size_t)b * t, V, eot_rate, rng),
+                     tgt = random_tokens((size_t)b * t, V, rng);
     cpu->zero_grad();
     gpu->zero_grad();
     const float loss_cpu = cpu->forward(inp.data(), tgt.data(), b, t);
@@ -184,9 +210,9 @@ TEST_F(CudaModel, FlashGqaForwardBackwardMatchesCpu) {
   check_forward_backward(o);
 }
 
-TEST_F(CudaModel, TrainingMatchesCpu) {
-  SEED_TRACE();
-  ModelOptions o = small_options();
+// 10 AdamW steps of both models from the same init on a pool of two batches (inputs with
+// end-of-text tokens at rate eot_rate): each step's loss and grad norm, then the parameters.
+void check_training(const ModelOptions& o, double eot_rate = 0) {
   auto cpu = make_cpu_model(o);
   auto gpu = make_cuda_model(o);
   std::mt19937_64 rng(base_seed() + 1);
@@ -198,7 +224,7 @@ TEST_F(CudaModel, TrainingMatchesCpu) {
   // A fixed pool of 2 batches so that the loss falls over the 10 steps.
   std::vector<std::vector<int>> inp, tgt;
   for (int k = 0; k < 2; k++) {
-    inp.push_back(random_tokens((size_t)B * T, V, rng));
+    inp.push_back(document_tokens((size_t)B * T, V, eot_rate, rng));
     tgt.push_back(random_tokens((size_t)B * T, V, rng));
   }
   float first = 0, last = 0;
@@ -267,6 +293,47 @@ TEST_F(CudaModel, TrainingMatchesCpu) {
   EXPECT_EQ(pg, pg2);
   EXPECT_EQ(mg, mg2);
   EXPECT_EQ(vg, vg2);
+}
+
+TEST_F(CudaModel, TrainingMatchesCpu) {
+  SEED_TRACE();
+  check_training(small_options());
+}
+
+// The model under masks (ModelOptions.mask): the document mask and sliding windows, with the
+// LSE backend (HS 64: C = 128, NH = 2) at T = 150 over its 64/128-row tiles, documents of
+// mean ~12 tokens (so many cross a tile boundary and some are one token long) and windows of 1,
+// 40 (inside a tile) and 200 (> T); the CPU model under the same mask is the oracle.
+ModelOptions masked_options(const MaskSpec& mask) {
+  ModelOptions o = small_options();
+  o.config.channels = 128;
+  o.config.num_heads = 2;
+  o.config.num_kv_heads = 2;
+  o.config.max_seq_len = 160;
+  o.B = 2;
+  o.T = 150;
+  o.attn = lse_attention();
+  o.mask = mask;
+  return o;
+}
+
+TEST_F(CudaModel, MaskedForwardBackwardMatchesCpu) {
+  SEED_TRACE();
+  for (const MaskSpec& m : {MaskSpec{MaskKind::kDocument, 0, -1},
+                            MaskSpec{MaskKind::kDocument, 40, -1},
+                            MaskSpec{MaskKind::kCausal, 1, -1},
+                            MaskSpec{MaskKind::kDocument, 200, -1}}) {
+    SCOPED_TRACE(describe_mask(m));
+    std::printf("mask: %s\n", describe_mask(m).c_str());
+    check_forward_backward(masked_options(m), 1.0 / 12);
+  }
+}
+
+// A training run under --mask document --window matches the CPU model from the same init, as
+// the causal model does (TrainingMatchesCpu).
+TEST_F(CudaModel, MaskedTrainingMatchesCpu) {
+  SEED_TRACE();
+  check_training(masked_options(MaskSpec{MaskKind::kDocument, 40, -1}), 1.0 / 12);
 }
 
 TEST_F(CudaModel, DeterministicAcrossRuns) {
@@ -410,12 +477,7 @@ TEST_F(CudaModel, RopeMatchesCpu) {
 
 TEST_F(CudaModel, RopeFlashGqaRecomputeMatchesCpu) {
   SEED_TRACE();
-  ModelOptions o = small_options();
-  o.config.rope = 1;
-  o.config.channels = 128;
-  o.config.num_heads = 2;
-  o.config.num_kv_heads = 1;
-  o.attn = lse_attention();
+  ModelOptions o = rope_mqa_options();
   o.recompute = Recompute::kLayer;
   o.classifier_chunk = 10;
   check_forward_backward(o);
@@ -424,16 +486,22 @@ TEST_F(CudaModel, RopeFlashGqaRecomputeMatchesCpu) {
 // The same with --recompute layer-but-attn (the CPU oracle runs that mode too, gpt_cpu.h).
 TEST_F(CudaModel, RopeFlashGqaRecomputeLayerButAttnMatchesCpu) {
   SEED_TRACE();
-  ModelOptions o = small_options();
-  o.config.rope = 1;
+  ModelOptions o = rope_mqa_options();
   o.config.num_layers = 3;
-  o.config.channels = 128;
-  o.config.num_heads = 2;
-  o.config.num_kv_heads = 1;
-  o.attn = lse_attention();
   o.recompute = Recompute::kLayerButAttn;
   o.classifier_chunk = 10;
   check_forward_backward(o);
+}
+
+// a's initial parameters plus N(0, 0.1) noise, in a and b: peakier logits than the 0.02
+// initialisation gives.
+void same_peaky_params(Model& a, Model& b, std::mt19937_64& rng) {
+  std::vector<float> params;
+  a.get_params(params);
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  for (float& p : params) p += nd(rng);
+  a.set_params(params);
+  b.set_params(params);
 }
 
 // The same token stream through decode() (KV cache) and through full forwards: logits at every
@@ -456,12 +524,7 @@ void check_kv_cache(bool rope) {
   auto cached = make_cuda_model(o);
   auto full = make_cuda_model(o);
   std::mt19937_64 rng(base_seed() + 5);
-  std::vector<float> params;
-  cached->get_params(params);
-  std::normal_distribution<float> nd(0.0f, 0.1f);
-  for (float& p : params) p += nd(rng);  // peakier logits than the 0.02 initialisation
-  cached->set_params(params);
-  full->set_params(params);
+  same_peaky_params(*cached, *full, rng);
   const int Vp = o.config.padded_vocab_size, prompt = 20;
   std::vector<int> toks = random_tokens(64, o.config.vocab_size, rng);
   std::vector<float> a(Vp), b(Vp);
@@ -497,6 +560,44 @@ void check_kv_cache(bool rope) {
       EXPECT_LE(gap, 2 * kLogitTol) << "tokens differ where the logits are not a near tie";
     }
   }
+}
+
+// Decoding under the document mask with a sliding window: the cache is a ring of W = 16 rows
+// (model/kv_cache.h) and a RoPE model decodes to position 150, past its 64 trained positions,
+// EOTs in the prompt and among the decoded tokens; the logits of every step against the CPU
+// model's, which equal its masked forward's (ModelMask.KvCacheFollowsTheMask).
+TEST_F(CudaModel, KvCacheRingUnderTheMaskMatchesCpu) {
+  SEED_TRACE();
+  ModelOptions o = rope_mqa_options();
+  o.config.max_seq_len = 64;
+  o.B = 1;
+  o.T = 20;  // the prompt's prefill
+  o.kv_cache = 16;
+  o.mask = MaskSpec{MaskKind::kDocument, 16, -1};
+  ModelOptions oc = o;
+  oc.attn = "flash";
+  auto gpu = make_cuda_model(o);
+  auto cpu = make_cpu_model(oc);
+  std::mt19937_64 rng(base_seed() + 6);
+  same_peaky_params(*gpu, *cpu, rng);
+  const int Vp = o.config.padded_vocab_size, total = 150;
+  const std::vector<int> toks = document_tokens(total, o.config.vocab_size, 1.0 / 25, rng);
+  std::vector<float> a(Vp), b(Vp);
+  double worst = 0;
+  for (int n = o.T; n <= total; n++) {
+    if (n == o.T) {
+      gpu->prefill(toks.data(), n, a.data());
+      cpu->prefill(toks.data(), n, b.data());
+    } else {
+      gpu->decode(toks[n - 1], a.data());
+      cpu->decode(toks[n - 1], b.data());
+    }
+    worst = std::max(worst, rel_l2(a.data(), b.data(), Vp));
+  }
+  EXPECT_TRUE(gpu->can_decode());
+  std::printf("ring KV cache (16 rows), document mask, window 16, positions %d..%d: worst rel_l2 "
+              "vs the CPU model %.2e (tol %.0e)\n", o.T - 1, total - 1, worst, kLogitTol);
+  EXPECT_WITHIN(worst, kLogitTol);
 }
 
 TEST_F(CudaModel, KvCacheSamplingMatchesRecomputeLearned) {

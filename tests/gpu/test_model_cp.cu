@@ -9,7 +9,8 @@
 //   CudaModelCp.*MatchesCpu   rank 0 and rank 1 losses equal the CPU model's loss of the whole
 //                             sequences; the mean of their gradients equals the CPU model's
 //                             gradients, every tensor (wpe's rows at global positions, RoPE at
-//                             global positions, the ring's dQ, dK, dV)
+//                             global positions, the ring's dQ, dK, dV; under the document mask
+//                             and a window, RopeDocumentMaskWindowMatchesCpu)
 // Shapes: B = 3, ragged T = 31 (chunks 7, 8, 8, 8: each rank holds 15 or 16 rows, the second
 // chunk at a row that is not a multiple of 8), GQA (NH 2, NKV 1, HS 64), flash (and flash3 once,
 // where the GPU runs it), --recompute none and layer-but-attn and layer, learned and rotary positions.
@@ -127,6 +128,11 @@ void check_cp2(const ModelOptions& o) {
   std::vector<int> inp((size_t)B * T), tgt((size_t)B * T);
   for (int& x : inp) x = tok(rng);
   for (int& x : tgt) x = tok(rng);
+  if (o.mask.kind == MaskKind::kDocument) {  // documents of ~6 tokens, EOT = V - 1
+    std::bernoulli_distribution eot(1.0 / 6);
+    for (int& x : inp)
+      if (eot(rng)) x = V - 1;
+  }
 
   ModelOptions oc = o;
   oc.attn = "flash";  // the CPU flash loop
@@ -167,9 +173,9 @@ void check_cp2(const ModelOptions& o) {
   t1.join();
   for (int r = 0; r < N; r++) ASSERT_EQ(errors[r], "") << "rank " << r;
 
-  std::printf("cp 2 (%s, recompute %s): loss cpu %.6f, ranks %.6f %.6f\n",
-              o.config.rope ? "rope" : "learned", recompute_name(o.recompute), loss_cpu, loss[0],
-              loss[1]);
+  std::printf("cp 2 (%s, recompute %s, %s mask): loss cpu %.6f, ranks %.6f %.6f\n",
+              o.config.rope ? "rope" : "learned", recompute_name(o.recompute),
+              describe_mask(o.mask).c_str(), loss_cpu, loss[0], loss[1]);
   EXPECT_EQ(loss[0], loss[1]) << "the ranks report different losses";
   EXPECT_WITHIN(std::fabs(loss[0] - loss_cpu) / std::fabs(loss_cpu), kLossTol);
   ASSERT_EQ(grads[0].size(), g_cpu.size());
@@ -193,6 +199,14 @@ TEST_F(CudaModelCp, LearnedPositionsMatchCpu) { check_cp2(cp_options(false, Reco
 TEST_F(CudaModelCp, RopeMatchesCpu) { check_cp2(cp_options(true, Recompute::kNone)); }
 TEST_F(CudaModelCp, RopeRecomputeLayerButAttnMatchesCpu) { check_cp2(cp_options(true, Recompute::kLayerButAttn)); }
 TEST_F(CudaModelCp, LearnedRecomputeLayerMatchesCpu) { check_cp2(cp_options(false, Recompute::kLayer)); }
+
+// The document mask and a window through the ring: each rank's model reads the whole batch's
+// document starts at global positions and skips the chunk pairs they empty.
+TEST_F(CudaModelCp, RopeDocumentMaskWindowMatchesCpu) {
+  ModelOptions o = cp_options(true, Recompute::kLayerButAttn);
+  o.mask = MaskSpec{MaskKind::kDocument, 9, -1};
+  check_cp2(o);
+}
 
 // flash3 (sm_90a only): its own forward and backward kernels on every ring pair.
 TEST_F(CudaModelCp, Flash3RopeRecomputeLayerMatchesCpu) {

@@ -20,7 +20,9 @@
 //     NCCL a rank still allocating, or one that throws mid-ring, leaves the other's kernels
 //     spinning; past a deadline the test prints what each rank said and ends the process.
 // Ragged T (odd lengths: chunk lengths differ, the second Q chunk starts at a row that is not a
-// multiple of 8), GQA and MQA, HS 64 and 128, both ring backends.
+// multiple of 8), GQA and MQA, HS 64 and 128, both ring backends; the causal mask, and the
+// document mask and sliding windows (ring_case_name's _doc<mean length>, _W<window>), against
+// the masked reference and baseline.
 //
 // Run: ./build/test_gpu --gtest_filter='Ring*'
 #include <nccl.h>
@@ -48,12 +50,16 @@ namespace {
 struct RingCase {
   const char* backend;
   int cp, B, T, NH, NKV, HS;
+  // The mask (mask.h): documents of mean doc_len (an end-of-text token at each position with
+  // probability 1/doc_len; 0: none, the causal mask) and a sliding window (0: none).
+  int doc_len = 0, window = 0;
 };
 std::string ring_case_name(const RingCase& c) {
   return std::string(c.backend) + "_cp" + std::to_string(c.cp) + "_B" + std::to_string(c.B) +
          "_T" + std::to_string(c.T) +
          "_NH" + std::to_string(c.NH) + "_NKV" + std::to_string(c.NKV) + "_HS" +
-         std::to_string(c.HS);
+         std::to_string(c.HS) + (c.doc_len ? "_doc" + std::to_string(c.doc_len) : "") +
+         (c.window ? "_W" + std::to_string(c.window) : "");
 }
 
 constexpr int kRankDeadlineS = 120;  // every case takes seconds; a stuck ring never ends
@@ -88,6 +94,17 @@ void RingAttentionGpu::check(bool nccl) {
   SEED_TRACE();
   std::vector<float> qkv, dout;
   random_attention_inputs(s, qkv, dout);
+  // The mask of the whole (B, T) batch: every rank reads it at global positions.
+  std::vector<int> doc_start;
+  if (c.doc_len > 0) {
+    std::mt19937_64 rng = test_rng();
+    std::bernoulli_distribution eot(1.0 / c.doc_len);
+    std::vector<int> tokens((size_t)s.B * s.T);
+    for (int& t : tokens) t = eot(rng) ? 1 : 0;
+    doc_start = document_starts(tokens.data(), s.B, s.T, 1);
+  }
+  const AttnMask host_mask{doc_start.empty() ? nullptr : doc_start.data(), c.window};
+  const bool masked = !host_mask.is_causal();
 
   std::vector<std::unique_ptr<DistComm>> comms(N);  // rank r's, made and destroyed on GPU r
   std::unique_ptr<LocalRingHub> hub;
@@ -131,6 +148,8 @@ void RingAttentionGpu::check(bool nccl) {
       const CpRingElems e = cp_ring_elems(L, s.B, s.NH, s.NKV, s.HS);
       DeviceBuffer<floatX> kv(2 * e.kv);
       DeviceBuffer<float> dkv(e.dkv_count * e.dkv), o_run(e.o_run);
+      DeviceBuffer<int> d_doc(std::max<size_t>(doc_start.size(), 1));
+      d_doc.upload(doc_start);
       kv.poison();
       for (auto* b : {&dkv, &o_run}) b->poison();
       d_out.poison();
@@ -147,6 +166,7 @@ void RingAttentionGpu::check(bool nccl) {
       {
         RingAttention ring(L, r, nccl ? make_dist_ring_transport(*comms[r]) : hub->transport(r));
         ring.set_timing(true);
+        ring.set_mask(AttnMask{doc_start.empty() ? nullptr : d_doc.ptr, c.window}, host_mask, s.B);
         ring.forward(*attn, d_out.ptr, d_lse.ptr, d_qkv.ptr, local, rb, st);
         ring.backward(*attn, d_dqkv.ptr, d_scratch.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr,
                       d_lse.ptr, local, rb, st);
@@ -155,8 +175,11 @@ void RingAttentionGpu::check(bool nccl) {
         const RingStepTimes t = ring.take_times();
         EXPECT_EQ((int)t.fwd_ms.size(), N);
         EXPECT_EQ((int)t.bwd_ms.size(), N);
-        for (int s = 0; s < (int)t.fwd_ms.size(); s++) EXPECT_GT(t.fwd_ms[s], 0.0) << "step " << s;
-        for (int s = 0; s < (int)t.bwd_ms.size(); s++) EXPECT_GT(t.bwd_ms[s], 0.0) << "step " << s;
+        // (A mask may empty every pair of a step: nothing runs in its interval.)
+        for (int s = 0; s < (int)t.fwd_ms.size(); s++)
+          EXPECT_TRUE(masked ? t.fwd_ms[s] >= 0.0 : t.fwd_ms[s] > 0.0) << "step " << s;
+        for (int s = 0; s < (int)t.bwd_ms.size(); s++)
+          EXPECT_TRUE(masked ? t.bwd_ms[s] >= 0.0 : t.bwd_ms[s] > 0.0) << "step " << s;
         EXPECT_GE(t.kv_wait_ms, 0.0);
         EXPECT_GE(t.dkv_wait_ms, 0.0);
         if (N == 1) EXPECT_EQ(t.wait_ms(), 0.0);
@@ -212,10 +235,11 @@ void RingAttentionGpu::check(bool nccl) {
   CUDA_CHECK(cudaSetDevice(0));
 
   std::vector<float> out_ref(n_out), lse_ref(n_lse), dqkv_ref(n_qkv), out_b, dqkv_b;
-  attention_flash_forward_ref<float>(out_ref.data(), lse_ref.data(), qkv.data(), s, 64, 64);
+  attention_flash_forward_ref<float>(out_ref.data(), lse_ref.data(), qkv.data(), s, 64, 64,
+                                     host_mask);
   attention_flash_backward_ref<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(),
-                                      lse_ref.data(), s, 64, 64);
-  const AttentionFloors floors = plain_bf16_attention(out_b, dqkv_b, qkv, dout, s);
+                                      lse_ref.data(), s, 64, 64, host_mask);
+  const AttentionFloors floors = plain_bf16_attention(out_b, dqkv_b, qkv, dout, s, host_mask);
 
   std::printf("[ ring %s ] %s\n", nccl ? "nccl" : "local", ring_case_name(c).c_str());
   const int NH = s.NH, NKV = s.NKV;
@@ -247,6 +271,13 @@ const RingCase kRingCases[] = {
     {"flash3", 2, 1, 1000, 4, 1, 128}, {"flash3", 2, 2, 4097, 2, 2, 128},
     {"flash3", 2, 1, 4, 2, 2, 64},     {"flash3", 3, 2, 1001, 4, 2, 64},
     {"flash3", 3, 1, 6, 2, 1, 128},    {"flash3", 4, 1, 2051, 4, 4, 128},
+    // Masks (ring_attention.cuh: one problem per chunk pair the mask leaves, at global
+    // positions): documents of mean 1 (every token its own: only the diagonal pairs run), 50,
+    // 100, 300; windows of 1, 64, 256 and one longer than T; both together.
+    {"flash", 2, 2, 1031, 4, 2, 64, 100, 0},   {"flash3", 2, 1, 2048, 4, 4, 128, 300, 0},
+    {"flash", 3, 1, 1001, 4, 1, 64, 0, 64},    {"flash3", 4, 2, 2051, 4, 2, 64, 200, 256},
+    {"flash", 4, 1, 1200, 2, 2, 128, 50, 1},   {"flash3", 3, 2, 777, 6, 2, 64, 1, 0},
+    {"flash", 2, 1, 4096, 4, 4, 64, 0, 5000},  {"flash3", 2, 2, 517, 4, 2, 64, 40, 100},
 };
 INSTANTIATE_TEST_SUITE_P(RingShapes, RingAttentionGpu, ::testing::ValuesIn(kRingCases),
                          [](const ::testing::TestParamInfo<RingCase>& i) {
