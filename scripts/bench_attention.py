@@ -53,7 +53,8 @@ def heads_for(hs, heads):
 
 def run_ours(args, causal=None, mask_flags=()):
     """Runs our bench binary; returns rows {source, hs, heads, batch, seq_len, causal, pass: ...}."""
-    csv_path = os.path.join(args.out_dir, ".bench_attention_ours.csv")
+    # Per process: two runs sharing an --out-dir must not read each other's results.
+    csv_path = os.path.join(args.out_dir, ".bench_attention_ours_%d.csv" % os.getpid())
     cmd = [args.binary, "bench-attention", "--backends", args.backends, "--hs", args.hs,
            "--seq-lens", args.seq_lens, "--tokens", str(args.tokens),
            "--causal", causal or args.causal,
@@ -285,6 +286,11 @@ def run_masked_torch(args, cases):
     for knob in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 256)
+    # The backward is timed on one saved forward (retain_graph=True), which a compiled backward
+    # that donates its saved buffers refuses; donation only saves memory.
+    import torch._functorch.config as functorch_config
+    if hasattr(functorch_config, "donated_buffer"):
+        functorch_config.donated_buffer = False
     flex = torch.compile(flex_attention, dynamic=False)
     try:
         from torch.nn.attention.varlen import varlen_attn

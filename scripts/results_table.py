@@ -13,7 +13,7 @@ rendering of the committed data.csv, so the two always agree.
 RAW is a file, or LABEL=file where the claim needs a label (the table says which).
 Claims (the folder names of bench/results/): attention-vs-sdpa, training-step, long-context,
 memory-plan, context-parallel, data-parallel, determinism, profile-sweep, loss-curves,
-fa1-vs-fa2, hf-export, gpu-tests.
+fa1-vs-fa2, hf-export, gpu-tests, document-masks.
 """
 import argparse
 import csv
@@ -615,7 +615,99 @@ def render_gpu_tests(rows):
 
 # ---------------------------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------------------------
+# document-masks: bench_attention.py --mask CSVs (attention=), `flashgpt train` logs on real
+# documents (train=) and `flashgpt bench-attention` at each training point's T (share=)
+
+DONE_LINE = re.compile(r"^done: (\d+) steps, (\d+) tokens/s, peak memory ([\d.]+) (\w+)", re.M)
+START_LINE = re.compile(r"^model: L=(\d+) .*?\n.*?\| attention: ([^|]*)\|.*?batch (\d+) x (\d+)",
+                        re.M | re.S)
+
+
+def collect_document_masks(raws, env):
+    rows, last_train = [], None
+    for label, path in map(labelled, raws):
+        if label == "attention":
+            _, recs = csv_rows(path)
+            for r in recs:
+                rows.append({"kind": "attention", "source": r["source"], "doc_len": r["doc_len"],
+                             "window": r["window"], "hs": r["hs"], "heads": r["heads"],
+                             "batch": r["batch"], "seq_len": r["seq_len"], "pairs": r["pairs"],
+                             "pass": r["pass"], "ms": r["ms"], "tflops": r["tflops"],
+                             "status": r["status"]})
+        elif label == "train":
+            text = open(path, errors="replace").read()
+            done, start = DONE_LINE.search(text), START_LINE.search(text)
+            docs = re.search(r"tokens per document: mean ([\d.]+)", text)
+            left = re.search(r"leaves ([\d.]+)% of causal attention's work", text)
+            T = int(start[4]) if start else 0
+            tok = int(done[2]) if done else 0
+            last_train = {"kind": "train", "layers": start[1] if start else "",
+                          "mask": "document" if start and "document" in start[2] else "causal",
+                          "batch": start[3] if start else "", "seq_len": T,
+                          "tokens_per_s": tok,
+                          "ms_per_step": "%.1f" % (1e3 * int(start[3]) * T / tok) if done and start else "",
+                          "peak_gib": "%.2f" % gib(done[3], done[4]) if done else "",
+                          "doc_mean": docs[1] if docs else "",
+                          "work_left_percent": left[1] if left else ("100" if start else ""),
+                          "attention_share_percent": "",
+                          "status": "ok" if done else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]}
+            rows.append(last_train)
+        elif label == "share" and last_train is not None:
+            # 12 layers x (forward + backward) of one attention call at the step's shape, over
+            # the step time: --recompute layer-but-attn runs attention once each way.
+            att = [r for r in read_bench_attention(path) if r["status"].startswith("ok")]
+            if att and last_train["ms_per_step"]:
+                ms = float(last_train["ms_per_step"])
+                last_train["attention_share_percent"] = "%.0f" % (
+                    100.0 * int(last_train["layers"]) * att[0]["fwdbwd_ms"] / ms)
+    return stamp(rows, env)
+
+
+def render_document_masks(rows):
+    att = [r for r in rows if r["kind"] == "attention"]
+    train = [r for r in rows if r["kind"] == "train"]
+    tf = {(r["source"], r["doc_len"], r["window"], r["hs"], r["seq_len"], r["pass"]):
+          (num(r["tflops"]) if r["status"].startswith("ok") and num(r["tflops"]) else None)
+          for r in att}
+    cases = sorted({(r["doc_len"], r["window"], r["hs"]) for r in att
+                    if (r["doc_len"], r["window"]) != ("0", "0")},
+                   key=lambda c: (int(c[2]), int(c[0]) == 0, int(c[0]), int(c[1])))
+    Ts = sorted({int(r["seq_len"]) for r in att})
+    out = []
+    for doc_len, window, hs in cases:
+        name = ("documents %s" % doc_len if doc_len != "0" else "causal") + (
+            ", window %s" % window if window != "0" else "")
+        for T in Ts:
+            for p in PASSES:
+                k = lambda src, d=doc_len, w=window: tf.get((src, d, w, hs, str(T), p))
+                f3, fl, flex, var = k("flash3"), k("flash"), k("torch-flex"), k("torch-varlen")
+                causal = k("flash3", "0", "0")
+                out.append([name, hs, kt(T), {"fwdbwd": "fwd+bwd"}.get(p, p), fmt(f3), fmt(fl),
+                            fmt(flex), fmt(var),
+                            "**%.2fx**" % (f3 / flex) if f3 and flex else "-",
+                            "%.2fx" % (f3 / var) if f3 and var else "-",
+                            "%.0f%%" % (100 * f3 / causal) if f3 and causal else "-"])
+    text = ("TFLOP/s over the (query, key) pairs the mask leaves (forward 4·HS·NH·pairs, backward "
+            "2.5x); `-`: not run (FlexAttention fails or runs out of memory there). Last column: "
+            "flash3 masked against flash3 causal at the same T, both in TFLOP/s.\n\n")
+    text += md_table(["mask", "HS", "T", "pass", "flash3", "flash", "FlexAttention",
+                      "FA2 varlen", "flash3 / Flex", "flash3 / varlen", "flash3 masked / causal"],
+                     out, ["---", "---:", "---:", "---"] + ["---:"] * 7)
+    if train:
+        tout = [[kt(r["seq_len"]), r["mask"], r["doc_mean"], r["work_left_percent"] + "%",
+                 fmt(num(r["ms_per_step"]), ",.0f"), "**%s**" % fmt(num(r["tokens_per_s"]), ",.0f"),
+                 r["attention_share_percent"] and r["attention_share_percent"] + "%",
+                 r["peak_gib"], r["status"]] for r in train]
+        text += "\n\nd12 training on real documents (B 1, RoPE, --recompute layer-but-attn, flash3):\n\n"
+        text += md_table(["T", "--mask", "mean document", "attention work left", "ms/step",
+                          "tokens/s", "attention's share of the step", "peak GiB", "status"], tout,
+                         ["---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
+    return text
+
+
 CLAIMS = {
+    "document-masks": (collect_document_masks, render_document_masks),
     "attention-vs-sdpa": (collect_attention, render_attention),
     "training-step": (collect_train_step, render_train_step),
     "long-context": (collect_long_context, render_long_context),
