@@ -5,8 +5,9 @@
 # Any text files given as arguments replace the default corpus.
 #   scripts/quickstart.sh                 # default corpus
 #   scripts/quickstart.sh my.txt more.txt # your own text
-# Environment: STEPS (default 500 on the CPU, 2000 on a GPU), OUT (default runs/quickstart; its
-# model_*.bin and state_*.bin of an earlier quick start are removed first).
+# Environment: STEPS (default 500 on the CPU, 2000 on a GPU), QUICKSTART_OUT (default
+# runs/quickstart; the checkpoints of an earlier quick start there are removed first, and a folder
+# with checkpoints that no quick start wrote is refused, before anything is installed or built).
 # Each phase (install, build, prepare, train, sample) starts with a "== phase" line and the time
 # since the start; the last line gives each phase's time.
 # Build: with a GPU, `make build/flashgpt` (CUDA). Without one (no nvidia-smi, or it lists no
@@ -15,6 +16,14 @@
 # `make`) is used as it is on either path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The output folder, checked first: only an earlier quick start's checkpoints are ever removed.
+OUT=${QUICKSTART_OUT:-runs/quickstart}
+marker=.flashgpt-quickstart
+if compgen -G "$OUT/model_*.bin" >/dev/null && [ ! -f "$OUT/$marker" ]; then
+  echo "quickstart.sh: $OUT holds checkpoints that no quick start wrote; set QUICKSTART_OUT to a new folder" >&2
+  exit 1
+fi
 
 start=$SECONDS
 phase_name=""
@@ -57,7 +66,6 @@ else
   flashgpt=build-cpu/flashgpt
 fi
 
-OUT=${OUT:-runs/quickstart}
 if [ $# -gt 0 ]; then
   inputs=("$@")
   data=$OUT/data
@@ -80,8 +88,9 @@ else
   device_args=(--device cpu --model tiny --seq-len 128 --batch 8 --steps "${STEPS:-500}" --lr 2e-3)
 fi
 # A fresh run each time: train refuses an --out that holds another run's checkpoints, so those
-# of an earlier quick start in OUT go first.
+# of an earlier quick start (its marker file says so) go first.
 rm -f "$OUT"/model_*.bin "$OUT"/state_*.bin
+mkdir -p "$OUT" && touch "$OUT/$marker"
 phase train "train: ${device_args[*]}"
 "$flashgpt" train --data "$data" "${device_args[@]}" --warmup 20 --eval-every 100 \
   --sample-every 0 --out "$OUT" --log "$OUT/log.jsonl"
