@@ -4,7 +4,8 @@
 # (`make -j`); logs go to $OUT.
 #   SEEDS=50 scripts/gpu_stress.sh
 # Suites (each test of a suite runs under at least SEEDS seeds):
-#   attention  AttentionGpu/Shapes (every backend) and FlashShapes at T <= 255
+#   attention  AttentionGpu/Shapes (every backend) and FlashShapes at T <= 255; the masked
+#              kernels (AttentionMaskGpu, but T 4097), DocumentStartsGpu, AttentionDecodeGpu.Ring*
 #   ring       RingShapes Local (cp 2, 3, 4 on one GPU) at T <= 1031, and Nccl (cp N on N GPUs;
 #              cp 3 and 4 need 3 and 4 GPUs, else they skip) at the same shapes
 #   model      CudaModel.* (not MemoryPlanMatchesMeasured: no random inputs) and CudaModelCp.*
@@ -51,6 +52,7 @@ small_t() {  # small_t PREFIX T...: PREFIX*_T<t>_* for each t
   echo "${out#:}"
 }
 ATTN="$(small_t 'AttentionGpu/Shapes.' 1 17 127 128 200):$(small_t 'FlashShapes/' 1 17 65 127 128 255)"
+ATTN="$ATTN:AttentionMaskGpu/*:DocumentStartsGpu.*:AttentionDecodeGpu.Ring*"  # masks, all shapes
 RING_LOCAL='RingShapes/RingAttentionGpu.Local/*'
 RING_NCCL='RingShapes/RingAttentionGpu.Nccl/*'
 RING_BIG='*_T4097_*:*_T2051_*'
@@ -92,7 +94,8 @@ t1=$(date +%s)
 python3 - "$OUT" "$((t1 - t0))" "$rc" <<'PY' | tee "$OUT/summary.txt"
 import glob, re, sys
 out, seconds, rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-suites = {"attention": ("AttentionGpu/", "FlashShapes/"), "ring": ("RingShapes/",),
+suites = {"attention": ("AttentionGpu/", "FlashShapes/", "AttentionMaskGpu/", "DocumentStartsGpu.",
+                        "AttentionDecodeGpu.Ring"), "ring": ("RingShapes/",),
           "model": ("CudaModel.", "CudaModelCp.")}
 def suite_of(test):
     for name, prefixes in suites.items():
