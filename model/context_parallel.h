@@ -47,7 +47,7 @@
 // Load balance: zigzag equalises the causal triangle, not a mask. Under the document mask a
 // rank's share of the visible pairs is the sum over its rows t of t - lo(t) + 1
 // (cp_rank_visible_pairs); the trainer's start line prints the shares on the first windows of
-// the data (tests/cpu/test_context_parallel.cpp measures them on synthetic documents).
+// the data (tests/cpu/test_ring_attention_ref.cpp measures them on synthetic documents).
 //
 // Communication (per rank, per layer, per sequence of the batch; e = bytes per element):
 //   forward   K/V of the NKV key/value heads passed N-1 times:

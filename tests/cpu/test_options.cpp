@@ -320,6 +320,9 @@ TEST(Options, ProfileContextParallelFlag) {
   // Measuring a cp point needs its N GPUs (a cp model has no communicators in one process).
   expect_refused(parse_profile_options, {"profile", "--cp", "2"},
                  "profile --cp 2 plans one GPU of a cp group and needs --plan-only");
+  expect_refused(parse_profile_options,
+                 {"profile", "--plan-only", "--cp", "2", "--mask", "document", "--doc-len", "64"},
+                 "profile --cp 2 --mask ");
 }
 
 // --bench-warmup: untimed steps before --bench-steps timed ones (long-context benchmarks keep
