@@ -707,7 +707,6 @@ def render_document_masks(rows):
 
 
 CLAIMS = {
-    "document-masks": (collect_document_masks, render_document_masks),
     "attention-vs-sdpa": (collect_attention, render_attention),
     "training-step": (collect_train_step, render_train_step),
     "long-context": (collect_long_context, render_long_context),
@@ -720,6 +719,7 @@ CLAIMS = {
     "loss-curves": (collect_loss_curves, render_loss_curves),
     "hf-export": (collect_hf_export, render_hf_export),
     "gpu-tests": (collect_gpu_tests, render_gpu_tests),
+    "document-masks": (collect_document_masks, render_document_masks),
 }
 
 
