@@ -97,20 +97,44 @@ std::vector<int64_t> cp_rank_visible_pairs(const CpLayout& L, const SeqMask& m) 
   return pairs;
 }
 
-CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
-                          size_t dkv_elem) {
-  // Rank r sends, after ring step s, the K/V block it holds (owner ring_source(r, s)) on to
-  // rank r+1 at steps 0 .. N-2, and (backward) its dK/dV contribution to that block's owner
-  // at steps 1 .. N-1.
-  const size_t per_row = size_t(B) * 2 * NKV * HS;  // K and V of one token, all NKV heads
-  CpCommBytes c{0, 0};
-  for (int s = 0; s < L.cp(); s++) {
-    const size_t rows = L.local_len(L.ring_source(r, s));
-    if (s < L.cp() - 1) {
-      c.forward += rows * per_row * kv_elem;
-      c.backward += rows * per_row * kv_elem;
+bool cp_block_live(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank) {
+  for (int qi = 0; qi < 2; qi++)
+    for (int ki = 0; ki < 2; ki++) {
+      const CpChunk q = L.chunk(q_rank, qi), k = L.chunk(k_rank, ki);
+      if (cp_pair_kind(q.index, k.index) != CpPairKind::kSkipped && cp_pair_live(m, B, L.T(), q, k))
+        return true;
     }
-    if (s > 0) c.backward += rows * per_row * dkv_elem;
+  return false;
+}
+
+CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
+                          size_t dkv_elem, const AttnMask* mask) {
+  const size_t per_row = size_t(B) * 2 * NKV * HS;  // K and V of one token, all NKV heads
+  const int N = L.cp();
+  CpCommBytes c{0, 0};
+  if (mask == nullptr || mask->is_causal()) {
+    // The ring: rank r sends, after ring step s, the K/V block it holds (owner
+    // ring_source(r, s)) on to rank r+1 at steps 0 .. N-2, and (backward) its dK/dV
+    // contribution to that block's owner at steps 1 .. N-1.
+    for (int s = 0; s < N; s++) {
+      const size_t rows = L.local_len(L.ring_source(r, s));
+      if (s < N - 1) {
+        c.forward += rows * per_row * kv_elem;
+        c.backward += rows * per_row * kv_elem;
+      }
+      if (s > 0) c.backward += rows * per_row * dkv_elem;
+    }
+    return c;
+  }
+  // Straight sends: rank r's own block to every rank whose queries it reaches, and a dK/dV
+  // contribution home to the owner of every block r's queries reached.
+  for (int s = 1; s < N; s++) {
+    const int dst = (r + s) % N, src = L.ring_source(r, s);
+    if (cp_block_live(L, *mask, B, dst, r)) {
+      c.forward += L.local_len(r) * per_row * kv_elem;
+      c.backward += L.local_len(r) * per_row * kv_elem;
+    }
+    if (cp_block_live(L, *mask, B, r, src)) c.backward += L.local_len(src) * per_row * dkv_elem;
   }
   return c;
 }

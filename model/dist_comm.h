@@ -23,7 +23,8 @@ class DistComm {
   // `send` to rank `to` and receives recv_bytes into `recv` from rank `from`, as one group, so
   // that a ring of ranks each sending to the next and receiving from the previous cannot
   // deadlock (the context-parallel ring's hops, model/ring_attention.cuh). Every rank of the
-  // ring calls it at the same point; the stream's later work sees `recv` filled.
+  // ring calls it at the same point; the stream's later work sees `recv` filled. A null send
+  // or recv leaves that side out (the straight sends of a masked ring).
   virtual void send_recv(const void* send, size_t send_bytes, int to, void* recv,
                          size_t recv_bytes, int from, void* stream) = 0;
   // Waits for a cudaStream_t (given as void*) to drain, watching for NCCL errors, a failed peer

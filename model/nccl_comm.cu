@@ -112,8 +112,8 @@ class NcclComm : public DistComm {
     CHECK(comm_, "the NCCL communicator was aborted after an error");
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, to, comm_, s));
-    NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, s));
+    if (send) NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, to, comm_, s));
+    if (recv) NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, s));
     NCCL_CHECK(ncclGroupEnd());
   }
 

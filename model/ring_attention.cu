@@ -63,6 +63,10 @@ void RingAttention::wait(cudaStream_t waiter, cudaEvent_t e, Clock what) {
 
 RingStepTimes RingAttention::take_times() {
   RingStepTimes t;
+  if (!intervals_.empty()) {  // every step, also one a mask left without work
+    t.fwd_ms.assign(L_.cp(), 0.0);
+    t.bwd_ms.assign(L_.cp(), 0.0);
+  }
   for (const Interval& iv : intervals_) {
     CUDA_CHECK(cudaEventSynchronize(iv.t1));
     float ms = 0.f;
@@ -129,35 +133,44 @@ class LocalRingTransport final : public RingTransport {
   void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
                 int from, cudaStream_t stream) override {
     const int n = hub_.n_;
-    LocalRingHub::Post in{};
-    {
+    if (send) {
       std::unique_lock<std::mutex> lock(hub_.m_);
       cudaEvent_t ready = hub_.new_event();
       CUDA_CHECK(cudaEventRecord(ready, stream));  // the bytes to send are final
       hub_.posted_[r_ * n + to].push_back({send, send_bytes, ready});
+      hub_.bytes_sent_[r_] += send_bytes;
       hub_.cv_.notify_all();
-      auto& mine = hub_.posted_[from * n + r_];
-      hub_.cv_.wait(lock, [&] { return !mine.empty(); });
-      in = mine.front();
-      mine.pop_front();
     }
-    CHECK(in.bytes == recv_bytes, "internal: ring exchange sends %zu bytes, receiver expects %zu",
-          in.bytes, recv_bytes);
-    CUDA_CHECK(cudaStreamWaitEvent(stream, in.ready, 0));
-    CUDA_CHECK(cudaMemcpyAsync(recv, in.ptr, recv_bytes, cudaMemcpyDeviceToDevice, stream));
-    cudaEvent_t copied;
-    {
+    if (recv) {
+      LocalRingHub::Post in{};
+      {
+        std::unique_lock<std::mutex> lock(hub_.m_);
+        auto& mine = hub_.posted_[from * n + r_];
+        hub_.cv_.wait(lock, [&] { return !mine.empty(); });
+        in = mine.front();
+        mine.pop_front();
+      }
+      CHECK(in.bytes == recv_bytes,
+            "internal: ring exchange sends %zu bytes, receiver expects %zu", in.bytes, recv_bytes);
+      CUDA_CHECK(cudaStreamWaitEvent(stream, in.ready, 0));
+      CUDA_CHECK(cudaMemcpyAsync(recv, in.ptr, recv_bytes, cudaMemcpyDeviceToDevice, stream));
       std::unique_lock<std::mutex> lock(hub_.m_);
-      copied = hub_.new_event();
+      cudaEvent_t copied = hub_.new_event();
       CUDA_CHECK(cudaEventRecord(copied, stream));
       hub_.consumed_[from * n + r_].push_back(copied);
       hub_.cv_.notify_all();
-      auto& sent = hub_.consumed_[r_ * n + to];
-      hub_.cv_.wait(lock, [&] { return !sent.empty(); });
-      copied = sent.front();  // rank `to` has copied this exchange's send
-      sent.pop_front();
     }
-    CUDA_CHECK(cudaStreamWaitEvent(stream, copied, 0));
+    if (send) {
+      cudaEvent_t copied;
+      {
+        std::unique_lock<std::mutex> lock(hub_.m_);
+        auto& sent = hub_.consumed_[r_ * n + to];
+        hub_.cv_.wait(lock, [&] { return !sent.empty(); });
+        copied = sent.front();  // rank `to` has copied this exchange's send
+        sent.pop_front();
+      }
+      CUDA_CHECK(cudaStreamWaitEvent(stream, copied, 0));
+    }
   }
 
  private:
@@ -165,7 +178,11 @@ class LocalRingTransport final : public RingTransport {
   int r_;
 };
 
-LocalRingHub::LocalRingHub(int n) : n_(n), posted_(n * n), consumed_(n * n) {}
+LocalRingHub::LocalRingHub(int n) : n_(n), posted_(n * n), consumed_(n * n), bytes_sent_(n, 0) {}
+size_t LocalRingHub::bytes_sent(int r) {
+  std::unique_lock<std::mutex> lock(m_);
+  return bytes_sent_[r];
+}
 LocalRingHub::~LocalRingHub() {
   cudaDeviceSynchronize();
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -240,7 +257,10 @@ void RingAttention::set_mask(const AttnMask& device, const AttnMask& host, int B
         "internal: the ring's device and host masks differ");
   mask_ = device;
   live_.assign(L_.cp(), {});
+  send_.assign(L_.cp(), 0);
   if (device.is_causal()) return;
+  for (int s = 1; s < L_.cp(); s++)  // rank r+s holds this rank's block at step s
+    send_[s] = cp_block_live(L_, host, B, (r_ + s) % L_.cp(), r_);
   for (int s = 0; s < L_.cp(); s++) {
     // Step 0: the own diagonal pairs first, which write the running (O, LSE) of every row.
     std::vector<CpBlockPair> ps = L_.pairs(r_, s);
@@ -274,8 +294,18 @@ cudaEvent_t RingAttention::send_own_kv(const floatX* qkv, const AttnShape& local
   CUDA_CHECK(cudaMemcpy2DAsync(rb.kv[0], row * es, qkv + (size_t)NH * HS, QKV * es, row * es,
                                (size_t)local.B * local.T, cudaMemcpyDeviceToDevice, st));
   wait(comm_st_, record(st));
+  if (straight()) return straight_kv(rb, 1, local);
   send_kv(rb, 0, local);
   return record(comm_st_);
+}
+
+cudaEvent_t RingAttention::straight_kv(const RingBuffers& rb, int s, const AttnShape& local) {
+  const int N = L_.cp(), src = L_.ring_source(r_, s);
+  if (s >= N || (!send_[s] && !receives(s))) return nullptr;
+  const size_t row = (size_t)2 * local.NKV * local.HS * sizeof(floatX) * local.B;
+  exchange(send_[s] ? rb.kv[0] : nullptr, send_[s] ? L_.local_len(r_) * row : 0, (r_ + s) % N,
+           receives(s) ? rb.kv[1] : nullptr, receives(s) ? L_.local_len(src) * row : 0, src);
+  return receives(s) ? record(comm_st_) : nullptr;
 }
 
 void RingAttention::send_kv(const RingBuffers& rb, int s, const AttnShape& local) {
@@ -294,9 +324,10 @@ void RingAttention::set_kv(const floatX* qkv, const RingBuffers& rb, int s,
     v = bf(qkv + (size_t)(NH + NKV) * HS);
     bs = (size_t)local.T * ld;
   } else {  // the block in hand: (B, Ts, 2*NKV, HS)
+    const floatX* kv = straight() ? rb.kv[1] : rb.kv[s % 2];
     ld = (size_t)2 * NKV * HS;
-    k = bf(rb.kv[s % 2]);
-    v = bf(rb.kv[s % 2] + (size_t)NKV * HS);
+    k = bf(kv);
+    v = bf(kv + (size_t)NKV * HS);
     bs = (size_t)L_.local_len(L_.ring_source(r_, s)) * ld;
   }
 }
@@ -321,7 +352,13 @@ void RingAttention::forward(const AttentionBackend& a, floatX* out, float* lse,
   p.mask = mask_;
   p.mask_T = L_.T();
   for (int s = 0; s < N; s++) {
-    if (s > 0) {
+    if (s > 0 && straight()) {
+      if (!receives(s)) {  // nothing to compute: post the next step's exchange
+        kv_ready = straight_kv(rb, s + 1, local);
+        continue;
+      }
+      wait(st, kv_ready, Clock::kKvWait);
+    } else if (s > 0) {
       if (s + 1 < N) {  // the next block's hop overlaps this step
         wait(comm_st_, done_prev);  // kv[(s+1)%2] was read by step s-1
         send_kv(rb, s, local);
@@ -348,6 +385,10 @@ void RingAttention::forward(const AttentionBackend& a, floatX* out, float* lse,
     }
     clock_stop(clock, st);
     done_prev = record(st);
+    if (straight() && s > 0) {  // the next step's block into kv[1], which this step has read
+      wait(comm_st_, done_prev);
+      kv_ready = straight_kv(rb, s + 1, local);
+    }
   }
   const size_t n = (size_t)local.B * Tl * ldo;
   ring_to_bf16_kernel<<<grid_for(n), 256, 0, st>>>(out, rb.o_run, n);
@@ -384,60 +425,79 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
   p.mask = mask_;
   p.mask_T = L_.T();
   // dkv_acc += the contribution in dkv_in, once it has arrived.
+  bool in_pending = false;  // a contribution received and not yet added
   auto add_in = [&]() {
     wait(st, in_ready, Clock::kDkvWait);
     ring_dkv_add_kernel<<<grid_for(mine), 256, 0, st>>>(rb.dkv_acc, rb.dkv_in, mine);
     CUDA_CHECK_LAUNCH();
+    in_pending = false;
   };
+  int sent = 0;  // contributions sent so far: the next one goes out of dkv_out[sent % 2]
   // The other ranks' blocks first, the own chunks (s = 0) last: every contribution's trip to
   // its owner then overlaps a later step (the header's schedule).
   for (int i = 1; i <= N; i++) {
     const int s = i % N, src = L_.ring_source(r_, s);
+    // This step computes against a block (always on the ring; straight, if this rank's
+    // queries see it) and receives rank r+s's contribution to this rank's own block.
+    const bool computes = s == 0 || !straight() || receives(s),
+               gets = s > 0 && (!straight() || send_[s]);
     float* acc = rb.dkv_acc;  // s = 0: this rank's own
-    if (s > 0) {
+    if (s > 0 && !straight()) {
       if (s + 1 < N) {  // the next block's hop overlaps this step
         if (done_prev) wait(comm_st_, done_prev);  // kv[(s+1)%2] was read by step s-1
         send_kv(rb, s, local);
       }
       wait(st, kv_ready, Clock::kKvWait);
       if (s + 1 < N) kv_ready = record(comm_st_);
-      const int o = (s - 1) % 2;  // dkv_out[1] only at cp > 2
-      acc = rb.dkv_out[o];
-      if (out_free[o]) wait(st, out_free[o]);  // its send two steps ago is done
+    } else if (s > 0 && computes) {
+      wait(st, kv_ready, Clock::kKvWait);
+    }
+    if (s > 0 && computes) {
+      acc = rb.dkv_out[sent % 2];  // dkv_out[1] only at cp > 2
+      if (out_free[sent % 2]) wait(st, out_free[sent % 2]);  // its send two sends ago is done
       CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)L_.local_len(src) * frow, st));
     }
-    const __nv_bfloat16 *k, *v;
-    set_kv(qkv, rb, s, local, k, v, p.kv_ld, p.kv_bs);
-    p.dkv_bs = (size_t)L_.local_len(src) * row;
-    const int clock = clock_start(Clock::kBackward, s, st);
-    for (const Pair& pr : pairs_at(s)) {
-      p.k = k + (size_t)pr.k_row0 * p.kv_ld;
-      p.v = v + (size_t)pr.k_row0 * p.kv_ld;
-      p.dk_acc = acc + (size_t)pr.k_row0 * row;
-      p.dv_acc = p.dk_acc + (size_t)NKV * HS;
-      p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
-      p.dout = bf(dout + (size_t)pr.q_row0 * ldo);
-      p.lse = lse + pr.q_row0;
-      p.D = D + pr.q_row0;
-      p.dq_row0 = pr.q_row0;
-      p.Tq = pr.Tq;
-      p.Tk = pr.Tk;
-      p.q_pos0 = pr.q_pos0;
-      p.k_pos0 = pr.k_pos0;
-      p.causal = pr.causal;
-      a.ring_backward(p, st);
+    if (computes) {
+      const __nv_bfloat16 *k, *v;
+      set_kv(qkv, rb, s, local, k, v, p.kv_ld, p.kv_bs);
+      p.dkv_bs = (size_t)L_.local_len(src) * row;
+      const int clock = clock_start(Clock::kBackward, s, st);
+      for (const Pair& pr : pairs_at(s)) {
+        p.k = k + (size_t)pr.k_row0 * p.kv_ld;
+        p.v = v + (size_t)pr.k_row0 * p.kv_ld;
+        p.dk_acc = acc + (size_t)pr.k_row0 * row;
+        p.dv_acc = p.dk_acc + (size_t)NKV * HS;
+        p.q = bf(qkv + (size_t)pr.q_row0 * QKV);
+        p.dout = bf(dout + (size_t)pr.q_row0 * ldo);
+        p.lse = lse + pr.q_row0;
+        p.D = D + pr.q_row0;
+        p.dq_row0 = pr.q_row0;
+        p.Tq = pr.Tq;
+        p.Tk = pr.Tk;
+        p.q_pos0 = pr.q_pos0;
+        p.k_pos0 = pr.k_pos0;
+        p.causal = pr.causal;
+        a.ring_backward(p, st);
+      }
+      clock_stop(clock, st);
     }
-    clock_stop(clock, st);
-    if (s > 1) add_in();  // step s-1's contribution from rank r+s-1, before dkv_in is reused
+    if (in_pending && gets) add_in();  // the last contribution, before dkv_in is reused
     done_prev = record(st);
-    if (s > 0) {  // this contribution goes home; rank r+s's to this rank's block comes in
+    if (s > 0 && (computes || gets)) {
+      // This contribution goes home to src; rank r+s's to this rank's block comes in.
       wait(comm_st_, done_prev);
-      exchange(acc, (size_t)L_.local_len(src) * frow, src, rb.dkv_in, (size_t)Tl * frow,
-               (r_ + s) % N);
-      out_free[(s - 1) % 2] = in_ready = record(comm_st_);
+      exchange(computes ? acc : nullptr, computes ? (size_t)L_.local_len(src) * frow : 0, src,
+               gets ? rb.dkv_in : nullptr, gets ? (size_t)Tl * frow : 0, (r_ + s) % N);
+      cudaEvent_t e = record(comm_st_);
+      if (computes) out_free[sent++ % 2] = e;
+      if (gets) in_ready = e, in_pending = true;
+    }
+    if (straight() && s > 0) {  // the next step's block into kv[1], which this step has read
+      wait(comm_st_, done_prev);
+      kv_ready = straight_kv(rb, s + 1, local);
     }
   }
-  if (N > 1) add_in();  // the last contribution, which the own step overlapped
+  if (in_pending) add_in();  // the last contribution, which the own step overlapped
   ring_dkv_to_dqkv_kernel<<<grid_for(mine), 256, 0, st>>>(dqkv, rb.dkv_acc, (size_t)B * Tl,
                                                           (int)row, (int)QKV, local.NH * HS);
   CUDA_CHECK_LAUNCH();

@@ -30,14 +30,21 @@
 // The K/V hop of step s+1 overlaps step s, and each dK/dV contribution's trip overlaps the next
 // step: the compute stream meets the other ranks only at the first K/V hop of each layer's
 // backward.
+// (An accumulator that travels with its block, each rank adding to it in turn, makes two hard
+// meeting points per layer at cp 2: ~4% of a step at T = 1M on 2 x H100.)
 // Masks (set_mask, once per batch; context_parallel.h "Masks"): a mask other than causal runs
 // one problem per chunk pair that it leaves live (cp_pair_live on the host copy of the batch's
 // doc_start), each with its global q_pos0 / k_pos0 and the device doc_start (B, T): step 0
 // writes the own diagonal pairs first (every row sees itself, so every row's running LSE is
 // finite) and merges the third pair; later steps merge. A pair the mask empties launches
-// nothing; its block is still passed on. The kernels must merge a row with no visible key in a
-// live pair (LSE_blk = -inf) as nothing. (An accumulator that travels with its block, each rank adding to it in turn, makes
-// two hard meeting points per layer at cp 2: ~4% of a step at T = 1M on 2 x H100.)
+// nothing. The kernels must merge a row with no visible key in a live pair (LSE_blk = -inf) as
+// nothing. Blocks go STRAIGHT instead of round the ring: kv[0] keeps this rank's own block and
+// is sent to rank r+s at step s if that rank's queries see a key of it; rank r-s's block
+// arrives in kv[1] if this rank's do; a step that needs neither exchanges nothing and computes
+// nothing; the backward sends each contribution home as on the ring, and receives one from
+// rank r+s only if it sent its block there. One receive buffer: a block's exchange waits for
+// the previous block's step to finish reading kv[1], so only the first overlaps compute (the
+// own chunks' step in the forward); every rank issues its exchanges in the same step order.
 // take_times() (timing on) measures each step's attention and the compute stream's waits for
 // the ring: what the overlap failed to hide, and the skew between the ranks.
 //
@@ -93,7 +100,7 @@ inline RingBuffers carve_ring_buffers(floatX* kv, float* dkv, float* o_run, cons
 // How a hop moves its bytes. On `stream`: send `send_bytes` of `send` to rank `to` and receive
 // `recv_bytes` into `recv` from rank `from` (cp ranks; every rank of the group calls it at the
 // same point, so sends and receives pair up); the stream's later work sees `recv` filled and
-// may overwrite `send`.
+// may overwrite `send`. Either side may be absent (nullptr, 0 bytes): a one-way exchange.
 class RingTransport {
  public:
   virtual ~RingTransport() = default;
@@ -140,6 +147,7 @@ class LocalRingHub {
   explicit LocalRingHub(int n);
   ~LocalRingHub();
   std::unique_ptr<RingTransport> transport(int r);  // rank r's end (the hub must outlive it)
+  size_t bytes_sent(int r);  // what rank r has sent so far, every exchange summed
 
  private:
   friend class LocalRingTransport;
@@ -154,6 +162,7 @@ class LocalRingHub {
   std::vector<std::deque<Post>> posted_;             // [sender * n + receiver] sends, in order
   std::vector<std::deque<cudaEvent_t>> consumed_;    // [sender * n + receiver] "copied" events
   std::vector<cudaEvent_t> events_;                  // every event made, destroyed at the end
+  std::vector<size_t> bytes_sent_;                   // [sender]
   cudaEvent_t new_event();
 };
 
@@ -220,8 +229,18 @@ class RingAttention {
   std::vector<Pair> pairs_at(int s) const;
   AttnMask mask_;                        // the device mask of set_mask
   std::vector<std::vector<Pair>> live_;  // [step] the live chunk pairs (a mask other than causal)
+  // A mask other than causal sends blocks straight (context_parallel.h "Masks"): at step s > 0
+  // this rank receives rank r-s's block into kv[1] if its queries see a key of it, and sends
+  // its own (kv[0]) to rank r+s if that rank's do (send_[s]).
+  std::vector<char> send_;
+  bool straight() const { return !mask_.is_causal(); }
+  bool receives(int s) const { return !live_[s].empty(); }
+  // Straight: step s's exchange of K/V blocks (s < N; nothing when neither end needs one);
+  // returns "kv[1] arrived", or null when this rank receives nothing at step s.
+  cudaEvent_t straight_kv(const RingBuffers& rb, int s, const AttnShape& local);
   int begin(const AttentionBackend& a, const AttnShape& local);  // checks; returns Tl
-  // kv[0] = this rank's K/V, its first hop posted; returns "kv[1] arrived" (null for cp 1).
+  // kv[0] = this rank's K/V, its first hop (straight: step 1's exchange) posted; returns
+  // "kv[1] arrived" (null for cp 1, or when step 1 receives nothing).
   cudaEvent_t send_own_kv(const floatX* qkv, const AttnShape& local, const RingBuffers& rb,
                           cudaStream_t st);
   // The K/V hop after step s: send kv[s%2], receive kv[(s+1)%2].

@@ -13,7 +13,7 @@ rendering of the committed data.csv, so the two always agree.
 RAW is a file, or LABEL=file where the claim needs a label (the table says which).
 Claims (the folder names of bench/results/): attention-vs-sdpa, training-step, long-context,
 memory-plan, context-parallel, data-parallel, determinism, profile-sweep, loss-curves,
-fa1-vs-fa2, hf-export, gpu-tests, document-masks.
+fa1-vs-fa2, hf-export, gpu-tests, document-masks, masked-context-parallel.
 """
 import argparse
 import csv
@@ -706,6 +706,54 @@ def render_document_masks(rows):
     return text
 
 
+def collect_masked_cp(raws, env):
+    # LABEL=log: the schedule that ran ("straight": this tree; "ring": the baseline binary, whose
+    # masked ring passed every block round); the log's own lines give the mask, T and cp.
+    rows = []
+    for label, path in map(labelled, raws):
+        text = open(path, errors="replace").read()
+        done, start = DONE_LINE.search(text), START_LINE.search(text)
+        cp = re.search(r"context parallel: cp=(\d+)", text)
+        balance = re.search(r"busiest / mean ([\d.]+)", text)
+        window = re.search(r"window (\d+)", start[2]) if start else None
+        rows.append({"schedule": label, "mask": "document" if start and "document" in start[2] else "causal",
+                     "window": window[1] if window else "0", "seq_len": start[4] if start else "",
+                     "cp": cp[1] if cp else "1", "tokens_per_s": done[2] if done else "",
+                     "peak_gib": "%.2f" % gib(done[3], done[4]) if done else "",
+                     "busiest_over_mean": balance[1] if balance else "",
+                     "status": "ok" if done else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]})
+    return stamp(rows, env)
+
+
+def render_masked_cp(rows):
+    tok = {(r["schedule"], r["mask"], r["window"], r["seq_len"], r["cp"]): num(r["tokens_per_s"])
+           for r in rows if r["status"] == "ok"}
+    out = []
+    for mask, window, T, cp in sorted({(r["mask"], r["window"], r["seq_len"], r["cp"]) for r in rows},
+                                      key=lambda k: (k[0], int(k[1]), int(k[2]), int(k[3]))):
+        if cp == "1":
+            continue
+        one = tok.get(("straight", mask, window, T, "1"))
+        st, ring = tok.get(("straight", mask, window, T, cp)), tok.get(("ring", mask, window, T, cp))
+        peak = [r["peak_gib"] for r in rows if (r["schedule"], r["mask"], r["window"], r["seq_len"], r["cp"])
+                == ("straight", mask, window, T, cp)]
+        bal = [r["busiest_over_mean"] for r in rows if (r["mask"], r["window"], r["seq_len"], r["cp"])
+               == (mask, window, T, cp) and r["busiest_over_mean"]]
+        name = ("documents" if mask == "document" else "causal") + (", window %s" % window if window != "0" else "")
+        out.append([name, kt(int(T)), cp, fmt(one, ",.0f"), "**%s**" % fmt(st, ",.0f"),
+                    "%.0f%%" % (100 * st / (int(cp) * one)) if st and one else "-",
+                    fmt(ring, ",.0f"), "**%.2fx**" % (st / ring) if st and ring else "-",
+                    bal[0] if bal else "-", peak[0] if peak else "-"])
+    text = ("tokens/s of `train` (the `done:` line); efficiency = tokens/s at cp N / (N x tokens/s "
+            "on one GPU); ring = the same run with the baseline binary, whose masked ring passed "
+            "every K/V block round; busiest / mean: the start line's load balance of the mask's "
+            "work over the first windows.\n\n")
+    text += md_table(["mask", "T", "cp", "tok/s 1 GPU", "tok/s straight", "efficiency",
+                      "tok/s ring", "straight / ring", "busiest / mean", "peak GiB/GPU"], out,
+                     ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"])
+    return text
+
+
 CLAIMS = {
     "attention-vs-sdpa": (collect_attention, render_attention),
     "training-step": (collect_train_step, render_train_step),
@@ -720,6 +768,7 @@ CLAIMS = {
     "hf-export": (collect_hf_export, render_hf_export),
     "gpu-tests": (collect_gpu_tests, render_gpu_tests),
     "document-masks": (collect_document_masks, render_document_masks),
+    "masked-context-parallel": (collect_masked_cp, render_masked_cp),
 }
 
 

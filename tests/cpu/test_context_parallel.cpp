@@ -11,6 +11,8 @@
 //   ContextParallel.ShortSequenceRefused        T < 2*cp and cp < 1: one clear error
 //   ContextParallel.PairLivenessUnderMasks      cp_pair_live and cp_rank_visible_pairs against
 //                                               a brute-force count of visible pairs
+//   ContextParallel.StraightSendsUnderMasks     cp_block_live against brute force; a masked
+//                                               ring's bytes; a window reaches the neighbours
 //   ContextParallel.LoaderSplitsWindows         each rank's rows (cp_scatter) of the loader's
 //                                               inputs and targets: every (input, target) pair
 //                                               of the T+1 window on exactly one rank
@@ -272,6 +274,77 @@ TEST(ContextParallel, PairLivenessUnderMasks) {
         }
       }
   std::printf("  %d live and %d empty chunk pairs, each as counted\n", live, dead);
+}
+
+// Under a mask other than causal the GPU ring sends a block only to the ranks whose queries see
+// one of its keys: cp_block_live against a brute-force count, the bytes cp_comm_bytes counts
+// from it, and windows: one shorter than a chunk reaches the neighbouring ranks only, at any
+// cp; a window of 1, none.
+TEST(ContextParallel, StraightSendsUnderMasks) {
+  std::bernoulli_distribution eot(0.02);
+  const int B = 2, NKV = 2, HS = 8;
+  const size_t per_row = size_t(B) * 2 * NKV * HS;
+  for (int N = 1; N <= 8; N++)
+    for (int T : {2 * N * 40, 2 * N * 40 + N + 3})
+      for (int W : {0, 1, 7, 39, 100000}) {
+        std::vector<int> tokens(size_t(B) * T);
+        for (int& t : tokens) t = eot(rng()) ? 1 : 0;
+        const std::vector<int> starts = document_starts(tokens.data(), B, T, 1);
+        for (const AttnMask& m : {AttnMask{starts.data(), W}, AttnMask{nullptr, W}}) {
+          if (m.is_causal()) continue;  // the ring's bytes: CommBytesFormula
+          const CpLayout L(N, T);
+          const std::string ctx = flashgpt::strformat("N=%d T=%d W=%d %s", N, T, W,
+                                                      m.doc_start ? "document" : "window");
+          std::vector<std::vector<bool>> live(N, std::vector<bool>(N));
+          for (int q = 0; q < N; q++)
+            for (int k = 0; k < N; k++) {
+              bool any = false;
+              for (int b = 0; b < B && !any; b++)
+                for (int i = 0; i < L.local_len(q) && !any; i++)
+                  for (int j = 0; j < L.local_len(k) && !any; j++)
+                    any = m.seq(b, T).visible(L.global_pos(q, i), L.global_pos(k, j));
+              live[q][k] = any;
+              EXPECT_EQ(cp_block_live(L, m, B, q, k), any) << ctx << " q rank " << q << " k " << k;
+            }
+          for (int r = 0; r < N; r++) {
+            EXPECT_TRUE(live[r][r]) << ctx;  // every row sees itself
+            size_t fwd = 0, dkv = 0;
+            for (int d = 0; d < N; d++) {
+              if (d == r) continue;
+              if (live[d][r]) fwd += L.local_len(r) * per_row * 2;  // bf16 K/V
+              if (live[r][d]) dkv += L.local_len(d) * per_row * 4;  // fp32 dK/dV home
+            }
+            const CpCommBytes c = cp_comm_bytes(L, r, B, NKV, HS, 2, 4, &m);
+            EXPECT_EQ(c.forward, fwd) << ctx << " rank " << r;
+            EXPECT_EQ(c.backward, fwd + dkv) << ctx << " rank " << r;
+            if (W == 0 || m.doc_start) continue;
+            // A window alone: a block reaches rank r's neighbours when the window is shorter
+            // than a chunk (W <= 39 here: chunks hold >= 40 tokens): chunk k's queries reach
+            // chunk k-1, so rank r's block (chunks r, 2N-1-r) goes to rank r+1 (chunk r+1) and
+            // rank r-1 (chunk 2N-r), of which rank 0 and rank N-1 have one. No one at W = 1.
+            std::set<int> want;
+            if (W > 1 && W <= 39) {
+              if (r + 1 < N) want.insert(r + 1);
+              if (r > 0) want.insert(r - 1);
+            }
+            if (W > 39)  // longer than T: every rank
+              for (int d = 0; d < N; d++) want.insert(d);
+            want.erase(r);
+            for (int d = 0; d < N; d++) {
+              if (d == r) continue;
+              EXPECT_EQ(live[d][r], want.count(d) == 1) << ctx << " rank " << r << " to " << d;
+            }
+          }
+        }
+      }
+  const CpLayout L(8, 1 << 20);
+  const AttnMask window{nullptr, 4096};
+  const CpCommBytes ring = cp_comm_bytes(L, 3, 1, 12, 64, 2, 4),
+                    straight = cp_comm_bytes(L, 3, 1, 12, 64, 2, 4, &window);
+  std::printf("  T=1M cp=8 window 4096, rank 3 per layer: forward %.0f MiB straight against "
+              "%.0f MiB round the ring, backward %.0f against %.0f MiB\n",
+              straight.forward / 1048576.0, ring.forward / 1048576.0,
+              straight.backward / 1048576.0, ring.backward / 1048576.0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@
 // Ragged T (odd lengths: chunk lengths differ, the second Q chunk starts at a row that is not a
 // multiple of 8), GQA and MQA, HS 64 and 128, both ring backends; the causal mask, and the
 // document mask and sliding windows (ring_case_name's _doc<mean length>, _W<window>), against
-// the masked reference and baseline.
+// the masked reference and baseline. On one GPU each rank's bytes sent equal cp_comm_bytes:
+// under a mask, only the blocks some rank's queries reach travel.
 //
 // Run: ./build/test_gpu --gtest_filter='Ring*'
 #include <nccl.h>
@@ -185,6 +186,11 @@ void RingAttentionGpu::check(bool nccl) {
         if (N == 1) EXPECT_EQ(t.wait_ms(), 0.0);
         EXPECT_TRUE(ring.take_times().fwd_ms.empty());  // read once
       }
+      if (hub) {  // what this rank sent: the ring's hops, or (masks) only the blocks needed
+        const CpCommBytes want =
+            cp_comm_bytes(L, r, s.B, s.NKV, s.HS, sizeof(floatX), sizeof(float), &host_mask);
+        EXPECT_EQ(hub->bytes_sent(r), want.forward + want.backward) << "rank " << r;
+      }
       meet_once(2);  // every ring done before any rank frees
       CUDA_CHECK(cudaStreamDestroy(st));
       const std::vector<float> o_l = to_float(d_out.download()), dq_l = to_float(d_dqkv.download()),
@@ -278,6 +284,9 @@ const RingCase kRingCases[] = {
     {"flash", 3, 1, 1001, 4, 1, 64, 0, 64},    {"flash3", 4, 2, 2051, 4, 2, 64, 200, 256},
     {"flash", 4, 1, 1200, 2, 2, 128, 50, 1},   {"flash3", 3, 2, 777, 6, 2, 64, 1, 0},
     {"flash", 2, 1, 4096, 4, 4, 64, 0, 5000},  {"flash3", 2, 2, 517, 4, 2, 64, 40, 100},
+    // Windows shorter than a chunk at cp 4: each rank's block goes to its two neighbours only
+    // (steps 1 and 3), step 2 exchanges nothing.
+    {"flash3", 4, 1, 4099, 4, 2, 64, 0, 300},  {"flash", 4, 2, 1500, 2, 1, 128, 0, 100},
 };
 INSTANTIATE_TEST_SUITE_P(RingShapes, RingAttentionGpu, ::testing::ValuesIn(kRingCases),
                          [](const ::testing::TestParamInfo<RingCase>& i) {
