@@ -533,8 +533,10 @@ TEST_F(Kernels, Classifier) {
   check_classifier(37, 1000, 1024, false, true, rng);
   check_classifier(37, 1000, 1024, true, true, rng);
   check_classifier(37, 1000, 1024, false, false, rng);
-  check_classifier(5, 50257, 50304, true, true, rng);  // GPT-2 vocabulary: many chunks per thread
+  check_classifier(5, 50257, 50304, true, true, rng);  // GPT-2 vocabulary: staged, in place
   check_classifier(9, 100, 103, false, true, rng);     // Vp % 8 != 0: scalar path
+  // A row larger than shared memory (240 KB in bf16): the streaming 128-bit kernel.
+  check_classifier(3, 120000, 120064, true, true, rng);
 }
 
 // ---- adamw, global norm ------------------------------------------------------------------------
