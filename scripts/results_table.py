@@ -13,7 +13,8 @@ rendering of the committed data.csv, so the two always agree.
 RAW is a file, or LABEL=file where the claim needs a label (the table says which).
 Claims (the folder names of bench/results/): attention-vs-sdpa, training-step, long-context,
 memory-plan, context-parallel, data-parallel, determinism, profile-sweep, loss-curves,
-fa1-vs-fa2, hf-export, gpu-tests, document-masks, masked-context-parallel.
+fa1-vs-fa2, hf-export, gpu-tests, document-masks, masked-context-parallel,
+step-breakdown.
 """
 import argparse
 import csv
@@ -23,6 +24,8 @@ import os
 import re
 import statistics
 import sys
+
+import step_breakdown
 
 GIB = 1024.0 ** 3
 PASSES = ("fwd", "bwd", "fwdbwd")
@@ -752,6 +755,42 @@ def render_masked_cp(rows):
                       "tok/s ring", "straight / ring", "busiest / mean", "peak GiB/GPU"], out,
                      ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"])
     return text
+# ---------------------------------------------------------------------------------------------
+# step-breakdown: ncu's per-kernel durations of a `train --bench` step (ncu=, grouped by
+# scripts/step_breakdown.py) and the same step without ncu (bench=)
+
+def collect_step_breakdown(raws, env):
+    rows = []
+    for label, path in map(labelled, raws):
+        if label == "ncu":
+            steps = step_breakdown.steps_seen(path)
+            if not steps:
+                sys.exit("results_table.py: no 'step k/M' line in '%s'" % path)
+            kernels, setup = step_breakdown.breakdown(step_breakdown.read_ncu(path), steps)
+            for kind, rs in (("kernel", kernels), ("setup", setup)):
+                rows += [{"kind": kind, "kernel": r["kernel"], "category": r["category"],
+                          "launches_per_step": "%g" % r["launches"],
+                          "ms_per_step": "%.4f" % r["ms"]} for r in rs]
+        elif label == "bench":
+            b = step_breakdown.bench_numbers(path)
+            if not b:
+                sys.exit("results_table.py: no 'median ... MFU' line in '%s'" % path)
+            rows.append({"kind": "step", "ms_per_step": b[0], "tokens_per_s": b[1],
+                         "mfu_percent": b[2]})
+        else:
+            sys.exit("results_table.py: step-breakdown takes ncu=FILE and bench=FILE, not '%s'" % label)
+    return stamp(rows, env)
+
+
+def render_step_breakdown(rows):
+    def of(kind):
+        return [{"kernel": r["kernel"], "category": r["category"],
+                 "launches": num(r["launches_per_step"]), "ms": num(r["ms_per_step"])}
+                for r in rows if r["kind"] == kind]
+    step = next((r for r in rows if r["kind"] == "step"), None)
+    bench = (num(step["ms_per_step"]), int(num(step["tokens_per_s"])),
+             num(step["mfu_percent"])) if step else None
+    return step_breakdown.report(of("kernel"), of("setup"), bench, 12)
 
 
 CLAIMS = {
@@ -769,6 +808,7 @@ CLAIMS = {
     "gpu-tests": (collect_gpu_tests, render_gpu_tests),
     "document-masks": (collect_document_masks, render_document_masks),
     "masked-context-parallel": (collect_masked_cp, render_masked_cp),
+    "step-breakdown": (collect_step_breakdown, render_step_breakdown),
 }
 
 
