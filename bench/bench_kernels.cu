@@ -3,9 +3,7 @@
 //   kernels  each op at the GPT-2 124M (d12) shapes of a B=32, T=1024 step (N = 32768, C = 768,
 //            Vp = 50304) on random data: per call the median of 20 timed calls after 3 warm-ups
 //            (CUDA events), the minimum bytes it must move and the rate that gives, or TFLOP/s
-//            for the products (2*N*C*OC each; backward = dinp + dweight (+ dbias)); each
-//            backward also without dbias and the separate dbias pass alone, so the epilogue's
-//            cost reads as (with dbias) - (without)
+//            for the products (2*N*C*OC each; backward = dinp + dweight (+ dbias))
 //   rope     rope_forward / rope_backward at 131072 positions (and a d12-like B=8, T=1024)
 //   decode   attention_decode over a KV cache of 131072 positions, MHA, GQA, MQA; the caches are
 //            rotated over several copies so that reads come from HBM, not L2
@@ -159,18 +157,9 @@ void bench_d12_kernels() {
                      matmul_forward_residual(z, in, w, bias, y, N, sh.Cin, C, 0);
                    }), f);
     floatX* dinp = sh.Cin == C ? y : g4;
-    bool epi = false;  // whether dbias came from the dweight product's BGRADB epilogue
-    const double us_bwd = median_us([&] {
-      epi = matmul_backward(dinp, fw, fb, out, in, w, N, sh.Cin, sh.OC, ks, 0);
-    });
-    report_flops((name + (epi ? " backward (dbias: epilogue)"
-                              : " backward (dbias: separate pass)")).c_str(), us_bwd, 2 * f);
-    report_flops((name + " backward without dbias").c_str(), median_us([&] {
-                   matmul_backward(dinp, fw, nullptr, out, in, w, N, sh.Cin, sh.OC, ks, 0);
+    report_flops((name + " backward").c_str(), median_us([&] {
+                   matmul_backward(dinp, fw, fb, out, in, w, N, sh.Cin, sh.OC, ks, 0);
                  }), 2 * f);
-    report_bw((name + " dbias alone (separate pass)").c_str(),
-              median_us([&] { matmul_backward_bias(fb, out, N, sh.OC, ks, 0); }),
-              (double)N * sh.OC * es);
     if (sh.Cin == 4 * C)
       report_flops((name + " backward (DGELU epilogue)").c_str(), median_us([&] {
                      matmul_backward(g4, fw, fb, z, h4, w, N, 4 * C, C, ks, 0, 1.0f, h4);

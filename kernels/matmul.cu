@@ -58,9 +58,6 @@ bool lt_matmul(void* D, cudaDataType_t dtype, const floatX* A, bool transA, cons
   set_attr(op, CUBLASLT_MATMUL_DESC_TRANSB, opB);
   set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
   if (bias) set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  // The bias gradient is written in fp32 whatever D's type (the default would be D's).
-  if (epi == CUBLASLT_EPILOGUE_BGRADB)
-    set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, (int32_t)CUDA_R_32F);
   if (aux) {
     set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, const_cast<void*>(aux));
     set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)aux_ld);
@@ -147,6 +144,9 @@ __global__ void bias_partials_kernel(float* partials, const floatX* dout, int N,
   }
 }
 
+// Row blocks of the dbias reduction: enough for ~4 blocks per SM at GPT-2 sizes (OC = 768:
+// 3 x 256 blocks), capped by N/8 so that small N has no empty blocks.
+
 __global__ void scale_kernel(float* x, float s, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= s;
@@ -199,26 +199,7 @@ void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp, const
   gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
 }
 
-void matmul_backward_bias(float* dbias, const floatX* dout, int N, int OC, float* scratch,
-                          cudaStream_t stream, float dout_scale) {
-  // G row blocks (matmul_bias_row_blocks): enough for ~4 blocks per SM at GPT-2 sizes
-  // (OC = 768: 3 x 256 blocks), capped by N/8 so that small N has no empty blocks.
-  const bool vec = OC % x128::size == 0 && aligned16(dout);
-  const int W = vec ? x128::size : 1, G = matmul_bias_row_blocks(N);
-  dim3 grid(ceil_div(OC, 32 * W), G);
-  if (vec)
-    bias_partials_kernel<x128::size><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, OC);
-  else
-    bias_partials_kernel<1><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, OC);
-  CUDA_CHECK_LAUNCH();
-  if (dout_scale != 1.0f) {
-    scale_kernel<<<ceil_div(G * OC, 256), 256, 0, stream>>>(scratch, dout_scale, G * OC);
-    CUDA_CHECK_LAUNCH();
-  }
-  reduce_partials(dbias, nullptr, scratch, G, OC, OC, stream);
-}
-
-bool matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC, float* scratch,
                      cudaStream_t stream, float dout_scale, const floatX* dinp_pre_gelu) {
   // dinp^T (C x N) = weight^T-as-colmajor (C x OC) * dout^T (OC x N)
@@ -234,20 +215,23 @@ bool matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
       if (dinp_pre_gelu) gelu_backward(dinp, dinp_pre_gelu, dinp, (size_t)N * C, stream);
     }
   }
-  // dweight^T-as-colmajor (C x OC) += inp^T (C x N) * dout (N x OC). With dbias, the BGRADB
-  // epilogue sums B = dout over k = N, i.e. dout's column sums, into scratch (it overwrites,
-  // so matmul_backward adds scratch to dbias after). Only for dout_scale = 1: cuBLASLt's
-  // documentation does not say whether alpha scales the bias gradient.
-  const bool bgrad = dbias && dout_scale == 1.0f && aligned16(scratch) &&
-                     lt_matmul(dweight, CUDA_R_32F, inp, false, dout, true, C, OC, N, C, OC, C,
-                               1.0f, 1.0f, CUBLASLT_EPILOGUE_BGRADB, scratch, nullptr, 0, stream);
-  if (!bgrad)
-    CHECK(lt_matmul(dweight, CUDA_R_32F, inp, false, dout, true, C, OC, N, C, OC, C, dout_scale,
-                    1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream),
-          "matmul_backward (dweight): cuBLASLt has no algorithm for N=%d C=%d OC=%d", N, C, OC);
-  if (bgrad)
-    reduce_partials(dbias, nullptr, scratch, 1, OC, OC, stream);  // dbias += scratch
-  else if (dbias)
-    matmul_backward_bias(dbias, dout, N, OC, scratch, stream, dout_scale);
-  return bgrad;
+  // dweight^T-as-colmajor (C x OC) += inp^T (C x N) * dout (N x OC)
+  CHECK(lt_matmul(dweight, CUDA_R_32F, inp, false, dout, true, C, OC, N, C, OC, C, dout_scale,
+                  1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream),
+        "matmul_backward (dweight): cuBLASLt has no algorithm for N=%d C=%d OC=%d", N, C, OC);
+  if (dbias) {
+    const bool vec = OC % x128::size == 0 && aligned16(dout);
+    const int W = vec ? x128::size : 1, G = matmul_bias_row_blocks(N);
+    dim3 grid(ceil_div(OC, 32 * W), G);
+    if (vec)
+      bias_partials_kernel<x128::size><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, OC);
+    else
+      bias_partials_kernel<1><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, OC);
+    CUDA_CHECK_LAUNCH();
+    if (dout_scale != 1.0f) {
+      scale_kernel<<<ceil_div(G * OC, 256), 256, 0, stream>>>(scratch, dout_scale, G * OC);
+      CUDA_CHECK_LAUNCH();
+    }
+    reduce_partials(dbias, nullptr, scratch, G, OC, OC, stream);
+  }
 }

@@ -8,26 +8,17 @@
 //   backward:      dinp = dout @ weight          (floatX, overwritten; skipped when nullptr)
 //                  optionally times gelu'(pre_gelu): the DGELU epilogue fuses the GELU backward
 //                  dweight += dout^T @ inp       (fp32 accumulate: cuBLASLt beta = 1, fp32 D)
-//                  dbias += column sums of dout  (fp32): the dweight product's BGRADB epilogue
-//                  sums its B operand (dout) over k = N into an fp32 scratch vector, which one
-//                  small kernel adds to dbias (the epilogue overwrites; dbias accumulates over
-//                  micro-steps). So dout is read once, by the product, not again for dbias.
+//                  dbias += column sums of dout  (fp32, deterministic two-stage kernel below)
 // All products: floatX operands, fp32 accumulation (CUBLAS_COMPUTE_32F; pure fp32, no TF32, in
 // the FP32 build). Row-major (N, C) is column-major (C, N), so out^T = weight^T-op * inp^T
 // gives cuBLASLt m = OC, n = N, k = C with A = weight (transposed), B = inp.
 // cuBLASLt's heuristic is asked once per (shape, layout, epilogue, pointer alignment) and the
 // chosen algorithm cached, so a training step makes no heuristic calls after the first.
-// Fallbacks: when the bias, GELU or BGRADB epilogue has no algorithm for a shape/alignment
-// (ragged test shapes), a plain matmul plus add_bias / gelu_forward / matmul_backward_bias
-// kernels compute the same thing. BGRADB is also skipped for dout_scale != 1 (the docs do not
-// say whether alpha scales the bias gradient; only the lm head, which has no bias, scales).
-// matmul_backward_bias, the separate dbias pass: blocks of 32 lanes x 8 warps; each lane owns
-// 8 columns (one 128-bit load per row), warps stride over rows; the 8 warps combine in order
-// into one partial row per block-row, then reduce_partials sums them in order.
-// Determinism: no float atomics on either path. cuBLASLt gives bitwise-equal results for a
-// fixed algorithm (the algorithm cache fixes it per shape and alignment), including its split-K schemes: the
-// "in place" one orders the parts with counters, the others reduce in a separate kernel
-// (cublasLt.h, cublasLtReductionScheme_t).
+// Fallbacks: when the bias or GELU epilogue has no algorithm for a shape/alignment (ragged
+// test shapes), a plain matmul plus add_bias / gelu_forward kernels compute the same thing.
+// dbias: blocks of 32 lanes x 8 warps; each lane owns 8 columns (one 128-bit load per row),
+// warps stride over rows; the 8 warps combine in order into one partial row per block-row,
+// then reduce_partials sums them in order. No float atomics.
 // Measured (H200, bf16, N = 32768, C = 768; by what is now bench-kernels): fc forward with
 // the GELU_AUX_BIAS epilogue 298 us vs 234 us (bias epilogue) + 123 us (gelu_forward);
 // attproj / fcproj with the residual as C 82 / 217 us vs 70 / 207 us + 43 us (residual_forward);
@@ -68,16 +59,13 @@ void matmul_forward_residual(floatX* out,             // (N, OC)
                              const floatX* residual,  // (N, OC)
                              int N, int C, int OC, cudaStream_t stream);
 
-// Scratch for dbias (either path): matmul_backward_scratch_bytes(N, OC) (matmul.h), 16-byte
-// aligned for the epilogue.
+// Scratch for the dbias reduction: matmul_backward_scratch_bytes(N, OC) (matmul.h).
 // dout_scale multiplies dout in every product (the model folds the loss scale of the fused
 // classifier, whose dlogits are written for scale 1, into the lm-head's backward).
 // dinp_pre_gelu (N, C), when given: dinp = (dout @ weight) * gelu'(dinp_pre_gelu), i.e. the
 // backward through a GELU that precedes this matmul (the model's fcproj), fused into the
 // product's epilogue (falls back to gelu_backward in place).
-// Returns whether dbias came from the epilogue (false without dbias): the tests check which
-// path ran.
-bool matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
+void matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
                      float* dweight,        // (OC, C) accumulates
                      float* dbias,          // (OC) accumulates, or nullptr
                      const floatX* dout,    // (N, OC)
@@ -87,8 +75,3 @@ bool matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
                      float* scratch,        // matmul_backward_scratch_bytes(N, OC), if dbias
                      cudaStream_t stream, float dout_scale = 1.0f,
                      const floatX* dinp_pre_gelu = nullptr);
-
-// dbias (OC) += dout_scale * column sums of dout (N, OC): the separate pass over dout that
-// matmul_backward falls back to. scratch: matmul_backward_scratch_bytes(N, OC).
-void matmul_backward_bias(float* dbias, const floatX* dout, int N, int OC, float* scratch,
-                          cudaStream_t stream, float dout_scale = 1.0f);

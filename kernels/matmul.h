@@ -8,8 +8,8 @@
 // Sizes of the CUDA version (matmul.cuh), which the model plans with the rest of its memory:
 //   workspace: cuBLASLt's, 32 MiB as llm.c uses on Hopper (cuBLASLt's larger Hopper kernels want
 //     more than 4 MiB);
-//   backward scratch: the separate dbias pass's fp32 partial rows of OC, one per block-row of
-//     ceil(N / 8) blocks, at most kMatmulBiasRowBlocks (the BGRADB epilogue uses the first row).
+//   backward scratch: the dbias reduction's fp32 partial rows of OC, one per block-row of
+//     ceil(N / 8) blocks, at most kMatmulBiasRowBlocks.
 constexpr size_t kMatmulWorkspaceBytes = 32ull << 20;
 constexpr int kMatmulBiasRowBlocks = 256;
 inline size_t matmul_workspace_bytes() { return kMatmulWorkspaceBytes; }
