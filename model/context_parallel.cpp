@@ -97,6 +97,26 @@ std::vector<int64_t> cp_rank_visible_pairs(const CpLayout& L, const SeqMask& m) 
   return pairs;
 }
 
+CpReach cp_block_reach(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank) {
+  CpReach reach{};
+  for (int w = 0; w < 2; w++) {
+    reach.len[w] = L.chunk(k_rank, w).len;
+    reach.from[w] = q_rank == k_rank ? 0 : reach.len[w];
+  }
+  if (q_rank == k_rank) return reach;
+  for (int qi = 0; qi < 2; qi++)
+    for (int w = 0; w < 2; w++) {
+      const CpChunk q = L.chunk(q_rank, qi), k = L.chunk(k_rank, w);
+      if (cp_pair_kind(q.index, k.index) != CpPairKind::kFull) continue;  // k follows q
+      for (int b = 0; b < (m.doc_start ? B : 1); b++) {
+        const int lo = m.seq(b, L.T()).lo(q.global_begin);  // the smallest lo of q's rows
+        if (lo < k.global_begin + k.len)
+          reach.from[w] = std::min(reach.from[w], std::max(0, lo - k.global_begin));
+      }
+    }
+  return reach;
+}
+
 bool cp_block_live(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank) {
   for (int qi = 0; qi < 2; qi++)
     for (int ki = 0; ki < 2; ki++) {
@@ -126,15 +146,13 @@ CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size
     }
     return c;
   }
-  // Straight sends: rank r's own block to every rank whose queries it reaches, and a dK/dV
-  // contribution home to the owner of every block r's queries reached.
+  // Straight sends: the rows of rank r's block that each other rank's queries see, and a dK/dV
+  // contribution home for the rows of every block r's queries saw.
   for (int s = 1; s < N; s++) {
-    const int dst = (r + s) % N, src = L.ring_source(r, s);
-    if (cp_block_live(L, *mask, B, dst, r)) {
-      c.forward += L.local_len(r) * per_row * kv_elem;
-      c.backward += L.local_len(r) * per_row * kv_elem;
-    }
-    if (cp_block_live(L, *mask, B, r, src)) c.backward += L.local_len(src) * per_row * dkv_elem;
+    const size_t out = cp_block_reach(L, *mask, B, (r + s) % N, r).rows(),
+                 in = cp_block_reach(L, *mask, B, r, L.ring_source(r, s)).rows();
+    c.forward += out * per_row * kv_elem;
+    c.backward += out * per_row * kv_elem + in * per_row * dkv_elem;
   }
   return c;
 }

@@ -39,16 +39,18 @@
 // by the mask of the whole sequence, lo(qp) <= kp <= qp, with doc_start of the whole (B, T)
 // batch on every rank (each rank computes it from the batch tokens it reads anyway). A pair the
 // mask empties in every sequence of the batch (cp_pair_live) is never computed. The causal
-// mask keeps the ring and its fused problems. Any other mask sends blocks STRAIGHT to the ranks
-// that need them: at step s rank r sends its own block to rank r+s if that rank's queries see a
-// key of it (cp_block_live), and receives rank r-s's block if its own queries see one; a step
-// that neither needs sends nothing and computes nothing (every rank decides from the same host
-// doc_start, so both ends of a send agree). A ring could not skip a hop: with the zigzag layout
+// mask keeps the ring and its fused problems. Any other mask sends K/V STRAIGHT to the ranks
+// that need it, and only the rows they need: at step s rank r sends rank r+s the rows of its
+// block that rank's queries see (cp_block_reach: a suffix of each chunk, W rows of a neighbour's
+// chunk under a window W), and receives the rows of rank r-s's block its own queries see; a
+// step that neither needs sends nothing and computes nothing (every rank decides from the same
+// host doc_start, so both ends of a send agree). A ring could not skip a hop: with the zigzag layout
 // a window shorter than a chunk lets chunk k's queries reach back into chunk k-1 only, so rank
 // r needs the blocks of r - 1 (chunk r-1) and r + 1 (chunk 2N-2-r): its block is needed by the
 // first and the LAST rank after it on the ring, and would travel all the way round. Straight,
-// a window shorter than a chunk costs a rank at most two K/V receives per layer at any cp (one
-// at cp 2, and for ranks 0 and N-1), and a window of one (every row sees itself) none. Other masks than causal run one
+// a window W shorter than a chunk costs a rank at most two K/V receives of W - 1 rows per layer
+// at any cp (one at cp 2, and for ranks 0 and N-1), and a window of one (every row sees itself)
+// none. Other masks than causal run one
 // problem per live chunk pair.
 // Load balance: zigzag equalises the causal triangle, not a mask. Under the document mask a
 // rank's share of the visible pairs is the sum over its rows t of t - lo(t) + 1
@@ -56,7 +58,7 @@
 // the data (tests/cpu/test_ring_attention_ref.cpp measures them on synthetic documents).
 //
 // Communication (per rank, per layer, per sequence of the batch; e = bytes per element), the
-// causal ring (other masks: N-1 becomes the number of ranks the block reaches, cp_comm_bytes):
+// causal ring (other masks: the rows each rank's queries reach, cp_comm_bytes):
 //   forward   K/V of the NKV key/value heads passed N-1 times:
 //               (N-1) * 2 * (T/N) * NKV * HS * e_kv
 //   backward  K/V passed again N-1 times, and each rank's contribution to every other rank's
@@ -216,17 +218,29 @@ bool cp_pair_live(const AttnMask& m, int B, int T, const CpChunk& q, const CpChu
 // sequence's SeqMask over its T global positions): rank r's share of the mask's work.
 std::vector<int64_t> cp_rank_visible_pairs(const CpLayout& L, const SeqMask& m);
 
-// Whether rank q_rank's queries see a key of rank k_rank's block in any of the B sequences of
-// mask m (doc_start on the host): some chunk pair of the two is not skipped and cp_pair_live.
-// Under a mask other than causal the GPU ring sends a block only where this holds.
+// The rows of rank k_rank's block (its two chunks) that rank q_rank's queries see under mask m
+// (doc_start on the host) in any of the B sequences: of chunk `which` (0: chunk k_rank, 1:
+// chunk 2N-1-k_rank, len[which] rows) the suffix from[which] .. len[which]-1 (from = len:
+// none). A suffix because lo is monotone: the keys that a later chunk's queries see begin at lo
+// of its first row. q_rank == k_rank: the whole block. Under a mask other than causal the GPU
+// ring sends a rank only these rows.
+struct CpReach {
+  int from[2], len[2];
+  int rows(int which) const { return len[which] - from[which]; }
+  int rows() const { return rows(0) + rows(1); }
+  bool any() const { return rows() > 0; }
+};
+CpReach cp_block_reach(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank);
+// Whether rank q_rank's queries see a key of rank k_rank's block: some chunk pair of the two is
+// not skipped and cp_pair_live (q_rank == k_rank: always).
 bool cp_block_live(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank);
 
 // Bytes one rank sends per layer for B sequences of the batch (see the header comment).
 // kv_elem: bytes per K/V element (2 for bf16); dkv_elem: of the dK/dV accumulator (4 for fp32).
 // mask (host doc_start): nullptr or causal, the ring's; another, the straight sends'.
 struct CpCommBytes {
-  size_t forward;   // K/V: N-1 hops (causal), one send per rank it reaches (other masks)
-  size_t backward;  // the same K/V again + one dK/dV contribution per block reached
+  size_t forward;   // K/V: N-1 hops (causal), the rows each other rank reaches (other masks)
+  size_t backward;  // the same K/V again + the dK/dV contributions to the rows reached
 };
 CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
                           size_t dkv_elem, const AttnMask* mask = nullptr);

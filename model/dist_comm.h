@@ -7,6 +7,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
+
+// A contiguous piece of device memory that a point-to-point exchange sends or fills.
+struct CommSpan {
+  void* ptr;
+  size_t bytes;
+};
 
 class DistComm {
  public:
@@ -19,14 +26,14 @@ class DistComm {
   virtual void set_stream(void* stream) = 0;
   // Mean of x over the ranks (collective: every rank calls it).
   virtual float all_reduce_mean(float x) = 0;
-  // Point to point, on a cudaStream_t (given as void*): sends send_bytes of device memory
-  // `send` to rank `to` and receives recv_bytes into `recv` from rank `from`, as one group, so
-  // that a ring of ranks each sending to the next and receiving from the previous cannot
-  // deadlock (the context-parallel ring's hops, model/ring_attention.cuh). Every rank of the
-  // ring calls it at the same point; the stream's later work sees `recv` filled. A null send
-  // or recv leaves that side out (the straight sends of a masked ring).
-  virtual void send_recv(const void* send, size_t send_bytes, int to, void* recv,
-                         size_t recv_bytes, int from, void* stream) = 0;
+  // Point to point, on a cudaStream_t (given as void*): sends each span of `send` (device
+  // memory) to rank `to` and receives each span of `recv` from rank `from`, in order, as one
+  // group, so that a ring of ranks each sending to the next and receiving from the previous
+  // cannot deadlock (the context-parallel ring's hops, model/ring_attention.cuh). Every rank of
+  // the ring calls it at the same point, the receiver with spans of the sender's sizes; the
+  // stream's later work sees `recv` filled. Either list may be empty (a one-way exchange).
+  virtual void send_recv(const std::vector<CommSpan>& send, int to,
+                         const std::vector<CommSpan>& recv, int from, void* stream) = 0;
   // Waits for a cudaStream_t (given as void*) to drain, watching for NCCL errors, a failed peer
   // (peer_failed() returns its message) and the timeout; throws flashgpt::Error on any.
   // timeout_s < 0: the communicator's own timeout.

@@ -107,13 +107,13 @@ class NcclComm : public DistComm {
     return *h_scalar_;
   }
 
-  void send_recv(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+  void send_recv(const std::vector<CommSpan>& send, int to, const std::vector<CommSpan>& recv,
                  int from, void* stream) override {
     CHECK(comm_, "the NCCL communicator was aborted after an error");
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     NCCL_CHECK(ncclGroupStart());
-    if (send) NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, to, comm_, s));
-    if (recv) NCCL_CHECK(ncclRecv(recv, recv_bytes, ncclUint8, from, comm_, s));
+    for (const CommSpan& x : send) NCCL_CHECK(ncclSend(x.ptr, x.bytes, ncclUint8, to, comm_, s));
+    for (const CommSpan& x : recv) NCCL_CHECK(ncclRecv(x.ptr, x.bytes, ncclUint8, from, comm_, s));
     NCCL_CHECK(ncclGroupEnd());
   }
 

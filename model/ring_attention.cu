@@ -94,9 +94,9 @@ namespace {
 class DistRingTransport final : public RingTransport {
  public:
   explicit DistRingTransport(DistComm& comm) : comm_(comm) {}
-  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+  void exchange(const std::vector<CommSpan>& send, int to, const std::vector<CommSpan>& recv,
                 int from, cudaStream_t stream) override {
-    comm_.send_recv(send, send_bytes, to, recv, recv_bytes, from, stream);
+    comm_.send_recv(send, to, recv, from, stream);
   }
 
  private:
@@ -106,9 +106,9 @@ class DistRingTransport final : public RingTransport {
 class BorrowedRingTransport final : public RingTransport {
  public:
   explicit BorrowedRingTransport(RingTransport* t) : t_(t) {}
-  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+  void exchange(const std::vector<CommSpan>& send, int to, const std::vector<CommSpan>& recv,
                 int from, cudaStream_t stream) override {
-    t_->exchange(send, send_bytes, to, recv, recv_bytes, from, stream);
+    t_->exchange(send, to, recv, from, stream);
   }
 
  private:
@@ -130,18 +130,20 @@ std::unique_ptr<RingTransport> borrow_ring_transport(RingTransport* t) {
 class LocalRingTransport final : public RingTransport {
  public:
   LocalRingTransport(LocalRingHub& hub, int r) : hub_(hub), r_(r) {}
-  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+  void exchange(const std::vector<CommSpan>& send, int to, const std::vector<CommSpan>& recv,
                 int from, cudaStream_t stream) override {
     const int n = hub_.n_;
-    if (send) {
+    if (!send.empty()) {
       std::unique_lock<std::mutex> lock(hub_.m_);
       cudaEvent_t ready = hub_.new_event();
       CUDA_CHECK(cudaEventRecord(ready, stream));  // the bytes to send are final
-      hub_.posted_[r_ * n + to].push_back({send, send_bytes, ready});
-      hub_.bytes_sent_[r_] += send_bytes;
+      for (const CommSpan& x : send) {
+        hub_.posted_[r_ * n + to].push_back({x.ptr, x.bytes, ready});
+        hub_.bytes_sent_[r_] += x.bytes;
+      }
       hub_.cv_.notify_all();
     }
-    if (recv) {
+    for (const CommSpan& x : recv) {
       LocalRingHub::Post in{};
       {
         std::unique_lock<std::mutex> lock(hub_.m_);
@@ -150,23 +152,25 @@ class LocalRingTransport final : public RingTransport {
         in = mine.front();
         mine.pop_front();
       }
-      CHECK(in.bytes == recv_bytes,
-            "internal: ring exchange sends %zu bytes, receiver expects %zu", in.bytes, recv_bytes);
+      CHECK(in.bytes == x.bytes, "internal: ring exchange sends %zu bytes, receiver expects %zu",
+            in.bytes, x.bytes);
       CUDA_CHECK(cudaStreamWaitEvent(stream, in.ready, 0));
-      CUDA_CHECK(cudaMemcpyAsync(recv, in.ptr, recv_bytes, cudaMemcpyDeviceToDevice, stream));
+      CUDA_CHECK(cudaMemcpyAsync(x.ptr, in.ptr, x.bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    if (!recv.empty()) {
       std::unique_lock<std::mutex> lock(hub_.m_);
       cudaEvent_t copied = hub_.new_event();
       CUDA_CHECK(cudaEventRecord(copied, stream));
       hub_.consumed_[from * n + r_].push_back(copied);
       hub_.cv_.notify_all();
     }
-    if (send) {
+    if (!send.empty()) {
       cudaEvent_t copied;
       {
         std::unique_lock<std::mutex> lock(hub_.m_);
         auto& sent = hub_.consumed_[r_ * n + to];
         hub_.cv_.wait(lock, [&] { return !sent.empty(); });
-        copied = sent.front();  // rank `to` has copied this exchange's send
+        copied = sent.front();  // rank `to` has copied this exchange's spans
         sent.pop_front();
       }
       CUDA_CHECK(cudaStreamWaitEvent(stream, copied, 0));
@@ -221,12 +225,21 @@ __global__ void ring_dkv_to_dqkv_kernel(floatX* __restrict__ dqkv, const float* 
   }
 }
 
-// acc (n) += in (n): a dK/dV contribution received from another rank, into this rank's own.
-__global__ void ring_dkv_add_kernel(float* __restrict__ acc, const float* __restrict__ in,
-                                    size_t n) {
+// acc (B, Tl, row) += in (B, R, row): a dK/dV contribution received from another rank, into
+// this rank's own. in's R = rows0 + rows1 rows per sequence are rows from0 .. from0+rows0-1 of
+// the first chunk and from1 .. of the second (which starts at local row len0); the ring's
+// contributions are whole blocks (from = 0, R = Tl).
+__global__ void ring_dkv_add_kernel(float* __restrict__ acc, const float* __restrict__ in, int B,
+                                    int Tl, int len0, int from0, int rows0, int from1, int R,
+                                    int row) {
+  const size_t n = (size_t)B * R * row;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    acc[i] += in[i];
+       i += (size_t)gridDim.x * blockDim.x) {
+    const size_t t = i / row;
+    const int b = (int)(t / R), r = (int)(t % R);
+    const int local = r < rows0 ? from0 + r : len0 + from1 + (r - rows0);
+    acc[((size_t)b * Tl + local) * row + i % row] += in[i];
+  }
 }
 
 unsigned grid_for(size_t n) { return (unsigned)std::min<size_t>((n + 255) / 256, 8192); }
@@ -257,22 +270,46 @@ void RingAttention::set_mask(const AttnMask& device, const AttnMask& host, int B
         "internal: the ring's device and host masks differ");
   mask_ = device;
   live_.assign(L_.cp(), {});
-  send_.assign(L_.cp(), 0);
+  reach_in_.assign(L_.cp(), CpReach{});
+  reach_out_.assign(L_.cp(), CpReach{});
   if (device.is_causal()) return;
-  for (int s = 1; s < L_.cp(); s++)  // rank r+s holds this rank's block at step s
-    send_[s] = cp_block_live(L_, host, B, (r_ + s) % L_.cp(), r_);
+  for (int s = 0; s < L_.cp(); s++) {  // rank r+s holds this rank's block at step s
+    reach_in_[s] = cp_block_reach(L_, host, B, r_, L_.ring_source(r_, s));
+    reach_out_[s] = s == 0 ? CpReach{} : cp_block_reach(L_, host, B, (r_ + s) % L_.cp(), r_);
+  }
   for (int s = 0; s < L_.cp(); s++) {
+    const CpReach& in = reach_in_[s];
     // Step 0: the own diagonal pairs first, which write the running (O, LSE) of every row.
     std::vector<CpBlockPair> ps = L_.pairs(r_, s);
     std::stable_sort(ps.begin(), ps.end(), [](const CpBlockPair& a, const CpBlockPair& b) {
       return a.kind == CpPairKind::kDiagonal && b.kind != CpPairKind::kDiagonal;
     });
-    for (const CpBlockPair& p : ps)
-      if (p.kind != CpPairKind::kSkipped && cp_pair_live(host, B, L_.T(), p.q, p.k))
-        live_[s].push_back(Pair{p.q.local_begin, p.q.len, p.k.local_begin, p.k.len,
-                                p.q.global_begin, p.k.global_begin, false,
-                                p.kind != CpPairKind::kDiagonal});
+    for (const CpBlockPair& p : ps) {
+      if (p.kind == CpPairKind::kSkipped || !cp_pair_live(host, B, L_.T(), p.q, p.k)) continue;
+      // Its keys: the rows of the K/V chunk that arrived (s > 0: packed, chunk 0's first).
+      const int w = p.k.index == L_.ring_source(r_, s) ? 0 : 1;
+      const int k_row0 = s == 0 ? p.k.local_begin : (w == 0 ? 0 : in.rows(0));
+      CHECK(in.rows(w) > 0, "internal: a live chunk pair whose keys were not sent");
+      live_[s].push_back(Pair{p.q.local_begin, p.q.len, k_row0, in.rows(w), p.q.global_begin,
+                              p.k.global_begin + in.from[w], false,
+                              p.kind != CpPairKind::kDiagonal});
+    }
   }
+}
+
+std::vector<CommSpan> RingAttention::spans(void* base, const CpReach& reach, int B,
+                                           size_t row_bytes, bool packed) {
+  std::vector<CommSpan> out;
+  const size_t per_seq = packed ? reach.rows() : reach.len[0] + reach.len[1];
+  for (int b = 0; b < B; b++)
+    for (int w = 0; w < 2; w++) {
+      if (reach.rows(w) == 0) continue;
+      const size_t row0 = packed ? (w == 0 ? 0 : reach.rows(0))
+                                 : (w == 0 ? 0 : reach.len[0]) + reach.from[w];
+      out.push_back({static_cast<char*>(base) + (b * per_seq + row0) * row_bytes,
+                     reach.rows(w) * row_bytes});
+    }
+  return out;
 }
 
 int RingAttention::begin(const AttentionBackend& a, const AttnShape& local) {
@@ -300,11 +337,13 @@ cudaEvent_t RingAttention::send_own_kv(const floatX* qkv, const AttnShape& local
 }
 
 cudaEvent_t RingAttention::straight_kv(const RingBuffers& rb, int s, const AttnShape& local) {
-  const int N = L_.cp(), src = L_.ring_source(r_, s);
-  if (s >= N || (!send_[s] && !receives(s))) return nullptr;
-  const size_t row = (size_t)2 * local.NKV * local.HS * sizeof(floatX) * local.B;
-  exchange(send_[s] ? rb.kv[0] : nullptr, send_[s] ? L_.local_len(r_) * row : 0, (r_ + s) % N,
-           receives(s) ? rb.kv[1] : nullptr, receives(s) ? L_.local_len(src) * row : 0, src);
+  const int N = L_.cp();
+  if (s >= N || (!sends(s) && !receives(s))) return nullptr;
+  const size_t row = (size_t)2 * local.NKV * local.HS * sizeof(floatX);
+  exchange(sends(s) ? spans(rb.kv[0], reach_out_[s], local.B, row, false) : std::vector<CommSpan>{},
+           (r_ + s) % N,
+           receives(s) ? spans(rb.kv[1], reach_in_[s], local.B, row, true) : std::vector<CommSpan>{},
+           L_.ring_source(r_, s));
   return receives(s) ? record(comm_st_) : nullptr;
 }
 
@@ -328,7 +367,7 @@ void RingAttention::set_kv(const floatX* qkv, const RingBuffers& rb, int s,
     ld = (size_t)2 * NKV * HS;
     k = bf(kv);
     v = bf(kv + (size_t)NKV * HS);
-    bs = (size_t)L_.local_len(L_.ring_source(r_, s)) * ld;
+    bs = (size_t)block_rows(s) * ld;
   }
 }
 
@@ -424,14 +463,20 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
   p.dkv_ld = row;
   p.mask = mask_;
   p.mask_T = L_.T();
-  // dkv_acc += the contribution in dkv_in, once it has arrived.
+  // dkv_acc += the contribution in dkv_in, once it has arrived: the rows `in_rows` of this
+  // rank's block (the whole block on the ring; straight, the rows it sent that step).
   bool in_pending = false;  // a contribution received and not yet added
+  CpReach in_rows{};
   auto add_in = [&]() {
     wait(st, in_ready, Clock::kDkvWait);
-    ring_dkv_add_kernel<<<grid_for(mine), 256, 0, st>>>(rb.dkv_acc, rb.dkv_in, mine);
+    const size_t n = (size_t)B * in_rows.rows() * row;
+    ring_dkv_add_kernel<<<grid_for(n), 256, 0, st>>>(rb.dkv_acc, rb.dkv_in, B, Tl, in_rows.len[0],
+                                                     in_rows.from[0], in_rows.rows(0),
+                                                     in_rows.from[1], in_rows.rows(), (int)row);
     CUDA_CHECK_LAUNCH();
     in_pending = false;
   };
+  const CpReach whole = cp_block_reach(L_, AttnMask{}, B, r_, r_);  // this rank's whole block
   int sent = 0;  // contributions sent so far: the next one goes out of dkv_out[sent % 2]
   // The other ranks' blocks first, the own chunks (s = 0) last: every contribution's trip to
   // its owner then overlaps a later step (the header's schedule).
@@ -440,7 +485,7 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
     // This step computes against a block (always on the ring; straight, if this rank's
     // queries see it) and receives rank r+s's contribution to this rank's own block.
     const bool computes = s == 0 || !straight() || receives(s),
-               gets = s > 0 && (!straight() || send_[s]);
+               gets = s > 0 && (!straight() || sends(s));
     float* acc = rb.dkv_acc;  // s = 0: this rank's own
     if (s > 0 && !straight()) {
       if (s + 1 < N) {  // the next block's hop overlaps this step
@@ -455,12 +500,12 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
     if (s > 0 && computes) {
       acc = rb.dkv_out[sent % 2];  // dkv_out[1] only at cp > 2
       if (out_free[sent % 2]) wait(st, out_free[sent % 2]);  // its send two sends ago is done
-      CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)L_.local_len(src) * frow, st));
+      CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)block_rows(s) * frow, st));
     }
     if (computes) {
       const __nv_bfloat16 *k, *v;
       set_kv(qkv, rb, s, local, k, v, p.kv_ld, p.kv_bs);
-      p.dkv_bs = (size_t)L_.local_len(src) * row;
+      p.dkv_bs = (size_t)(s == 0 ? Tl : block_rows(s)) * row;
       const int clock = clock_start(Clock::kBackward, s, st);
       for (const Pair& pr : pairs_at(s)) {
         p.k = k + (size_t)pr.k_row0 * p.kv_ld;
@@ -486,8 +531,11 @@ void RingAttention::backward(const AttentionBackend& a, floatX* dqkv, void* scra
     if (s > 0 && (computes || gets)) {
       // This contribution goes home to src; rank r+s's to this rank's block comes in.
       wait(comm_st_, done_prev);
-      exchange(computes ? acc : nullptr, computes ? (size_t)L_.local_len(src) * frow : 0, src,
-               gets ? rb.dkv_in : nullptr, gets ? (size_t)Tl * frow : 0, (r_ + s) % N);
+      if (gets) in_rows = straight() ? reach_out_[s] : whole;
+      std::vector<CommSpan> home, back;
+      if (computes) home.push_back({acc, (size_t)block_rows(s) * frow});
+      if (gets) back.push_back({rb.dkv_in, (size_t)in_rows.rows() * frow});
+      exchange(home, src, back, (r_ + s) % N);
       cudaEvent_t e = record(comm_st_);
       if (computes) out_free[sent++ % 2] = e;
       if (gets) in_ready = e, in_pending = true;

@@ -38,13 +38,16 @@
 // writes the own diagonal pairs first (every row sees itself, so every row's running LSE is
 // finite) and merges the third pair; later steps merge. A pair the mask empties launches
 // nothing. The kernels must merge a row with no visible key in a live pair (LSE_blk = -inf) as
-// nothing. Blocks go STRAIGHT instead of round the ring: kv[0] keeps this rank's own block and
-// is sent to rank r+s at step s if that rank's queries see a key of it; rank r-s's block
-// arrives in kv[1] if this rank's do; a step that needs neither exchanges nothing and computes
-// nothing; the backward sends each contribution home as on the ring, and receives one from
-// rank r+s only if it sent its block there. One receive buffer: a block's exchange waits for
-// the previous block's step to finish reading kv[1], so only the first overlaps compute (the
-// own chunks' step in the forward); every rank issues its exchanges in the same step order.
+// nothing. K/V goes STRAIGHT instead of round the ring, and only the rows that are seen
+// (cp_block_reach): kv[0] keeps this rank's own block, and at step s the rows of it that rank
+// r+s's queries see go there (a span per sequence and chunk); the rows of rank r-s's block
+// that this rank's queries see arrive packed in kv[1] ((B, rows, 2*NKV, HS)), and each live
+// pair reads its chunk's rows there at their global positions; a step that needs neither
+// exchanges nothing and computes nothing. The backward's contribution covers the same packed
+// rows, goes home as on the ring, and is added into the owner's rows it came from. One receive
+// buffer: an exchange waits for the previous block's step to finish reading kv[1], so only the
+// first overlaps compute (the own chunks' step in the forward); every rank issues its
+// exchanges in the same step order.
 // take_times() (timing on) measures each step's attention and the compute stream's waits for
 // the ring: what the overlap failed to hide, and the skew between the ranks.
 //
@@ -97,15 +100,16 @@ inline RingBuffers carve_ring_buffers(floatX* kv, float* dkv, float* o_run, cons
   return rb;
 }
 
-// How a hop moves its bytes. On `stream`: send `send_bytes` of `send` to rank `to` and receive
-// `recv_bytes` into `recv` from rank `from` (cp ranks; every rank of the group calls it at the
-// same point, so sends and receives pair up); the stream's later work sees `recv` filled and
-// may overwrite `send`. Either side may be absent (nullptr, 0 bytes): a one-way exchange.
+// How a hop moves its bytes. On `stream`: send each span of `send` to rank `to` and fill each
+// span of `recv` from rank `from`, in order (cp ranks; every rank of the group calls it at the
+// same point, the receiver with spans of the sender's sizes, so sends and receives pair up);
+// the stream's later work sees `recv` filled and may overwrite `send`. Either list may be
+// empty: a one-way exchange.
 class RingTransport {
  public:
   virtual ~RingTransport() = default;
-  virtual void exchange(const void* send, size_t send_bytes, int to, void* recv,
-                        size_t recv_bytes, int from, cudaStream_t stream) = 0;
+  virtual void exchange(const std::vector<CommSpan>& send, int to,
+                        const std::vector<CommSpan>& recv, int from, cudaStream_t stream) = 0;
 };
 // Hops between processes: DistComm::send_recv on the cp group's communicator (NCCL), whose
 // rank i is cp index i; not owned (it outlives the ring).
@@ -230,14 +234,26 @@ class RingAttention {
   AttnMask mask_;                        // the device mask of set_mask
   std::vector<std::vector<Pair>> live_;  // [step] the live chunk pairs (a mask other than causal)
   // A mask other than causal sends blocks straight (context_parallel.h "Masks"): at step s > 0
-  // this rank receives rank r-s's block into kv[1] if its queries see a key of it, and sends
-  // its own (kv[0]) to rank r+s if that rank's do (send_[s]).
-  std::vector<char> send_;
+  // this rank receives, into kv[1], the rows of rank r-s's block that its queries see
+  // (reach_in_[s], packed: (B, reach_in_[s].rows(), 2*NKV, HS)), and sends rank r+s the rows of
+  // its own (kv[0]) that rank's queries see (reach_out_[s]); a contribution to dK/dV comes back
+  // in the same rows.
+  std::vector<CpReach> reach_in_, reach_out_;
   bool straight() const { return !mask_.is_causal(); }
   bool receives(int s) const { return !live_[s].empty(); }
-  // Straight: step s's exchange of K/V blocks (s < N; nothing when neither end needs one);
+  bool sends(int s) const { return reach_out_[s].any(); }
+  // Rows per sequence of the K/V block in hand at step s > 0 (and of its dK/dV contribution).
+  int block_rows(int s) const {
+    return straight() ? reach_in_[s].rows() : L_.local_len(L_.ring_source(r_, s));
+  }
+  // Straight: step s's exchange of K/V rows (s < N; nothing when neither end needs any);
   // returns "kv[1] arrived", or null when this rank receives nothing at step s.
   cudaEvent_t straight_kv(const RingBuffers& rb, int s, const AttnShape& local);
+  // The spans of a (B, Tl, row) buffer that hold rows `reach` of its two chunks (Tl =
+  // reach.len[0] + reach.len[1]), or of a packed (B, reach.rows(), row) one; b-major, chunk 0
+  // first, empty ranges left out: the same count and sizes at both ends of a send.
+  static std::vector<CommSpan> spans(void* base, const CpReach& reach, int B, size_t row_bytes,
+                                     bool packed);
   int begin(const AttentionBackend& a, const AttnShape& local);  // checks; returns Tl
   // kv[0] = this rank's K/V, its first hop (straight: step 1's exchange) posted; returns
   // "kv[1] arrived" (null for cp 1, or when step 1 receives nothing).
@@ -249,11 +265,12 @@ class RingAttention {
   void set_kv(const floatX* qkv, const RingBuffers& rb, int s, const AttnShape& local,
               const __nv_bfloat16*& k, const __nv_bfloat16*& v, size_t& ld, size_t& bs) const;
   // One exchange on the comm stream (RingTransport::exchange); a hop: to r+1, from r-1.
-  void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes,
+  void exchange(const std::vector<CommSpan>& send, int to, const std::vector<CommSpan>& recv,
                 int from) {
-    transport_->exchange(send, send_bytes, to, recv, recv_bytes, from, comm_st_);
+    transport_->exchange(send, to, recv, from, comm_st_);
   }
   void hop(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
-    exchange(send, send_bytes, L_.ring_next(r_), recv, recv_bytes, L_.ring_prev(r_));
+    exchange({{const_cast<void*>(send), send_bytes}}, L_.ring_next(r_), {{recv, recv_bytes}},
+             L_.ring_prev(r_));
   }
 };

@@ -11,8 +11,9 @@
 //   ContextParallel.ShortSequenceRefused        T < 2*cp and cp < 1: one clear error
 //   ContextParallel.PairLivenessUnderMasks      cp_pair_live and cp_rank_visible_pairs against
 //                                               a brute-force count of visible pairs
-//   ContextParallel.StraightSendsUnderMasks     cp_block_live against brute force; a masked
-//                                               ring's bytes; a window reaches the neighbours
+//   ContextParallel.StraightSendsUnderMasks     cp_block_reach / cp_block_live against brute
+//                                               force; a masked ring's bytes; a window reaches
+//                                               the neighbours
 //   ContextParallel.LoaderSplitsWindows         each rank's rows (cp_scatter) of the loader's
 //                                               inputs and targets: every (input, target) pair
 //                                               of the T+1 window on exactly one rank
@@ -276,10 +277,10 @@ TEST(ContextParallel, PairLivenessUnderMasks) {
   std::printf("  %d live and %d empty chunk pairs, each as counted\n", live, dead);
 }
 
-// Under a mask other than causal the GPU ring sends a block only to the ranks whose queries see
-// one of its keys: cp_block_live against a brute-force count, the bytes cp_comm_bytes counts
-// from it, and windows: one shorter than a chunk reaches the neighbouring ranks only, at any
-// cp; a window of 1, none.
+// Under a mask other than causal the GPU ring sends a rank only the rows of a block that its
+// queries see: cp_block_reach (a suffix of each chunk) and cp_block_live against brute force,
+// the bytes cp_comm_bytes counts from them, and windows: one shorter than a chunk reaches the
+// neighbouring ranks only, at any cp; a window of 1, none.
 TEST(ContextParallel, StraightSendsUnderMasks) {
   std::bernoulli_distribution eot(0.02);
   const int B = 2, NKV = 2, HS = 8;
@@ -296,23 +297,35 @@ TEST(ContextParallel, StraightSendsUnderMasks) {
           const std::string ctx = flashgpt::strformat("N=%d T=%d W=%d %s", N, T, W,
                                                       m.doc_start ? "document" : "window");
           std::vector<std::vector<bool>> live(N, std::vector<bool>(N));
+          std::vector<std::vector<int>> rows(N, std::vector<int>(N));
           for (int q = 0; q < N; q++)
             for (int k = 0; k < N; k++) {
-              bool any = false;
-              for (int b = 0; b < B && !any; b++)
-                for (int i = 0; i < L.local_len(q) && !any; i++)
-                  for (int j = 0; j < L.local_len(k) && !any; j++)
-                    any = m.seq(b, T).visible(L.global_pos(q, i), L.global_pos(k, j));
-              live[q][k] = any;
-              EXPECT_EQ(cp_block_live(L, m, B, q, k), any) << ctx << " q rank " << q << " k " << k;
+              // Brute force: every key row of k's block that some query row of q's sees.
+              std::vector<bool> seen(L.local_len(k), false);
+              for (int b = 0; b < B; b++)
+                for (int i = 0; i < L.local_len(q); i++)
+                  for (int j = 0; j < L.local_len(k); j++)
+                    if (m.seq(b, T).visible(L.global_pos(q, i), L.global_pos(k, j))) seen[j] = true;
+              const CpReach reach = cp_block_reach(L, m, B, q, k);
+              for (int w = 0; w < 2; w++) {
+                const CpChunk c = L.chunk(k, w);
+                for (int j = 0; j < c.len; j++)  // own block: all of it (its ring step 0)
+                  EXPECT_EQ(j >= reach.from[w], q == k || seen[c.local_begin + j])
+                      << ctx << " q rank " << q << " k rank " << k << " chunk " << w << " row " << j;
+                EXPECT_EQ(reach.len[w], c.len) << ctx;
+              }
+              live[q][k] = q == k || std::find(seen.begin(), seen.end(), true) != seen.end();
+              rows[q][k] = reach.rows();
+              EXPECT_EQ(cp_block_live(L, m, B, q, k), live[q][k]) << ctx << " q " << q << " k " << k;
+              EXPECT_EQ(reach.any(), live[q][k]) << ctx << " q rank " << q << " k rank " << k;
             }
           for (int r = 0; r < N; r++) {
             EXPECT_TRUE(live[r][r]) << ctx;  // every row sees itself
             size_t fwd = 0, dkv = 0;
             for (int d = 0; d < N; d++) {
               if (d == r) continue;
-              if (live[d][r]) fwd += L.local_len(r) * per_row * 2;  // bf16 K/V
-              if (live[r][d]) dkv += L.local_len(d) * per_row * 4;  // fp32 dK/dV home
+              fwd += rows[d][r] * per_row * 2;  // bf16 K/V rows sent to d
+              dkv += rows[r][d] * per_row * 4;  // fp32 dK/dV rows sent home to d
             }
             const CpCommBytes c = cp_comm_bytes(L, r, B, NKV, HS, 2, 4, &m);
             EXPECT_EQ(c.forward, fwd) << ctx << " rank " << r;

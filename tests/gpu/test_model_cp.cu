@@ -73,7 +73,8 @@ class LocalDistComm final : public DistComm {
   void* nccl_comm() const override { return nullptr; }
   void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
   float all_reduce_mean(float x) override { return w_.mean(x); }
-  void send_recv(const void*, size_t, int, void*, size_t, int, void*) override {
+  void send_recv(const std::vector<CommSpan>&, int, const std::vector<CommSpan>&, int,
+                 void*) override {
     THROW_ERROR("internal: LocalDistComm has no point to point (the ring hops through the hub)");
   }
   void wait(void* stream, double) override {
