@@ -47,7 +47,9 @@
 // rows, goes home as on the ring, and is added into the owner's rows it came from. One receive
 // buffer: an exchange waits for the previous block's step to finish reading kv[1], so only the
 // first overlaps compute (the own chunks' step in the forward); every rank issues its
-// exchanges in the same step order.
+// exchanges in the same step order. Measured (4 H100s, d12 on real documents, T = 1M, cp 4):
+// 1.47x the ring that passed whole blocks round under the document mask, 1.35x under a window
+// of 4096 (bench/results/masked-context-parallel).
 // take_times() (timing on) measures each step's attention and the compute stream's waits for
 // the ring: what the overlap failed to hide, and the skew between the ranks.
 //
