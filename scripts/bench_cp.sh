@@ -5,7 +5,7 @@
 # ("does not fit"), not a failure.
 #
 #   scripts/bench_cp.sh                         # T = 128K, 256K, 512K, 1M
-#   TS="131072 262144" OUT=runs/bench_cp_a scripts/bench_cp.sh   # a subset (each run is minutes)
+#   TS="131072 262144" BENCH_CP_OUT=runs/bench_cp_a scripts/bench_cp.sh   # a subset (each run is minutes)
 #
 # Per T: the cp 2 run, then the one-GPU run where T <= CP1_MAX_T (1M needs ~76 GiB with
 # layer-but-attn; raise CP1_MAX_T on an H200) and no smaller T already did not fit. Each run
@@ -13,15 +13,16 @@
 # the cp path refuses); the table says which one ran. Each run: $WARMUP untimed steps, then the
 # median of $STEPS timed ones (train --bench-warmup / --bench-steps).
 #
-# Output under $OUT: one log per run, runs.csv (one row per run: T, cp, recompute, status,
-# ms/step, tokens/s, peak GiB per GPU, comm_wait_ms when the bench line prints comm_wait_ms=),
+# Output under $BENCH_CP_OUT (default runs/bench_cp): one log per run, runs.csv (one row per
+# run: T, cp, recompute, status, ms/step, tokens/s, peak GiB per GPU, comm_wait_ms when the
+# bench line prints comm_wait_ms=),
 # and from scripts/plot_cp.py: the table (table.md; printed), bench_cp.csv (one row per T:
 # tokens/s cp 1 and cp 2, efficiency = tok/s(cp 2) / (2 x tok/s(cp 1)), peak GiB per GPU) and
 # bench_cp.png (tokens/s and memory per GPU against T). plot_cp.py also merges the runs.csv of
 # several invocations: python3 scripts/plot_cp.py A/runs.csv B/runs.csv --out DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/bench_cp}
+OUT=${BENCH_CP_OUT:-runs/bench_cp}  # not the generic OUT (a caller's own)
 TS=${TS:-131072 262144 524288 1048576}
 MODEL=${MODEL:-d12}
 B=${B:-1}

@@ -2,11 +2,11 @@
 # curve_multigpu.sh — d12 on the default corpus at N GPUs against 1 GPU at the same global
 # batch (the same loss curve): world 1 --batch B*N vs world N --batch B, same seed,
 # T=1024, STEPS steps; prints both curves' first/last losses, the largest per-step difference
-# and the final val losses. Logs in $OUT.
+# and the final val losses. Logs in $CURVE_OUT.
 #   GPUS=4 B=4 STEPS=200 scripts/curve_multigpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/curve_multigpu}
+OUT=${CURVE_OUT:-runs/curve_multigpu}  # not the generic OUT (a caller's own)
 DATA=${DATA:-runs/data/fortunes}
 GPUS=${GPUS:-4}
 B=${B:-4}

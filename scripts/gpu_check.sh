@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check.sh — everything a GPU machine proves about flashgpt, in one go (what we run on
-# the H100/H200 before closing an issue). Build first (`make -j`); logs go to $OUT.
+# the H100/H200 before closing an issue). Build first (`make -j`); logs go to
+# $GPU_CHECK_OUT.
 #   scripts/gpu_check.sh [tests] [stress] [sanitize] [train] [bench-train] [bench-attention]
 #                        [long-context] [profile] [flash3] [cp]   (cp: 2 GPUs)
 # stress: the attention, ring and model tests under SEEDS (default 50) seeds each
@@ -8,7 +9,7 @@
 # (no argument = all). DATA = a prepared corpus (default runs/data/fortunes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/gpu_check}
+OUT=${GPU_CHECK_OUT:-runs/gpu_check}  # not the generic OUT (a caller's own)
 DATA=${DATA:-runs/data/fortunes}
 mkdir -p "$OUT"
 steps=${*:-tests sanitize train bench-train bench-attention}
@@ -23,7 +24,7 @@ for s in $steps; do
     grep -E "^\[  FAILED" "$OUT/test_gpu.log" | head -20
     ;;
   stress)
-    DATA='' OUT="$OUT/stress" SEEDS="${SEEDS:-50}" scripts/gpu_stress.sh >"$OUT/stress.log" 2>&1
+    DATA='' STRESS_OUT="$OUT/stress" SEEDS="${SEEDS:-50}" scripts/gpu_stress.sh >"$OUT/stress.log" 2>&1
     summary+=("stress (rc $?): $(grep -E '^(attention|ring|model):' "$OUT/stress.log" | tr '\n' ' ')$(tail -n 1 "$OUT/stress.log")")
     ;;
   sanitize)
@@ -89,9 +90,9 @@ PY
     # (tests/gpu/test_ring_attention.cu), but a hang elsewhere would still hang.
     timeout 300 build/test_gpu --gtest_filter='RingShapes/RingAttentionGpu.Nccl/*' >"$OUT/ring_nccl.log" 2>&1
     summary+=("ring over NCCL (rc $?): $(tail -n 1 "$OUT/ring_nccl.log")")
-    SECTIONS=cp OUT="$OUT/multigpu_cp" DATA="$DATA" scripts/test_multigpu.sh >"$OUT/multigpu_cp.log" 2>&1
+    SECTIONS=cp MULTIGPU_OUT="$OUT/multigpu_cp" DATA="$DATA" scripts/test_multigpu.sh >"$OUT/multigpu_cp.log" 2>&1
     summary+=("test_multigpu cp (rc $?): $(tail -n 1 "$OUT/multigpu_cp.log")")
-    TS="${CP_TS:-131072 262144}" OUT="$OUT/bench_cp" scripts/bench_cp.sh >"$OUT/bench_cp.log" 2>&1
+    TS="${CP_TS:-131072 262144}" BENCH_CP_OUT="$OUT/bench_cp" scripts/bench_cp.sh >"$OUT/bench_cp.log" 2>&1
     summary+=("bench_cp (rc $?): see $OUT/bench_cp/table.md")
     scripts/launch.sh --gpus 2 -- --data "${LONG_DATA:-runs/data/long}" --eval-steps 1 \
       --model d12 --pos rope --seq-len 1048576 --batch 1 --cp 2 --recompute layer-but-attn \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_stress.sh — the attention, ring and model GPU tests under many random seeds: each check
 # must hold on every seed (tests/test_common.h: the tolerance rule and its floor). Build first
-# (`make -j`); logs go to $OUT.
+# (`make -j`); logs go to $STRESS_OUT.
 #   SEEDS=50 scripts/gpu_stress.sh
 # Suites (each test of a suite runs under at least SEEDS seeds):
 #   attention  AttentionGpu/Shapes (every backend) and FlashShapes at T <= 255; the masked
@@ -17,17 +17,17 @@
 # cores (OMP_NUM_THREADS), each running --gtest_repeat iterations from its own first seed (every
 # further iteration draws the next seed, tests/main.cpp); the NCCL ring runs beside them in one
 # process over all GPUs. The summary prints the wall time.
-# Output: $OUT/stress_*.log (one per process), and one summary line per suite:
+# Output: $STRESS_OUT/stress_*.log (one per process), and one summary line per suite:
 #   attention: 56 seeds, 3080 test runs, 0 failed; worst 71.2% of tolerance (<test>, FLASHGPT_SEED=<n>)
 # A failure names the test and FLASHGPT_SEED=<n>; `FLASHGPT_SEED=<n> build/test_gpu
 # --gtest_filter=<test>` repeats it alone. Exit status non-zero on any failure.
 # DATA=<prepared corpus>: afterwards, scripts/test_multigpu.sh (dp and cp sections) on it, logs
-# in $OUT/multigpu (needs >= 2 GPUs).
+# in $STRESS_OUT/multigpu (needs >= 2 GPUs).
 # Environment: SEEDS (50), PROCS_PER_GPU (2), STRESS_SEED (first seed; default random),
-# LIMIT_S (each process's time limit, 600), OUT (runs/gpu_stress), DATA (unset).
+# LIMIT_S (each process's time limit, 600), STRESS_OUT (runs/gpu_stress), DATA (unset).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-OUT=${OUT:-runs/gpu_stress}
+OUT=${STRESS_OUT:-runs/gpu_stress}  # not the generic OUT (a caller's own)
 SEEDS=${SEEDS:-50}
 PROCS_PER_GPU=${PROCS_PER_GPU:-2}
 LIMIT_S=${LIMIT_S:-600}
@@ -140,7 +140,7 @@ status=$?
 
 if [ -n "${DATA:-}" ]; then
   if [ "$NGPU" -ge 2 ]; then
-    OUT="$OUT/multigpu" DATA="$DATA" scripts/test_multigpu.sh >"$OUT/multigpu.log" 2>&1 || status=1
+    MULTIGPU_OUT="$OUT/multigpu" DATA="$DATA" scripts/test_multigpu.sh >"$OUT/multigpu.log" 2>&1 || status=1
     grep -E '^(PASS|FAIL|SKIP)' "$OUT/multigpu.log"
     tail -n 1 "$OUT/multigpu.log"
   else

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_multigpu.sh — multi-GPU checks on a machine with >= 2 GPUs. Logs in $OUT.
+# test_multigpu.sh — multi-GPU checks on a machine with >= 2 GPUs. Logs in $MULTIGPU_OUT.
 #   dp: 1. world 2 with --batch B gives world 1 with --batch 2B's run (same seed, same global
 #          batch): data parallel with the all-reduce overlapped (default) and not (--no-overlap),
 #          with gradient accumulation, and --zero 1;
@@ -37,7 +37,7 @@
 # prepared corpus, e.g. scripts/prepare_other_corpus.sh's).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-OUT=${OUT:-runs/test_multigpu}
+OUT=${MULTIGPU_OUT:-runs/test_multigpu}  # not the generic OUT (a caller's own)
 DATA=${DATA:-runs/data/fortunes}
 B=${B:-4}
 EQ_STEPS=3                # steps compared between a multi-GPU run and one GPU (see above)

@@ -319,9 +319,14 @@ TEST(Dist, BenchCpScriptTableAndEfficiency) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
   const std::string out = d / "bench";
-  int rc = std::system(("FLASHGPT=" + fake + " TS='131072 262144 524288 1048576' OUT=" + out +
-                        " scripts/bench_cp.sh > " + d.path + "/log 2>&1").c_str());
+  // A generic OUT in the environment (another tool's folder) is not bench_cp.sh's.
+  const std::string foreign = d / "foreign";
+  int rc = std::system(("FLASHGPT=" + fake + " TS='131072 262144 524288 1048576' BENCH_CP_OUT=" +
+                        out + " OUT=" + foreign + " scripts/bench_cp.sh > " + d.path +
+                        "/log 2>&1").c_str());
   ASSERT_EQ(WEXITSTATUS(rc), 0) << read(d / "log");
+  struct stat st;
+  EXPECT_NE(stat(foreign.c_str(), &st), 0) << "bench_cp.sh wrote into the caller's OUT";
   // Calls: cp 2 at every T; one GPU at 128K, 256K (layer-but-attn, then the fallback), 512K
   // (both modes fail), none at 1M (above CP1_MAX_T).
   EXPECT_EQ(read(d / "calls"),

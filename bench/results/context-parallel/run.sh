@@ -7,9 +7,9 @@
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/results_lib.sh"
 results_start context-parallel "${1:-}" 2
-OUT="$OUT/bench_cp" ATTN=flash3 TS="131072 262144" WARMUP=1 STEPS=2 scripts/bench_cp.sh \
+BENCH_CP_OUT="$OUT/bench_cp" ATTN=flash3 TS="131072 262144" WARMUP=1 STEPS=2 scripts/bench_cp.sh \
   > "$OUT/bench_cp_short.log" 2>&1
-OUT="$OUT/bench_cp" ATTN=flash3 TS="524288 1048576" CP1_MAX_T=1048576 WARMUP=0 STEPS=1 \
+BENCH_CP_OUT="$OUT/bench_cp" ATTN=flash3 TS="524288 1048576" CP1_MAX_T=1048576 WARMUP=0 STEPS=1 \
   scripts/bench_cp.sh > "$OUT/bench_cp_long.log" 2>&1
 results_table "Context parallel: cp 2 against one GPU" \
   "ATTN=flash3 scripts/bench_cp.sh (see run.sh)" "flash3=$OUT/bench_cp/runs.csv"

@@ -34,7 +34,7 @@ if [ -z "${SKIP_BUILDS:-}" ]; then
 fi
 if results_need_gpus 2 2>/dev/null; then
   data=$(results_corpus "$OUT")
-  OUT="$OUT/multigpu" DATA="$data" scripts/test_multigpu.sh > "$OUT/test_multigpu.log" 2>&1 || true
+  MULTIGPU_OUT="$OUT/multigpu" DATA="$data" scripts/test_multigpu.sh > "$OUT/test_multigpu.log" 2>&1 || true
   suites+=("test_multigpu.sh=$OUT/multigpu/summary.txt")
 fi
 results_table "GPU tests and sanitizers" \

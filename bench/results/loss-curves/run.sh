@@ -20,7 +20,7 @@ curves=("flash vs naive/flash=$OUT/flash.jsonl" "flash vs naive/naive=$OUT/naive
         "flash3 vs flash, --deterministic/flash3=$OUT/flash3_deterministic.jsonl"
         "flash3 vs flash, --deterministic/flash=$OUT/flash_deterministic.jsonl")
 if results_need_gpus 4 2>/dev/null; then
-  GPUS=4 B=4 STEPS=200 OUT="$OUT/multigpu" DATA="$data" scripts/curve_multigpu.sh > "$OUT/multigpu.log" 2>&1
+  GPUS=4 B=4 STEPS=200 CURVE_OUT="$OUT/multigpu" DATA="$data" scripts/curve_multigpu.sh > "$OUT/multigpu.log" 2>&1
   curves+=("4 GPUs vs 1 GPU/1 GPU, batch 16=$OUT/multigpu/world1.jsonl"
            "4 GPUs vs 1 GPU/4 GPUs, batch 4=$OUT/multigpu/world4.jsonl")
 fi
