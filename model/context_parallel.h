@@ -34,24 +34,23 @@
 // src > r: Q chunk 2N-1-r against both K chunks. So every step after the first costs every
 // rank the same two full c x c blocks (c = T / 2N), and step 0 two diagonal blocks + one full.
 //
-// Masks (kernels/attention/mask.h: the document mask, a sliding window). The ring passes
-// GLOBAL positions: a chunk pair (q chunk, k chunk) masks key position kp for query position qp
-// by the mask of the whole sequence, lo(qp) <= kp <= qp, with doc_start of the whole (B, T)
-// batch on every rank (each rank computes it from the batch tokens it reads anyway). A pair the
-// mask empties in every sequence of the batch (cp_pair_live) is never computed. The causal
-// mask keeps the ring and its fused problems. Any other mask sends K/V STRAIGHT to the ranks
-// that need it, and only the rows they need: at step s rank r sends rank r+s the rows of its
-// block that rank's queries see (cp_block_reach: a suffix of each chunk, W rows of a neighbour's
-// chunk under a window W), and receives the rows of rank r-s's block its own queries see; a
-// step that neither needs sends nothing and computes nothing (every rank decides from the same
-// host doc_start, so both ends of a send agree). A ring could not skip a hop: with the zigzag layout
-// a window shorter than a chunk lets chunk k's queries reach back into chunk k-1 only, so rank
-// r needs the blocks of r - 1 (chunk r-1) and r + 1 (chunk 2N-2-r): its block is needed by the
-// first and the LAST rank after it on the ring, and would travel all the way round. Straight,
-// a window W shorter than a chunk costs a rank at most two K/V receives of W - 1 rows per layer
-// at any cp (one at cp 2, and for ranks 0 and N-1), and a window of one (every row sees itself)
-// none. Other masks than causal run one
-// problem per live chunk pair.
+// Masks (kernels/attention/mask.h: the document mask, a sliding window). The ring passes GLOBAL
+// positions: a chunk pair (q chunk, k chunk) masks key position kp for query position qp by the
+// mask of the whole sequence, lo(qp) <= kp <= qp, with doc_start of the whole (B, T) batch on
+// every rank (each rank computes it from the batch tokens it reads anyway). A pair the mask
+// empties in every sequence of the batch (cp_pair_live) is never computed. The causal mask keeps
+// the ring and its fused problems. Any other mask sends K/V STRAIGHT to the ranks that need it,
+// and only the rows they need: at step s rank r sends rank r+s the rows of its block that rank's
+// queries see (cp_block_reach: a suffix of each chunk, W - 1 rows of a neighbour's chunk under a
+// window W), and receives the rows of rank r-s's block its own queries see; a step that neither
+// needs sends nothing and computes nothing (every rank decides from the same host doc_start, so
+// both ends of a send agree). A ring could not skip a hop: with the zigzag layout a window shorter
+// than a chunk lets chunk k's queries reach back into chunk k-1 only, so rank r needs the blocks
+// of r - 1 (chunk r-1) and r + 1 (chunk 2N-2-r): its block is needed by the first and the LAST
+// rank after it on the ring, and would travel all the way round. Straight, a window W shorter than
+// a chunk costs a rank at most two K/V receives of W - 1 rows per layer at any cp (one at cp 2,
+// and for ranks 0 and N-1), and a window of one (every row sees itself) none. Other masks than
+// causal run one problem per live chunk pair.
 // Load balance: zigzag equalises the causal triangle, not a mask. Under the document mask a
 // rank's share of the visible pairs is the sum over its rows t of t - lo(t) + 1
 // (cp_rank_visible_pairs); the trainer's start line prints the shares on the first windows of

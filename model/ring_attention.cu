@@ -340,10 +340,10 @@ cudaEvent_t RingAttention::straight_kv(const RingBuffers& rb, int s, const AttnS
   const int N = L_.cp();
   if (s >= N || (!sends(s) && !receives(s))) return nullptr;
   const size_t row = (size_t)2 * local.NKV * local.HS * sizeof(floatX);
-  exchange(sends(s) ? spans(rb.kv[0], reach_out_[s], local.B, row, false) : std::vector<CommSpan>{},
-           (r_ + s) % N,
-           receives(s) ? spans(rb.kv[1], reach_in_[s], local.B, row, true) : std::vector<CommSpan>{},
-           L_.ring_source(r_, s));
+  std::vector<CommSpan> out, in;
+  if (sends(s)) out = spans(rb.kv[0], reach_out_[s], local.B, row, false);
+  if (receives(s)) in = spans(rb.kv[1], reach_in_[s], local.B, row, true);
+  exchange(out, (r_ + s) % N, in, L_.ring_source(r_, s));
   return receives(s) ? record(comm_st_) : nullptr;
 }
 

@@ -311,12 +311,14 @@ TEST(ContextParallel, StraightSendsUnderMasks) {
                 const CpChunk c = L.chunk(k, w);
                 for (int j = 0; j < c.len; j++)  // own block: all of it (its ring step 0)
                   EXPECT_EQ(j >= reach.from[w], q == k || seen[c.local_begin + j])
-                      << ctx << " q rank " << q << " k rank " << k << " chunk " << w << " row " << j;
+                      << ctx << " q rank " << q << " k rank " << k << " chunk " << w
+                      << " row " << j;
                 EXPECT_EQ(reach.len[w], c.len) << ctx;
               }
               live[q][k] = q == k || std::find(seen.begin(), seen.end(), true) != seen.end();
               rows[q][k] = reach.rows();
-              EXPECT_EQ(cp_block_live(L, m, B, q, k), live[q][k]) << ctx << " q " << q << " k " << k;
+              EXPECT_EQ(cp_block_live(L, m, B, q, k), live[q][k]) << ctx << " q " << q
+                                                                  << " k " << k;
               EXPECT_EQ(reach.any(), live[q][k]) << ctx << " q rank " << q << " k rank " << k;
             }
           for (int r = 0; r < N; r++) {

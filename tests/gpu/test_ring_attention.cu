@@ -284,8 +284,8 @@ const RingCase kRingCases[] = {
     {"flash", 3, 1, 1001, 4, 1, 64, 0, 64},    {"flash3", 4, 2, 2051, 4, 2, 64, 200, 256},
     {"flash", 4, 1, 1200, 2, 2, 128, 50, 1},   {"flash3", 3, 2, 777, 6, 2, 64, 1, 0},
     {"flash", 2, 1, 4096, 4, 4, 64, 0, 5000},  {"flash3", 2, 2, 517, 4, 2, 64, 40, 100},
-    // Windows shorter than a chunk at cp 4: W - 1 rows of each rank's block go to its two neighbours
-    // only (steps 1 and 3), step 2 exchanges nothing.
+    // Windows shorter than a chunk at cp 4: W - 1 rows of each rank's block go to its two
+    // neighbours only (steps 1 and 3), step 2 exchanges nothing.
     {"flash3", 4, 1, 4099, 4, 2, 64, 0, 300},  {"flash", 4, 2, 1500, 2, 1, 128, 0, 100},
 };
 INSTANTIATE_TEST_SUITE_P(RingShapes, RingAttentionGpu, ::testing::ValuesIn(kRingCases),
