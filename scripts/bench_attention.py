@@ -184,6 +184,12 @@ def time_passes(time_ms, fwd, inputs, dout, row):
     row["extra_bytes"] = torch.cuda.max_memory_allocated() - base
 
 
+def cudnn_version():
+    """The cuDNN that PyTorch's SDPA cuDNN backend runs, as torch reports it (91900 = 9.19.0)."""
+    import torch
+    return torch.backends.cudnn.version()
+
+
 def write_csv(args, stem, meta, note, columns, lines):
     """--csv, or OUT_DIR/<stem>_<gpu>_<date>.csv: the command, GPU, date and torch version, a note
     on the columns, then the rows."""
@@ -191,8 +197,8 @@ def write_csv(args, stem, meta, note, columns, lines):
     path = args.csv or os.path.join(args.out_dir, "%s_%s_%s.csv" % (
         stem, re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-"), date))
     with open(path, "w", newline="") as f:
-        f.write("# command: %s\n# gpu: %s\n# date: %s\n# torch: %s\n" % (command, gpu, date,
-                                                                         torch_version))
+        f.write("# command: %s\n# gpu: %s\n# date: %s\n# torch: %s\n# cudnn: %s\n" % (
+            command, gpu, date, torch_version, cudnn_version()))
         f.write("# %s\n" % note)
         w = csv.writer(f)
         w.writerow(columns)
@@ -480,7 +486,8 @@ def main():
     gpu = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
     command = "python3 " + " ".join(shlex.quote(a) for a in sys.argv)
-    print("GPU: %s | torch %s | %s" % (gpu, torch.__version__, date), flush=True)
+    print("GPU: %s | torch %s | cuDNN %s | %s" % (gpu, torch.__version__, cudnn_version(), date),
+          flush=True)
     if args.mask == "document" or any(w > 0 for w in parse_list(args.windows, int)):
         run_masked(args, gpu, date, command)
         return

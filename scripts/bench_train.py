@@ -170,7 +170,8 @@ def main():
         return None
 
     cmd = " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])
-    header = f"{a.model} B={a.batch} T={a.seq_len}, bf16, {gpu}, {date}, command: python3 scripts/{cmd}"
+    header = (f"{a.model} B={a.batch} T={a.seq_len}, bf16, {gpu}, torch {torch.__version__}, cuDNN "
+              f"{torch.backends.cudnn.version()}, {date}, command: python3 scripts/{cmd}")
     print("\n" + header)
     print("(peak GiB: ours = cudaMemGetInfo delta incl. cuBLAS; torch = max_memory_allocated)")
     torch_rows = [r for r in rows if r[0] == "pytorch" and r[2]]
