@@ -12,13 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-runs/data/longdocs}
 cap=${CAP:-16384}
-if [ -e "$dir" ]; then
-  echo "prepare_long_documents.sh: $dir exists; name a new directory" >&2
-  exit 1
-fi
-BIN=${FLASHGPT:-build/flashgpt}
-[ -x "$BIN" ] || { echo "prepare_long_documents.sh: $BIN is missing; run make first" >&2; exit 1; }
-mapfile -t logs < <(LC_ALL=C find /usr/share/doc -mindepth 2 -maxdepth 2 -name changelog.Debian.gz 2>/dev/null | LC_ALL=C sort)
+source scripts/debian_changelogs.sh
+changelogs_start prepare_long_documents.sh "$dir"
 [ ${#logs[@]} -ge 100 ] || {
   echo "prepare_long_documents.sh: only ${#logs[@]} Debian changelogs here; prepare $dir on a Debian machine with /usr/share/doc and copy it" >&2
   exit 1

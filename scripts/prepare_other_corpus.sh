@@ -17,13 +17,8 @@ if [ -f "$dir/SOURCE.txt" ] && [ -f "$dir/tokenizer.bin" ]; then
   echo "prepare_other_corpus.sh: $dir is already prepared: $(head -n 1 "$dir/SOURCE.txt")"
   exit 0
 fi
-if [ -e "$dir" ]; then
-  echo "prepare_other_corpus.sh: $dir exists and was not made by this script; name another directory" >&2
-  exit 1
-fi
-BIN=${FLASHGPT:-build/flashgpt}
-[ -x "$BIN" ] || { echo "prepare_other_corpus.sh: $BIN is missing; run make first" >&2; exit 1; }
-mapfile -t logs < <(LC_ALL=C find /usr/share/doc -mindepth 2 -maxdepth 2 -name changelog.Debian.gz 2>/dev/null | LC_ALL=C sort)
+source scripts/debian_changelogs.sh
+changelogs_start prepare_other_corpus.sh "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 text="$tmp/debian_changelogs.txt"
