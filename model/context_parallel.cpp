@@ -117,16 +117,6 @@ CpReach cp_block_reach(const CpLayout& L, const AttnMask& m, int B, int q_rank, 
   return reach;
 }
 
-bool cp_block_live(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank) {
-  for (int qi = 0; qi < 2; qi++)
-    for (int ki = 0; ki < 2; ki++) {
-      const CpChunk q = L.chunk(q_rank, qi), k = L.chunk(k_rank, ki);
-      if (cp_pair_kind(q.index, k.index) != CpPairKind::kSkipped && cp_pair_live(m, B, L.T(), q, k))
-        return true;
-    }
-  return false;
-}
-
 CpCommBytes cp_comm_bytes(const CpLayout& L, int r, int B, int NKV, int HS, size_t kv_elem,
                           size_t dkv_elem, const AttnMask* mask) {
   const size_t per_row = size_t(B) * 2 * NKV * HS;  // K and V of one token, all NKV heads

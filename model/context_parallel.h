@@ -230,9 +230,6 @@ struct CpReach {
   bool any() const { return rows() > 0; }
 };
 CpReach cp_block_reach(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank);
-// Whether rank q_rank's queries see a key of rank k_rank's block: some chunk pair of the two is
-// not skipped and cp_pair_live (q_rank == k_rank: always).
-bool cp_block_live(const CpLayout& L, const AttnMask& m, int B, int q_rank, int k_rank);
 
 // Bytes one rank sends per layer for B sequences of the batch (see the header comment).
 // kv_elem: bytes per K/V element (2 for bf16); dkv_elem: of the dK/dV accumulator (4 for fp32).
