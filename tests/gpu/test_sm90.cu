@@ -4,8 +4,6 @@
 //   Hopper.TmaLoadTile          make_rows_map + tma_load_4d (+ prefetch, mbarrier tx bytes): a box
 //                               (128-byte swizzle) of a packed qkv-like buffer equals the source,
 //                               rows past T read as 0 (never the next batch)
-//   Hopper.RowsMapCache         make_rows_map's kept maps: every request, repeated, interleaved
-//                               and after evictions, returns the bytes a fresh encode gives
 //   Hopper.PipelineRing         PipelineState + StageBarriers: 1, 2 and 4-stage producer/consumer
 //                               rings, 1000 items, order and values
 //   Hopper.NamedBarriers        bar.arrive / bar.sync hand-offs between two warps, both ways
@@ -108,47 +106,6 @@ TEST_F(Hopper, TmaLoadTile) {
     EXPECT_EQ(bad, 0u) << "box head " << bx.head << " t0 " << bx.t0 << " b " << bx.b << ": "
                        << zeros << " elements past T expected zero";
   }
-}
-
-// make_rows_map keeps the last detail::kRowsMapCache maps: each request, first or repeated,
-// must return exactly what encoding its own arguments gives, whatever was asked before
-// (neighbouring keys that differ in one field, and more distinct keys than the cache holds).
-TEST_F(Hopper, RowsMapCache) {
-  DeviceBuffer<__nv_bfloat16> d(1 << 16);
-  struct Args {
-    const __nv_bfloat16* base;
-    int B, rows, heads, HS;
-    size_t ld, bs;
-    int box;
-  };
-  std::vector<Args> args;
-  const Args a0{d.ptr, 2, 100, 5, 64, 5 * 64, 100 * 5 * 64, 64};
-  args.push_back(a0);
-  for (int f = 0; f < 8; ++f) {  // one field changed at a time
-    Args a = a0;
-    if (f == 0) a.base = d.ptr + 64;
-    if (f == 1) a.B = 1;
-    if (f == 2) a.rows = 99;
-    if (f == 3) a.heads = 4;
-    if (f == 4) a.HS = 128, a.ld = 5 * 128, a.bs = 100 * 5 * 128;
-    if (f == 5) a.ld = 6 * 64;
-    if (f == 6) a.bs = 101 * 5 * 64;
-    if (f == 7) a.box = 128;
-    args.push_back(a);
-  }
-  for (int i = 0; i < 2 * sm90::detail::kRowsMapCache; ++i)  // enough to evict every entry
-    args.push_back(Args{d.ptr + 8 * (i % 512), 1, 17 + i, 3, 64, 3 * 64, size_t(17 + i) * 3 * 64, 64});
-  auto check = [&](const Args& a, const char* when) {
-    const CUtensorMap got = sm90::make_rows_map(a.base, a.B, a.rows, a.heads, a.HS, a.ld, a.bs, a.box);
-    const CUtensorMap want = sm90::detail::encode_rows_map(
-        sm90::detail::RowsMapKey{a.base, a.B, a.rows, a.heads, a.HS, a.box, a.ld, a.bs});
-    EXPECT_EQ(std::memcmp(&got, &want, sizeof(CUtensorMap)), 0)
-        << when << ": rows " << a.rows << " heads " << a.heads << " HS " << a.HS << " box " << a.box;
-  };
-  for (int round = 0; round < 2; ++round)
-    for (const Args& a : args) check(a, round == 0 ? "first pass" : "after evictions");
-  for (int i = 0; i < 9; ++i)  // repeated back to back, and interleaved with its neighbours
-    for (int r = 0; r < 3; ++r) check(args[i], "repeated"), check(args[(i + 1) % 9], "interleaved");
 }
 
 // ---- the stage/phase protocol: a ring of STAGES slots, one producer lane, 2 consumer warps ----

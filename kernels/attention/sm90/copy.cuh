@@ -17,9 +17,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include <mutex>
-#include <vector>
-
 #include "kernels/cuda_common.cuh"
 
 namespace sm90 {
@@ -48,62 +45,21 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
 // into the next head or sequence, and rows outside 0 .. rows - 1 read as zeros. The flash3
 // kernels load every tile through such maps (Q, K, V, dO: one box per 64-column panel). Throws
 // flashgpt::Error on failure.
-//
-// A map is a pure function of these arguments, and encoding one is host time on every launch,
-// which a short launch pays in full (the benchmarks time each call alone). The same buffers
-// come back every step (each layer's qkv, out, dout) and every benchmark run, so the last
-// kRowsMapCache maps are kept and a repeated request is a lookup.
-namespace detail {
-struct RowsMapKey {
-  const void* base;
-  int B, rows, heads, HS, box_rows;
-  size_t ld, bs;
-  bool operator==(const RowsMapKey& o) const {
-    return base == o.base && B == o.B && rows == o.rows && heads == o.heads && HS == o.HS &&
-           box_rows == o.box_rows && ld == o.ld && bs == o.bs;
-  }
-};
-inline CUtensorMap encode_rows_map(const RowsMapKey& k) {
-  const cuuint64_t gdim[4] = {(cuuint64_t)k.HS, (cuuint64_t)k.heads, (cuuint64_t)k.rows,
-                              (cuuint64_t)k.B};
-  const cuuint64_t gstride[3] = {(cuuint64_t)k.HS * 2, (cuuint64_t)k.ld * 2, (cuuint64_t)k.bs * 2};
-  const cuuint32_t gbox[4] = {64, 1, (cuuint32_t)k.box_rows, 1};  // 64 bf16 = the 128-byte swizzle
+inline CUtensorMap make_rows_map(const __nv_bfloat16* base, int B, int rows, int heads, int HS,
+                                 size_t ld, size_t bs, int box_rows) {
+  const cuuint64_t gdim[4] = {(cuuint64_t)HS, (cuuint64_t)heads, (cuuint64_t)rows, (cuuint64_t)B};
+  const cuuint64_t gstride[3] = {(cuuint64_t)HS * 2, (cuuint64_t)ld * 2, (cuuint64_t)bs * 2};
+  const cuuint32_t gbox[4] = {64, 1, (cuuint32_t)box_rows, 1};  // 64 bf16 = the 128-byte swizzle
   const cuuint32_t estride[4] = {1, 1, 1, 1};
-  CUtensorMap map{};  // every byte defined: kept maps are compared whole (Hopper.RowsMapCache)
-  const CUresult r = encode_tiled_fn()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(k.base), gdim, gstride, gbox,
-      estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  CUtensorMap map;
+  const CUresult r = detail::encode_tiled_fn()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<__nv_bfloat16*>(base), gdim, gstride,
+      gbox, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   CHECK(r == CUDA_SUCCESS,
         "cuTensorMapEncodeTiled failed (error %d) for B %d x rows %d x heads %d x HS %d, row "
         "stride %zu, sequence stride %zu, box rows %d (buffers must be 16-byte aligned)",
-        (int)r, k.B, k.rows, k.heads, k.HS, k.ld, k.bs, k.box_rows);
-  return map;
-}
-// Maps kept: a d12 step asks for 12 layers x (1 forward + 4 backward) distinct ones.
-constexpr int kRowsMapCache = 128;
-}  // namespace detail
-
-inline CUtensorMap make_rows_map(const __nv_bfloat16* base, int B, int rows, int heads, int HS,
-                                 size_t ld, size_t bs, int box_rows) {
-  struct Entry {
-    detail::RowsMapKey key;
-    CUtensorMap map;
-  };
-  static std::mutex m;
-  static std::vector<Entry> cache;  // filled up to kRowsMapCache, then replaced round robin
-  static size_t next = 0;
-  const detail::RowsMapKey key{base, B, rows, heads, HS, box_rows, ld, bs};
-  std::lock_guard<std::mutex> lock(m);
-  for (const Entry& e : cache)
-    if (e.key == key) return e.map;
-  const CUtensorMap map = detail::encode_rows_map(key);  // throws before anything is kept
-  if (cache.size() < (size_t)detail::kRowsMapCache) {
-    cache.push_back({key, map});
-  } else {
-    cache[next] = {key, map};
-    next = (next + 1) % cache.size();
-  }
+        (int)r, B, rows, heads, HS, ld, bs, box_rows);
   return map;
 }
 
