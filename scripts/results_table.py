@@ -756,6 +756,59 @@ def render_masked_cp(rows):
                      ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"])
     return text
 # ---------------------------------------------------------------------------------------------
+# long-context-2m: `flashgpt train` logs of d12 at T = 2M with --cp 2 (LABEL=log, the label
+# naming the run); every step's line, the memory plan's total and the `done:` line
+
+STEP_LINE = re.compile(r"^step\s+(\d+)/(\d+) \| loss ([\d.]+) \|.*?\| ([\d.]+) ms \| (\d+) tok/s", re.M)
+
+
+def collect_long_context_2m(raws, env):
+    rows = []
+    for label, path in map(labelled, raws):
+        text = open(path, errors="replace").read()
+        done, start = DONE_LINE.search(text), START_LINE.search(text)
+        plan = re.search(r"^\s*total\s+([\d.]+) (\w+)", text, re.M)
+        cp = re.search(r"context parallel: cp=(\d+)", text)
+        steps = STEP_LINE.findall(text)
+        for st, _, loss, ms, tok in steps:
+            rows.append({"kind": "step", "run": label, "step": st, "loss": loss, "ms": ms,
+                         "tokens_per_s": tok})
+        ms, tok = [num(x[3]) for x in steps], [num(x[4]) for x in steps]
+        rows.append({"kind": "run", "run": label,
+                     "mask": "document" if start and "document" in start[2] else "causal",
+                     "seq_len": start[4] if start else "", "cp": cp[1] if cp else "1",
+                     "steps": str(len(steps)), "loss_first": steps[0][2] if steps else "",
+                     "loss_last": steps[-1][2] if steps else "",
+                     # the first step also pays the start-up (cuBLAS heuristics, first touches)
+                     "ms_per_step": "%.0f" % median(ms[1:] or ms) if ms else "",
+                     "tokens_per_s": "%.0f" % median(tok[1:] or tok) if tok else "",
+                     "peak_gib": "%.2f" % gib(done[3], done[4]) if done else "",
+                     "plan_gib": "%.2f" % gib(plan[1], plan[2]) if plan else "",
+                     "status": "ok" if done else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]})
+    return stamp(rows, env)
+
+
+def render_long_context_2m(rows):
+    runs = [r for r in rows if r["kind"] == "run"]
+    out = [[r["run"], kt(int(r["seq_len"])) if r["seq_len"] else "-", r["cp"], r["steps"],
+            "%s -> %s" % (r["loss_first"], r["loss_last"]) if r["loss_first"] else "-",
+            fmt(num(r["ms_per_step"]), ",.0f"), "**%s**" % fmt(num(r["tokens_per_s"]), ",.0f"),
+            r["peak_gib"] or "-", r["plan_gib"] or "-", r["status"]] for r in runs]
+    text = ("ms/step and tokens/s: the median of the steps after the first (the only step when "
+            "there is one; tokens/s count the whole sequence, both GPUs); peak: rank 0's "
+            "measured peak; plan: the memory plan's total per GPU, printed at the start (NCCL's "
+            "buffers come on top).\n\n")
+    text += md_table(["run", "T", "cp", "steps", "loss, first -> last step", "ms/step", "tokens/s",
+                      "peak GiB/GPU", "plan GiB/GPU", "status"], out,
+                     ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---"])
+    steps = [[r["run"], r["step"], r["loss"], fmt(num(r["ms"]), ",.0f"), fmt(num(r["tokens_per_s"]), ",.0f")]
+             for r in rows if r["kind"] == "step"]
+    text += "\n\nEvery step:\n\n" + md_table(["run", "step", "loss", "ms", "tokens/s"], steps,
+                                               ["---", "---:", "---:", "---:", "---:"])
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
 # step-breakdown: ncu's per-kernel durations of a `train --bench` step (ncu=, grouped by
 # scripts/step_breakdown.py) and the same step without ncu (bench=)
 
@@ -809,6 +862,7 @@ CLAIMS = {
     "document-masks": (collect_document_masks, render_document_masks),
     "masked-context-parallel": (collect_masked_cp, render_masked_cp),
     "step-breakdown": (collect_step_breakdown, render_step_breakdown),
+    "long-context-2m": (collect_long_context_2m, render_long_context_2m),
 }
 
 
