@@ -21,14 +21,10 @@ namespace flash {
 template <int N, bool FULL_ROW = false, class Frag>
 __device__ __forceinline__ float online_softmax_row(Frag&& s, int r, float& m_i, float& l_i,
                                                     float scale_log2) {
-  // The row max over 4 running maxes (fmax gives the same value in any order): the
-  // exponentials wait on it, and 4 chains are N / 4 + 3 dependent FMNMX deep where one is N + 1.
-  // (A full tree, 6 deep, keeps N partial maxes live: 8 bytes of spills in the ring's HS 64
-  // forward.)
-  float m4[4] = {m_i, -INFINITY, -INFINITY, -INFINITY};
+  float mx = m_i;
 #pragma unroll
-  for (int n = 0; n < N; ++n) m4[n % 4] = fmaxf(m4[n % 4], fmaxf(s(n, 2 * r), s(n, 2 * r + 1)));
-  const float mx = quad_max(fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3])));
+  for (int n = 0; n < N; ++n) mx = fmaxf(mx, fmaxf(s(n, 2 * r), s(n, 2 * r + 1)));
+  mx = quad_max(mx);
   const float m_scaled = (mx == -INFINITY) ? 0.f : mx * scale_log2;
   const float alpha = fast_exp2(m_i * scale_log2 - m_scaled);
   m_i = mx;
