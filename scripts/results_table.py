@@ -108,6 +108,11 @@ def gib(value, unit):
     return num(value) * {"GiB": 1.0, "MiB": 1 / 1024.0, "TiB": 1024.0}.get(unit, 1.0)
 
 
+def run_status(finished, text):
+    """A row's status: ok when the run printed its closing line, else its last line."""
+    return "ok" if finished else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]
+
+
 def bench_line(text):
     for line in text.splitlines():
         m = BENCH_LINE.match(line.strip())
@@ -289,7 +294,7 @@ def collect_long_context(raws, env):
                "tokens_per_s": m["tok"] if m else "", "mfu_percent": (m["mfu"] or "") if m else "",
                "peak_gib": "%.2f" % gib(m["peak"], m["unit"]) if m and m["peak"] else "",
                "plan_gib": "%.2f" % gib(plan[1], plan[2]) if plan else "",
-               "status": "ok" if m else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]}
+               "status": run_status(m, text)}
         rows.append(row)
     return stamp(rows, env)
 
@@ -654,7 +659,7 @@ def collect_document_masks(raws, env):
                           "doc_mean": docs[1] if docs else "",
                           "work_left_percent": left[1] if left else ("100" if start else ""),
                           "attention_share_percent": "",
-                          "status": "ok" if done else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]}
+                          "status": run_status(done, text)}
             rows.append(last_train)
         elif label == "share" and last_train is not None:
             # 12 layers x (forward + backward) of one attention call at the step's shape, over
@@ -724,7 +729,7 @@ def collect_masked_cp(raws, env):
                      "cp": cp[1] if cp else "1", "tokens_per_s": done[2] if done else "",
                      "peak_gib": "%.2f" % gib(done[3], done[4]) if done else "",
                      "busiest_over_mean": balance[1] if balance else "",
-                     "status": "ok" if done else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]})
+                     "status": run_status(done, text)})
     return stamp(rows, env)
 
 
@@ -755,6 +760,8 @@ def render_masked_cp(rows):
                       "tok/s ring", "straight / ring", "busiest / mean", "peak GiB/GPU"], out,
                      ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"])
     return text
+
+
 # ---------------------------------------------------------------------------------------------
 # long-context-2m: `flashgpt train` logs of d12 at T = 2M with --cp 2 (LABEL=log, the label
 # naming the run); every step's line, the memory plan's total and the `done:` line
@@ -784,7 +791,7 @@ def collect_long_context_2m(raws, env):
                      "tokens_per_s": "%.0f" % median(tok[1:] or tok) if tok else "",
                      "peak_gib": "%.2f" % gib(done[3], done[4]) if done else "",
                      "plan_gib": "%.2f" % gib(plan[1], plan[2]) if plan else "",
-                     "status": "ok" if done else "failed: " + (text.strip().splitlines() or ["no output"])[-1][:120]})
+                     "status": run_status(done, text)})
     return stamp(rows, env)
 
 
