@@ -14,6 +14,7 @@
 //   flashgpt bench-kernels                          all sections
 //   flashgpt bench-kernels --only decode,rope
 //   flashgpt bench-kernels --only step --attn flash --batch 16
+//   flashgpt bench-kernels --only kernels --tune-matmul   the products with timed algorithms
 // Options: BenchKernelsOptions, parsed by bench/options.cpp.
 #include "bench/bench_kernels.h"
 
@@ -69,7 +70,7 @@ int* upload_tokens(DeviceAllocs& mem, const std::vector<int>& tok) {
   return d;
 }
 
-void bench_d12_kernels() {
+void bench_d12_kernels(bool tune_matmul) {
   const int B = 32, T = 1024, N = B * T, C = 768, V = 50257, Vp = 50304, L = 12;
   const size_t NC = (size_t)N * C, P = 124475904;
   const double es = sizeof(floatX);
@@ -100,7 +101,7 @@ void bench_d12_kernels() {
   double* dnorm = mem.alloc<double>(1);
   float *dwte = mem.random<float>((size_t)Vp * C, 21), *dwpe = mem.random<float>((size_t)T * C, 22);
   void* workspace = mem.alloc(matmul_workspace_bytes());
-  matmul_init(workspace, matmul_workspace_bytes());
+  matmul_init(workspace, matmul_workspace_bytes(), tune_matmul);
   CUDA_CHECK(cudaDeviceSynchronize());
 
   std::printf("memory-bound ops (per call; a d12 step has L=%d of each per-layer op):\n", L);
@@ -235,12 +236,13 @@ void bench_decode() {
 
 // A d12 training step through the CUDA model at B x 1024: the plan, the measured peak, the
 // median of 10 steps after 3 (forward + loss, backward, grad norm + AdamW, whole step).
-void bench_step(const std::string& attn, int B) {
+void bench_step(const std::string& attn, int B, bool tune_matmul) {
   ModelOptions o;
   o.config = gpt_preset("d12", 50257, 1024);
   o.B = B;
   o.T = 1024;
   o.attn = attn;
+  o.tune_matmul = tune_matmul;
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> m = make_cuda_model(o);
   const auto t1 = std::chrono::steady_clock::now();
@@ -307,8 +309,8 @@ void run_bench_kernels(const BenchKernelsOptions& opt) {
   auto want = [&](const char* s) {
     return std::find(opt.only.begin(), opt.only.end(), s) != opt.only.end();
   };
-  if (want("kernels")) bench_d12_kernels();
+  if (want("kernels")) bench_d12_kernels(opt.tune_matmul);
   if (want("rope")) bench_rope();
   if (want("decode")) bench_decode();
-  if (want("step")) bench_step(opt.attn, opt.batch);
+  if (want("step")) bench_step(opt.attn, opt.batch, opt.tune_matmul);
 }

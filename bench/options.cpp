@@ -158,7 +158,8 @@ bool parse_bench_kernels_options(int argc, char** argv, BenchKernelsOptions& opt
                "attention and a d12 training step on the GPU");
   t.add("only", "sections, comma-separated: " + join(d.only), opt.only)
     .add("attn", "attention backend of the step section: " + attn_help(AttnAuto::refused), opt.attn)
-    .add("batch", "sequences of 1024 tokens in the step section", opt.batch);
+    .add("batch", "sequences of 1024 tokens in the step section", opt.batch)
+    .on("tune-matmul", "the products (kernels and step sections) as `train --tune-matmul` runs them", opt.tune_matmul);
   if (!t.parse(argc, argv)) return false;
   opt.attn = parse_attn(opt.attn, AttnAuto::refused);
   CHECK(!opt.only.empty(), "--only is empty; give one or more of %s", join(d.only).c_str());

@@ -69,6 +69,7 @@ struct BenchKernelsOptions {  // `flashgpt bench-kernels` (bench/bench_kernels.h
   std::vector<std::string> only = {"kernels", "rope", "decode", "step"};  // sections
   std::string attn = "naive";  // the step section's backend (parse_attn, no auto)
   int batch = 32;              // sequences of 1024 tokens in the step section
+  bool tune_matmul = false;    // --tune-matmul: the products with timed cuBLASLt algorithms
 };
 
 // The parsers. argv[0] is the subcommand's name. A bad flag or value throws flashgpt::Error with

@@ -2,7 +2,9 @@
 #include "kernels/matmul.cuh"
 
 #include <array>
+#include <algorithm>
 #include <map>
+#include <vector>
 
 #include "kernels/gelu.cuh"
 #include "kernels/residual.cuh"
@@ -16,7 +18,17 @@ struct LtState {
   // key -> algorithm (or "none found", has = false)
   struct Entry { bool has; cublasLtMatmulAlgo_t algo; };
   std::map<std::array<long long, 17>, Entry> cache;
+  bool tune = false;  // matmul_init's: time kTuneCandidates on a cache miss, else take the first
 };
+
+// cuBLASLt's heuristic ranks algorithms by a model, not by a clock. With tuning, the first
+// kTuneCandidates it returns are timed on the real operands, kTuneRounds launches each,
+// interleaved (one launch of each candidate per round, so clock drift under a long product
+// does not favour the early ones), and the fastest minimum wins if it beats the heuristic's
+// first choice by kTuneMargin (two launches of one kernel differ by ~1%).
+constexpr int kTuneCandidates = 8;
+constexpr int kTuneRounds = 3;
+constexpr float kTuneMargin = 0.98f;
 // One per host thread: the cp and DP tests run their virtual ranks as threads of one process,
 // each rank's model attaching its own workspace (matmul_init) and running on its own stream. A
 // process-wide state let one rank's matmuls use the other's workspace and raced on the cache
@@ -31,6 +43,54 @@ LtState& lt() {
 template <class T>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T& v) {
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(v)));
+}
+
+// Index of the fastest of res[0, count) on these operands (0 when none beats res[0] by
+// kTuneMargin). An in-place accumulation (C = D, beta != 0) must reach D once only: there the
+// candidates write a scratch D that reads C (none is timed when it cannot be allocated).
+int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
+                      const cublasLtMatmulHeuristicResult_t* res, int count, void* D,
+                      cudaDataType_t dtype, int n, int ldd, float alpha, float beta,
+                      const floatX* A, const floatX* B, const void* Cm, cudaStream_t stream) {
+  void* Dt = D;
+  const bool accumulates = beta != 0.0f && Cm == D;
+  if (accumulates) {
+    const size_t bytes = (size_t)ldd * n * (dtype == CUDA_R_32F ? sizeof(float) : sizeof(floatX));
+    if (cudaMalloc(&Dt, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+  }
+  auto launch = [&](int i) {
+    return cublasLtMatmul(s.handle, op, &alpha, A, la, B, lb, &beta, Cm, ld, Dt, ld, &res[i].algo,
+                          s.workspace, s.workspace_bytes, stream);
+  };
+  std::vector<bool> runs(count);
+  for (int i = 0; i < count; i++)  // warm-up; a candidate that fails to launch drops out
+    runs[i] = res[i].state == CUBLAS_STATUS_SUCCESS && launch(i) == CUBLAS_STATUS_SUCCESS;
+  std::vector<cudaEvent_t> ev(count + 1);
+  for (auto& x : ev) CUDA_CHECK(cudaEventCreate(&x));
+  std::vector<float> best_ms(count, 1e30f);
+  for (int r = 0; r < kTuneRounds; r++) {
+    CUDA_CHECK(cudaEventRecord(ev[0], stream));
+    for (int i = 0; i < count; i++) {
+      if (runs[i]) CUBLAS_CHECK(launch(i));
+      CUDA_CHECK(cudaEventRecord(ev[i + 1], stream));
+    }
+    CUDA_CHECK(cudaEventSynchronize(ev[count]));
+    for (int i = 0; i < count; i++) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+      if (runs[i]) best_ms[i] = std::min(best_ms[i], ms);
+    }
+  }
+  for (auto& x : ev) CUDA_CHECK(cudaEventDestroy(x));
+  if (accumulates) CUDA_CHECK(cudaFree(Dt));
+  int best = 0;
+  for (int i = 1; i < count; i++)
+    if (best_ms[i] < best_ms[best] && best_ms[i] < kTuneMargin * best_ms[0]) best = i;
+  return best;
 }
 
 // D (m x n, column-major, ldd) = alpha * op(A) op(B) + beta * D, with an optional epilogue.
@@ -83,14 +143,21 @@ bool lt_matmul(void* D, cudaDataType_t dtype, const floatX* A, bool transA, cons
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c32, sizeof(c32)));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof(d32)));
-    cublasLtMatmulHeuristicResult_t res;
+    const int wanted = s.tune ? kTuneCandidates : 1;
+    std::vector<cublasLtMatmulHeuristicResult_t> res(wanted);
     int count = 0;
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(s.handle, op, la, lb, ld, ld, pref, 1, &res, &count);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, op, la, lb, ld, ld, pref, wanted,
+                                                       res.data(), &count);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (st != CUBLAS_STATUS_SUCCESS) count = 0;
     LtState::Entry e;
-    e.has = st == CUBLAS_STATUS_SUCCESS && count > 0;
-    if (e.has) e.algo = res.algo;
+    e.has = count > 0;
+    if (e.has) e.algo = res[0].algo;
+    if (count > 1) {
+      const int best = fastest_candidate(s, op, la, lb, ld, res.data(), count, D, dtype, n, ldd,
+                                         alpha, beta, A, B, Cm, stream);
+      e.algo = res[best].algo;
+    }
     it = s.cache.emplace(key, e).first;
   }
   bool ok = it->second.has;
@@ -154,11 +221,13 @@ __global__ void scale_kernel(float* x, float s, int n) {
 
 }  // namespace
 
-void matmul_init(void* workspace, size_t bytes) {
+void matmul_init(void* workspace, size_t bytes, bool tune) {
   LtState& s = lt();
-  if (bytes != s.workspace_bytes) s.cache.clear();  // algorithms were chosen for the old size
+  // algorithms were chosen for the old workspace size, or by the other rule
+  if (bytes != s.workspace_bytes || tune != s.tune) s.cache.clear();
   s.workspace = workspace;
   s.workspace_bytes = bytes;
+  s.tune = tune;
 }
 
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,

@@ -13,7 +13,15 @@
 // the FP32 build). Row-major (N, C) is column-major (C, N), so out^T = weight^T-op * inp^T
 // gives cuBLASLt m = OC, n = N, k = C with A = weight (transposed), B = inp.
 // cuBLASLt's heuristic is asked once per (shape, layout, epilogue, pointer alignment) and the
-// chosen algorithm cached, so a training step makes no heuristic calls after the first.
+// chosen algorithm cached, so a training step makes no heuristic calls after the first. With
+// tuning (matmul_init's `tune`, `train --tune-matmul`) the heuristic's first 8 candidates are
+// timed on that first call and the fastest kept (matmul.cu fastest_candidate). d12 B 32 x T 1024
+// on an H100, 3 alternating rounds: 571,884 -> 578,677 tokens/s (+1.2%); lm-head forward 3975 ->
+// 3410 us, backward 7202 -> 6790, fc forward (GELU_AUX_BIAS) 380 -> 285, fcproj backward 466 ->
+// 438. Off by default: timings pick differently in another process, so a resumed run would not
+// repeat its forward bit for bit. Its scratch: an accumulating product's candidates write a copy
+// of D (at most the lm-head's dweight, C x Vp fp32: 154 MB at d12), allocated for the first step
+// and freed, outside the memory plan; the heuristic's first choice stands where it cannot be had.
 // Fallbacks: when the bias or GELU epilogue has no algorithm for a shape/alignment (ragged
 // test shapes), a plain matmul plus add_bias / gelu_forward kernels compute the same thing.
 // dbias: blocks of 32 lanes x 8 warps; each lane owns 8 columns (one 128-bit load per row),
@@ -36,8 +44,10 @@
 // Before the first matmul, on the host thread that runs the matmuls: the cuBLASLt handle, its
 // algorithm cache and the attached workspace are per thread (matmul.cu says why). Cheap to call
 // again (the model does at each entry point, so that several models of one thread can share
-// the thread's handle); nullptr detaches.
-void matmul_init(void* workspace, size_t bytes);
+// the thread's handle); nullptr detaches. tune: time cuBLASLt's candidates on each product's
+// first call (its choice may differ between processes, so results are not bitwise
+// reproducible across runs); false takes the heuristic's first, the same in every process.
+void matmul_init(void* workspace, size_t bytes, bool tune = false);
 
 void matmul_forward(floatX* out,           // (N, OC)
                     const floatX* inp,     // (N, C)

@@ -96,6 +96,7 @@ void GptCuda::init(const ModelOptions& opt) {
         "flash or flash3", attn_->name(), opt.cp);
   recompute_ = opt.recompute;
   deterministic_ = opt.deterministic;
+  tune_matmul_ = opt.tune_matmul;
   CHECK(opt.kv_cache >= 0, "internal: negative KV cache length");
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());

@@ -141,6 +141,7 @@ class GptCuda : public Model {
   std::vector<int> host_doc_start_;  // context parallel: the starts the ring plans with
   Recompute recompute_ = Recompute::kNone;  // ModelOptions.recompute
   bool deterministic_ = false;  // ModelOptions.deterministic
+  bool tune_matmul_ = false;    // ModelOptions.tune_matmul
   // ModelOptions.time_attention: CUDA events around every attention call
   std::unique_ptr<CudaEventTimer> att_timer_;
 
@@ -219,7 +220,7 @@ class GptCuda : public Model {
   size_t maxN() const { return (size_t)maxB_ * maxT_; }
   floatX* param(int i) const { return b_.params + layout_.offsets[i]; }
   float* grad(int i) const { return b_.grads + layout_.offsets[i]; }
-  void attach() const { matmul_init(b_.workspace, matmul_workspace_bytes()); }
+  void attach() const { matmul_init(b_.workspace, matmul_workspace_bytes(), tune_matmul_); }
   void measure() const;
   void download(std::vector<float>& out, const float* src, size_t n) const;
   void upload(float* dst, const std::vector<float>& in, size_t n, const char* what);

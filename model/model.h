@@ -110,6 +110,9 @@ struct ModelOptions {
   // a step is bitwise reproducible (AttnBackwardArgs::deterministic); CUDA model only, the CPU
   // model always is.
   bool deterministic = false;
+  // --tune-matmul: the CUDA model times cuBLASLt's candidate algorithms on each product's first
+  // call (kernels/matmul.cuh); the choice may differ between processes.
+  bool tune_matmul = false;
   // --mask / --window (kernels/attention/mask.h): which keys attention lets each query see;
   // the document mask's documents come from each batch's input tokens.
   MaskSpec mask;

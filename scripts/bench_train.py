@@ -11,6 +11,7 @@ global torch.backends.cuda flags, so the compiled graph has no context manager i
   python3 scripts/bench_train.py                       # d12 (GPT-2 124M), B=32, T=1024
   python3 scripts/bench_train.py --model d6 --batch 8 --seq-len 512 --ours naive,flash
   python3 scripts/bench_train.py --ours flash3,flash --torch flash,cudnn,compile-cudnn
+  python3 scripts/bench_train.py --ours flash3,flash3+tuned --torch compile-cudnn   # +tuned: --tune-matmul
 """
 import argparse
 import datetime
@@ -26,9 +27,13 @@ PRESETS = {"tiny": (4, 128, 4), "d6": (6, 384, 6), "d12": (12, 768, 12), "d24": 
 
 
 def run_ours(binary, attn, a):
+    """attn: a backend, or backend+tuned for `train --tune-matmul` (timed cuBLASLt algorithms)."""
+    backend, _, extra = attn.partition("+")
+    if extra not in ("", "tuned"):
+        sys.exit(f"bench_train.py: --ours {attn}: the only suffix is +tuned (e.g. flash3+tuned)")
     cmd = [binary, "train", "--bench", "--device", "cuda", "--model", a.model, "--batch", str(a.batch),
-           "--seq-len", str(a.seq_len), "--attn", attn, "--bench-steps", str(a.steps),
-           "--vocab-size", "50257"]
+           "--seq-len", str(a.seq_len), "--attn", backend, "--bench-steps", str(a.steps),
+           "--vocab-size", "50257"] + (["--tune-matmul"] if extra else [])
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(p.stdout[-3000:])
@@ -143,7 +148,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--ours", default="naive,flash", help="our attention backends")
+    ap.add_argument("--ours", default="naive,flash",
+                    help="our attention backends; backend+tuned adds train --tune-matmul")
     ap.add_argument("--torch", default="math,flash",
                     help="SDPA backends: math, flash, cudnn (eager), compile-flash, compile-cudnn")
     ap.add_argument("--binary", default="build/flashgpt")

@@ -262,7 +262,7 @@ def render_train_step(rows):
         for k in impls:
             tok, ms, peak, err = stat[k]
             name = {"pytorch": "PyTorch"}.get(k[0], k[0])
-            attn = k[1]
+            attn = k[1].replace("+tuned", ", `--tune-matmul`")
             if k[0] == "pytorch":
                 name += " torch.compile" if attn.startswith("compile-") else " eager"
                 attn = "SDPA " + {"cudnn": "cuDNN", "flash": "FA2", "math": "math"}.get(

@@ -100,7 +100,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .add("rope-theta", "RoPE base", opt.rope_theta)
     .add("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", recompute)
     .add("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", opt.classifier_chunk)
-    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (the attention backward 6-22% slower with flash3, 11-15% with flash)", opt.deterministic);
+    .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (the attention backward 6-22% slower with flash3, 11-15% with flash)", opt.deterministic)
+    .on("tune-matmul", "time cuBLASLt's first 8 algorithms for each matrix product on its first call and keep the fastest (d12 B 32 x T 1024: +1%); another process may keep others, so runs and resumes are not bitwise repeatable", opt.tune_matmul);
   cli::add_mask_flags(t, opt.mask, "the --init / --resume model's, else causal with no window");
   t.add("device", kDeviceHelp, opt.device)
     .add("seq-len", "sequence length T", opt.seq_len)
@@ -172,6 +173,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
                       " (and use --total-batch for a bigger step)");
   check_at_least("--steps", opt.steps, 1);
   if (opt.cp > 1) (void)CpLayout(opt.cp, opt.seq_len);  // --seq-len >= 2 x --cp, before any work
+  CHECK(!(opt.deterministic && opt.tune_matmul),
+        "--tune-matmul with --deterministic: timed algorithm choices differ between processes; "
+        "drop one of them");
   CHECK(opt.cp == 1 || !opt.deterministic,
         "--deterministic with --cp %d: the ring's backward adds dQ in arrival order; drop "
         "--deterministic or use --cp 1", opt.cp);

@@ -35,6 +35,7 @@ struct TrainOptions {
   Recompute recompute = Recompute::kNone;  // --recompute (model/recompute.h)
   int classifier_chunk = 0;        // --classifier-chunk rows (0 = 8192)
   bool deterministic = false;      // --deterministic: bitwise-reproducible attention backward
+  bool tune_matmul = false;        // --tune-matmul: timed cuBLASLt algorithms (kernels/matmul.cuh)
   // --mask, --window (kernels/attention/mask.h): left out, the --init or --resume model's, else
   // causal with no window
   MaskFlags mask;

@@ -355,6 +355,7 @@ std::unique_ptr<Model> make_run_model(const Run& run, const Comms& comms) {
   mo.attn = opt.attn;
   mo.recompute = opt.recompute;
   mo.deterministic = opt.deterministic;
+  mo.tune_matmul = opt.tune_matmul;
   mo.mask = run.mask;
   mo.classifier_chunk = opt.classifier_chunk;
   // With --cp the gradient all-reduce waits for the end of the backward: overlapped, it would run

@@ -160,6 +160,17 @@ TEST(Options, SharedValidatorsSayTheSameEverywhere) {
                  "--batch 65536 x --seq-lens 65536");
 }
 
+// --tune-matmul: off unless given; timed choices differ between processes, so it cannot go with
+// --deterministic's promise of bitwise-repeatable runs.
+TEST(Options, TuneMatmul) {
+  EXPECT_FALSE(parsed(parse_train_options, {"train", "--bench"}).tune_matmul);
+  EXPECT_TRUE(parsed(parse_train_options, {"train", "--bench", "--tune-matmul"}).tune_matmul);
+  EXPECT_TRUE(parsed(parse_bench_kernels_options, {"bench-kernels", "--tune-matmul"}).tune_matmul);
+  expect_refused(parse_train_options, {"train", "--bench", "--tune-matmul", "--deterministic"},
+                 "--tune-matmul with --deterministic: timed algorithm choices differ between "
+                 "processes; drop one of them");
+}
+
 // A value of the wrong type, also inside a comma-separated list, names its flag; a stray
 // argument or an unknown flag names itself, in every subcommand.
 TEST(Options, BadValuesNameTheirFlag) {

@@ -363,6 +363,20 @@ TEST_F(Kernels, MatmulGelu) {
   check_matmul(37, 100, 300, true, true, 1.0f, rng);     // OC % 8 != 0: fallback path
 }
 
+// With tuning every candidate runs on the real operands first: results stay the reference's,
+// and an accumulating product (dweight +=, beta = 1 into D) still adds once.
+TEST_F(Kernels, MatmulTuned) {
+  SEED_TRACE();
+  auto rng = test_rng();
+  matmul_init(workspace_, matmul_workspace_bytes(), true);
+  check_matmul(256, 768, 2304, true, false, 1.0f, rng);               // qkv
+  check_matmul(256, 3072, 768, true, false, 1.0f, rng, true, true);   // fcproj: residual, DGELU
+  check_matmul(256, 768, 3072, true, true, 1.0f, rng);                // fc: GELU_AUX_BIAS
+  check_matmul(64, 96, 1024, false, false, 0.25f, rng);               // lm-head shape
+  check_matmul(37, 100, 300, true, false, 1.0f, rng);                 // ragged
+  matmul_init(workspace_, matmul_workspace_bytes());
+}
+
 // ---- gelu, residual --------------------------------------------------------------------------
 
 TEST_F(Kernels, Gelu) {

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # training-step/run.sh — a d12 (GPT-2 124M) training step against PyTorch on one GPU, same process
-# settings: B 32 x T 1024 against eager and torch.compile with SDPA cuDNN, and B 1 at T 32K and 128K
-# against eager SDPA FlashAttention-2 (which runs out of memory at 128K on 80 GB). Needs a GPU,
-# `make`, python3 with torch; ~5 min.
+# settings: B 32 x T 1024 (flash3 also with --tune-matmul) against eager and torch.compile with SDPA
+# cuDNN, and B 1 at T 32K and 128K against eager SDPA FlashAttention-2 (which runs out of memory at
+# 128K on 80 GB). Needs a GPU, `make`, python3 with torch; ~5 min.
 #   bench/results/training-step/run.sh [OUT_DIR]   (default: a new runs/results/training-step-<time>)
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/results_lib.sh"
 results_start training-step "${1:-}"
-python3 scripts/bench_train.py --ours flash3,flash --torch compile-cudnn,cudnn --out "$OUT/t1024" \
+python3 scripts/bench_train.py --ours flash3,flash3+tuned,flash --torch compile-cudnn,cudnn --out "$OUT/t1024" \
   > "$OUT/t1024.log" 2>&1
 for T in 32768 131072; do
   python3 scripts/bench_train.py --model d12 --batch 1 --seq-len "$T" --steps 3 --ours flash3,flash \
