@@ -383,33 +383,41 @@ def collect_context_parallel(raws, env):
     return stamp(rows, env)
 
 
+def gpu_model(name):
+    """'NVIDIA H100 80GB HBM3' -> 'H100'."""
+    m = re.search(r"\b([A-Z]\d{2,4}\w*)", name or "")
+    return m[1] if m else (name or "-")
+
+
 def render_context_parallel(rows):
     text = []
     cps = sorted({r["cp"] for r in rows if r["cp"] != "1"}, key=int)
     for attn in sorted({r["attention"] for r in rows}, key=lambda a: a != "flash3"):
         for cp in cps:
             out = []
+            gpus = list(dict.fromkeys(r["gpu"] for r in rows))  # a row per T and GPU model
             for T in sorted({int(r["seq_len"]) for r in rows if r["attention"] == attn}):
-                one = [r for r in rows if r["attention"] == attn and int(r["seq_len"]) == T
-                       and r["cp"] == "1" and r["status"] == "ok"]
-                many = [r for r in rows if r["attention"] == attn and int(r["seq_len"]) == T
-                        and r["cp"] == cp and r["status"] == "ok"]
-                if not one or not many:
-                    continue
-                a, b = one[-1], many[-1]
-                eff = num(b["tokens_per_s"]) / (int(cp) * num(a["tokens_per_s"]))
-                wait, ms = num(b["comm_wait_ms"]), num(b["ms_per_step"])
-                out.append([kt(T), fmt(num(a["tokens_per_s"]), ",.0f"),
-                            fmt(num(b["tokens_per_s"]), ",.0f"), "**%.1f%%**" % (100 * eff),
-                            fmt(num(a["peak_gib_per_gpu"]), ".2f"), fmt(num(b["peak_gib_per_gpu"]), ".2f"),
-                            "%s (%.1f%%)" % (fmt(wait, ",.1f"), 100 * wait / ms) if wait else "-",
-                            "%s, %s" % (b["date"], b["commit"])])
+                for gpu in gpus:
+                    one = [r for r in rows if r["attention"] == attn and int(r["seq_len"]) == T
+                           and r["cp"] == "1" and r["status"] == "ok" and r["gpu"] == gpu]
+                    many = [r for r in rows if r["attention"] == attn and int(r["seq_len"]) == T
+                            and r["cp"] == cp and r["status"] == "ok" and r["gpu"] == gpu]
+                    if not one or not many:
+                        continue
+                    a, b = one[-1], many[-1]
+                    eff = num(b["tokens_per_s"]) / (int(cp) * num(a["tokens_per_s"]))
+                    wait, ms = num(b["comm_wait_ms"]), num(b["ms_per_step"])
+                    out.append([kt(T), fmt(num(a["tokens_per_s"]), ",.0f"),
+                                fmt(num(b["tokens_per_s"]), ",.0f"), "**%.1f%%**" % (100 * eff),
+                                fmt(num(a["peak_gib_per_gpu"]), ".2f"), fmt(num(b["peak_gib_per_gpu"]), ".2f"),
+                                "%s (%.1f%%)" % (fmt(wait, ",.1f"), 100 * wait / ms) if wait else "-",
+                                "%s, %s, %s" % (gpu_model(b["gpu"]), b["date"], b["commit"])])
             if out:
                 text += ["`--attn %s`, cp %s against one GPU (efficiency = tokens/s at cp %s / "
                          "(%s × tokens/s on one GPU)):" % (attn, cp, cp, cp), "",
                          md_table(["T", "tok/s 1 GPU", "tok/s cp %s" % cp, "efficiency",
                                    "peak GiB/GPU 1 GPU", "peak GiB/GPU cp %s" % cp,
-                                   "comm wait ms/step (rank 0)", "date, commit"], out,
+                                   "comm wait ms/step (rank 0)", "GPU, date, commit"], out,
                                   ["---:"] * 7 + ["---"]), ""]
     return "\n".join(text).rstrip()
 
