@@ -21,14 +21,6 @@ struct LtState {
   bool tune = false;  // matmul_init's: time kTuneCandidates on a cache miss, else take the first
 };
 
-// cuBLASLt's heuristic ranks algorithms by a model, not by a clock. With tuning, the first
-// kTuneCandidates it returns are timed on the real operands, kTuneRounds launches each,
-// interleaved (one launch of each candidate per round, so clock drift under a long product
-// does not favour the early ones), and the fastest minimum wins if it beats the heuristic's
-// first choice by kTuneMargin (two launches of one kernel differ by ~1%).
-constexpr int kTuneCandidates = 8;
-constexpr int kTuneRounds = 3;
-constexpr float kTuneMargin = 0.98f;
 // One per host thread: the cp and DP tests run their virtual ranks as threads of one process,
 // each rank's model attaching its own workspace (matmul_init) and running on its own stream. A
 // process-wide state let one rank's matmuls use the other's workspace and raced on the cache
@@ -40,6 +32,15 @@ LtState& lt() {
   return s;
 }
 
+// cuBLASLt's heuristic ranks algorithms by a model, not by a clock. With tuning, the first
+// kTuneCandidates it returns are timed on the real operands, kTuneRounds launches each,
+// interleaved (one launch of each candidate per round, so clock drift under a long product
+// does not favour the early ones), and the fastest minimum wins if it beats the heuristic's
+// first choice by kTuneMargin (two launches of one kernel differ by ~1%).
+constexpr int kTuneCandidates = 8;
+constexpr int kTuneRounds = 3;
+constexpr float kTuneMargin = 0.98f;
+
 template <class T>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T& v) {
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(v)));
@@ -47,7 +48,9 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T&
 
 // Index of the fastest of res[0, count) on these operands (0 when none beats res[0] by
 // kTuneMargin). An in-place accumulation (C = D, beta != 0) must reach D once only: there the
-// candidates write a scratch D that reads C (none is timed when it cannot be allocated).
+// candidates write a scratch D that reads C (none is timed when it cannot be allocated). The
+// scratch is stream-ordered: cudaFree would wait for the whole device, and so for another
+// thread's rank on the same GPU whose stream waits for this one (the cp tests' virtual ranks).
 int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                       cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
                       const cublasLtMatmulHeuristicResult_t* res, int count, void* D,
@@ -57,7 +60,7 @@ int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_
   const bool accumulates = beta != 0.0f && Cm == D;
   if (accumulates) {
     const size_t bytes = (size_t)ldd * n * (dtype == CUDA_R_32F ? sizeof(float) : sizeof(floatX));
-    if (cudaMalloc(&Dt, bytes) != cudaSuccess) {
+    if (cudaMallocAsync(&Dt, bytes, stream) != cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
@@ -86,7 +89,7 @@ int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_
     }
   }
   for (auto& x : ev) CUDA_CHECK(cudaEventDestroy(x));
-  if (accumulates) CUDA_CHECK(cudaFree(Dt));
+  if (accumulates) CUDA_CHECK(cudaFreeAsync(Dt, stream));
   int best = 0;
   for (int i = 1; i < count; i++)
     if (best_ms[i] < best_ms[best] && best_ms[i] < kTuneMargin * best_ms[0]) best = i;

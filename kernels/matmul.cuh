@@ -15,10 +15,11 @@
 // cuBLASLt's heuristic is asked once per (shape, layout, epilogue, pointer alignment) and the
 // chosen algorithm cached, so a training step makes no heuristic calls after the first. With
 // tuning (matmul_init's `tune`, `train --tune-matmul`) the heuristic's first 8 candidates are
-// timed on that first call and the fastest kept (matmul.cu fastest_candidate). d12 B 32 x T 1024
-// on an H100, 3 alternating rounds: 571,884 -> 578,677 tokens/s (+1.2%); lm-head forward 3975 ->
-// 3410 us, backward 7202 -> 6790, fc forward (GELU_AUX_BIAS) 380 -> 285, fcproj backward 466 ->
-// 438. Off by default: timings pick differently in another process, so a resumed run would not
+// timed on that first call and the fastest kept (matmul.cu fastest_candidate). d12 B 32 x T 1024,
+// medians of 3 alternating rounds on each of two H100s: 571,884 -> 578,677 and 572,948 ->
+// 579,761 tokens/s (+1.2% both; single runs +0.2% to +2.8%, as each process times afresh);
+// lm-head forward 3975 -> 3410 us, backward 7202 -> 6790, fc forward (GELU_AUX_BIAS) 380 -> 285,
+// fcproj backward 466 -> 438. Off by default: timings pick differently in another process, so a resumed run would not
 // repeat its forward bit for bit. Its scratch: an accumulating product's candidates write a copy
 // of D (at most the lm-head's dweight, C x Vp fp32: 154 MB at d12), allocated for the first step
 // and freed, outside the memory plan; the heuristic's first choice stands where it cannot be had.

@@ -201,6 +201,15 @@ TEST_F(CudaModelCp, RopeMatchesCpu) { check_cp2(cp_options(true, Recompute::kNon
 TEST_F(CudaModelCp, RopeRecomputeLayerButAttnMatchesCpu) { check_cp2(cp_options(true, Recompute::kLayerButAttn)); }
 TEST_F(CudaModelCp, LearnedRecomputeLayerMatchesCpu) { check_cp2(cp_options(false, Recompute::kLayer)); }
 
+// --tune-matmul with two ranks on one GPU: each rank's thread times its own candidates, and an
+// accumulating product's scratch is stream-ordered, so one rank's tuning never waits for the
+// other rank's stream (which may be waiting for this one's ring hop).
+TEST_F(CudaModelCp, TunedMatmulMatchesCpu) {
+  ModelOptions o = cp_options(true, Recompute::kNone);
+  o.tune_matmul = true;
+  check_cp2(o);
+}
+
 // The document mask and a window through the ring: each rank's model reads the whole batch's
 // document starts at global positions and skips the chunk pairs they empty.
 TEST_F(CudaModelCp, RopeDocumentMaskWindowMatchesCpu) {
