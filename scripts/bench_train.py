@@ -5,7 +5,9 @@ Runs `flashgpt train --bench` (random tokens, median ms/step after warm-up) for 
 attention backends, and a PyTorch GPT-2 of the identical configuration (bf16 autocast, fused
 AdamW, grad-norm clipping, tied LM head, GELU-tanh MLP): eager with SDPA's MATH, FLASH or cuDNN
 backend, or torch.compile'd ("compile-cudnn", "compile-flash": the SDPA backend chosen by the
-global torch.backends.cuda flags, so the compiled graph has no context manager inside). Prints tokens/s and our ratios, and writes runs/bench/train_<gpu>_<date>.csv (--out)
+global torch.backends.cuda flags, so the compiled graph has no context manager inside;
+"compile-max-cudnn": mode="max-autotune-no-cudagraphs", Inductor's own GEMM tuning, minutes of
+compile). Prints tokens/s and our ratios, and writes runs/bench/train_<gpu>_<date>.csv (--out)
 (first lines: the command, the GPU and the date).
 
   python3 scripts/bench_train.py                       # d12 (GPT-2 124M), B=32, T=1024
@@ -55,7 +57,8 @@ def torch_gpt(a, backend_name):
     L, C, NH = PRESETS[a.model]
     V, Vp, T, B = 50257, 50304, a.seq_len, a.batch
     compiled = backend_name.startswith("compile-")
-    sdpa = backend_name[len("compile-"):] if compiled else backend_name
+    max_autotune = backend_name.startswith("compile-max-")
+    sdpa = backend_name.split("-")[-1]
     backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                "cudnn": SDPBackend.CUDNN_ATTENTION}[sdpa]
     if compiled:  # the one SDPA backend allowed, globally
@@ -98,7 +101,8 @@ def torch_gpt(a, backend_name):
 
     torch.manual_seed(0)
     model = GPT().cuda()
-    fwd = torch.compile(model) if compiled else model
+    fwd = (torch.compile(model, mode="max-autotune-no-cudagraphs") if max_autotune
+           else torch.compile(model) if compiled else model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -151,7 +155,8 @@ def main():
     ap.add_argument("--ours", default="naive,flash",
                     help="our attention backends; backend+tuned adds train --tune-matmul")
     ap.add_argument("--torch", default="math,flash",
-                    help="SDPA backends: math, flash, cudnn (eager), compile-flash, compile-cudnn")
+                    help="SDPA backends: math, flash, cudnn (eager), compile-flash, compile-cudnn, "
+                         "compile-max-cudnn (max-autotune)")
     ap.add_argument("--binary", default="build/flashgpt")
     ap.add_argument("--out", default="runs/bench")
     a = ap.parse_args()

@@ -264,9 +264,10 @@ def render_train_step(rows):
             name = {"pytorch": "PyTorch"}.get(k[0], k[0])
             attn = k[1].replace("+tuned", ", `--tune-matmul`")
             if k[0] == "pytorch":
-                name += " torch.compile" if attn.startswith("compile-") else " eager"
-                attn = "SDPA " + {"cudnn": "cuDNN", "flash": "FA2", "math": "math"}.get(
-                    attn.replace("compile-", ""), attn)
+                name += (" torch.compile max-autotune" if attn.startswith("compile-max-")
+                         else " torch.compile" if attn.startswith("compile-") else " eager")
+                sdpa = attn.split("-")[-1]
+                attn = "SDPA " + {"cudnn": "cuDNN", "flash": "FA2", "math": "math"}.get(sdpa, sdpa)
             out.append([name, attn, fmt(tok, ",.0f") if tok else err or "-", fmt(ms, ".1f"),
                         fmt(peak / GIB if peak else None, ".2f"),
                         "**%.3f×**" % (tok / torch_best) if tok and torch_best and k[0] == "flashgpt"
