@@ -84,7 +84,7 @@ void bench_d12_kernels(bool tune_matmul) {
   floatX *wte = mem.random<floatX>((size_t)Vp * C, 8, -0.02f, 0.02f),
          *wpe = mem.random<floatX>((size_t)T * C, 9);
   floatX* logits = mem.random<floatX>((size_t)N * Vp, 10, -4.f, 4.f);
-  float *fw = mem.random<float>(4 * (size_t)C * C, 11), *fb = mem.random<float>(8 * C, 12);
+  float *fw = mem.random<float>(4 * (size_t)C * C, 11), *fb = mem.random<float>(4 * C, 12);
   float *mean = mem.random<float>(N, 13), *rstd = mem.random<float>(N, 14);
   float* losses = mem.random<float>(N, 15);
   float *master = mem.random<float>(P, 16), *grads = mem.random<float>(P, 17, -1e-3f, 1e-3f),
@@ -115,11 +115,6 @@ void bench_d12_kernels(bool tune_matmul) {
             2 * NC * es + 2 * N * 4.0);
   report_bw("layernorm_backward (dinp +=, dw/db partials)",
             median_us([&] { layernorm_backward(z, fw, fb, y, x, w, mean, rstd, N, C, ks, 0); }),
-            4 * NC * es + 2 * N * 4.0);
-  report_bw("layernorm_backward + dinp column sums (a projection's dbias)",
-            median_us([&] {
-              layernorm_backward(z, fw, fb, y, x, w, mean, rstd, N, C, ks, 0, fb + C);
-            }),
             4 * NC * es + 2 * N * 4.0);
   report_bw("residual_forward", median_us([&] { residual_forward(z, x, y, NC, 0); }), 3 * NC * es);
   report_bw("gelu_forward (N x 4C)", median_us([&] { gelu_forward(g4, h4, 4 * NC, 0); }),
@@ -166,19 +161,10 @@ void bench_d12_kernels(bool tune_matmul) {
     report_flops((name + " backward").c_str(), median_us([&] {
                    matmul_backward(dinp, fw, fb, out, in, w, N, sh.Cin, sh.OC, ks, 0);
                  }), 2 * f);
-    if (sh.Cin == 4 * C) {
+    if (sh.Cin == 4 * C)
       report_flops((name + " backward (DGELU epilogue)").c_str(), median_us([&] {
                      matmul_backward(g4, fw, fb, z, h4, w, N, 4 * C, C, ks, 0, 1.0f, h4);
                    }), 2 * f);
-      // the model's form: no dbias of its own (the LayerNorm backward's), fc's from dinp
-      bool epilogue = false;
-      report_flops((name + " backward (DGELU, fc's dbias from dinp)").c_str(), median_us([&] {
-                     epilogue = matmul_backward(g4, fw, nullptr, z, h4, w, N, 4 * C, C, ks, 0,
-                                                1.0f, h4, fb + C);
-                   }), 2 * f);
-      std::printf("    (fc's dbias %s)\n", epilogue ? "from the DGELU_BGRAD epilogue"
-                                                   : "by the dbias reduction over dinp");
-    }
   }
   const double f = 2.0 * N * C * Vp;
   report_flops("lm-head C->Vp forward",

@@ -224,13 +224,12 @@ __device__ __forceinline__ float block_reduce_sum(float v) { return block_reduce
 __device__ __forceinline__ float block_reduce_max(float v) { return block_reduce<true>(v); }
 
 // Deterministic second stage of a column reduction: partials (G, M) in fp32, written by G
-// blocks of a first-stage kernel, whose rows hold up to three outputs of Ca columns each side by
-// side: out_a[m] += sum_g partials[g][m] for m < Ca, out_b[m - Ca] += ... for Ca <= m < 2 Ca,
-// out_c[m - 2 Ca] += ... for 2 Ca <= m < M (the unused outputs may be nullptr). The sum over g
+// blocks of a first-stage kernel. out_a[m] += sum_g partials[g][m] for m < Ca, and
+// out_b[m - Ca] += ... for Ca <= m < M (out_b may be nullptr when M == Ca). The sum over g
 // runs in a fixed order, so the result is bit-identical from run to run.
 template <int Dummy = 0>
-__global__ void reduce_partials_kernel(float* out_a, float* out_b, float* out_c,
-                                       const float* partials, int G, int Ca, int M) {
+__global__ void reduce_partials_kernel(float* out_a, float* out_b, const float* partials, int G,
+                                       int Ca, int M) {
   __shared__ float s[8][33];
   const int m = blockIdx.x * 32 + threadIdx.x;
   float acc = 0.0f;
@@ -242,14 +241,13 @@ __global__ void reduce_partials_kernel(float* out_a, float* out_b, float* out_c,
     float r = 0.0f;
     for (int y = 0; y < 8; y++) r += s[y][threadIdx.x];
     if (m < Ca) out_a[m] += r;
-    else if (m < 2 * Ca) out_b[m - Ca] += r;
-    else out_c[m - 2 * Ca] += r;
+    else out_b[m - Ca] += r;
   }
 }
 inline void reduce_partials(float* out_a, float* out_b, const float* partials, int G, int Ca,
-                            int M, cudaStream_t stream, float* out_c = nullptr) {
-  reduce_partials_kernel<<<ceil_div(M, 32), dim3(32, 8), 0, stream>>>(out_a, out_b, out_c,
-                                                                      partials, G, Ca, M);
+                            int M, cudaStream_t stream) {
+  reduce_partials_kernel<<<ceil_div(M, 32), dim3(32, 8), 0, stream>>>(out_a, out_b, partials, G,
+                                                                      Ca, M);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -4,28 +4,21 @@
 //   backward: xhat = (x - mean) * rstd; g = weight * dy
 //             dx += rstd * (g - mean(g) - xhat * mean(g * xhat))           (floatX, accumulates)
 //             dweight += sum_rows dy * xhat;  dbias += sum_rows dy         (fp32, accumulates)
-//             optionally dinp_colsum += sum_rows dx, of dx as stored after the update (fp32)
-// dinp_colsum: in a pre-LN transformer dx is the residual stream's gradient, and so the gradient
-// of the linear layer whose output was added to the residual (attproj, fcproj); its column sums
-// are that layer's bias gradient. Taken here from the values in registers, they spare that
-// layer's dbias pass over dout (matmul_backward's: 29-30 us per call at d12, N = 32768).
 //
 // Algorithm: one warp per row, statistics in fp32, two-pass variance (sum, then squared
 // deviations from the mean). Rows up to 8 chunks per lane (C <= 2048 bf16) are held in
 // registers: one DRAM read and one write per element; longer rows loop over L1.
 // Backward: blocks of 4 warps, grid-stride over rows; per row one pass for the two reductions
 // and one for dinp, the second re-reading x, dy, weight from L1. Each warp keeps its own fp32
-// partial dweight/dbias row in shared memory (lane-owned channels: no atomics), and its lanes
-// their dinp_colsum channels in registers; at the end the block adds its 4 warp rows in order
-// and writes one partial row to `scratch`; reduce_partials then sums the 1024 partial rows in a
-// fixed order. Deterministic, no float atomics.
+// partial dweight/dbias row in shared memory (lane-owned channels: no atomics); at the end
+// the block adds its 4 warp rows in order and writes one partial row to `scratch`;
+// reduce_partials then sums the 1024 partial rows in a fixed order. Deterministic, no float
+// atomics.
 // Measured (H200, N = 32768, C = 768, bf16): forward 33.6 us (3.0 TB/s) with the row in
 // registers vs 38.4 us re-reading it from L1; backward 83.8 us (2.4 TB/s). Holding x, dy and
 // dinp in registers in the backward (100 registers, 20 warps/SM) was slower, 103.5 us.
 // Limits: 128-bit path when C % 8 == 0 (bf16; % 4 fp32) and pointers 16-byte aligned, else a
-// scalar path. Backward shared memory 4 warps * 2 * C (rounded up to 256) * 4 bytes: C <= ~7000
-// on H100. dinp_colsum in registers up to 4 chunks per lane (C <= 1024 bf16), beyond that by the
-// dbias reduction over dinp (matmul.cuh column_sums) after the kernel.
+// scalar path. Backward shared memory 4 warps * 2 * C (rounded up to 256) * 4 bytes: C <= ~7000 on H100.
 // Test: build/test_gpu --gtest_filter='Kernels.LayerNorm*'
 // Bench: build/flashgpt bench-kernels --only kernels   (N = 32768, C = 768)
 #pragma once
@@ -51,5 +44,4 @@ void layernorm_backward(floatX* dinp,          // (N, C) accumulates
                         const float* rstd,     // (N)
                         int N, int C,
                         float* scratch,        // layernorm_backward_scratch_bytes(C)
-                        cudaStream_t stream,
-                        float* dinp_colsum = nullptr);  // (C) accumulates, or nullptr
+                        cudaStream_t stream);

@@ -6,13 +6,13 @@
 #include <cstddef>
 
 // Scratch of the CUDA backward (layernorm.cuh): each of kLayerNormBwdBlocks blocks writes one
-// fp32 partial row of dweight, dbias and dinp's column sums (3*C floats), summed afterwards in a
-// fixed order. The block count is fixed, not derived from the device, so the summation order,
+// fp32 partial row of dweight and dbias (2*C floats), summed afterwards in a fixed order. The
+// block count is fixed, not derived from the device, so the summation order of dweight/dbias,
 // and the result, are the same on every GPU; 1024 blocks of 4 warps give ~8 resident blocks
 // (32 warps) per H100 SM at C = 768 (24.6 KB shared each).
 constexpr int kLayerNormBwdBlocks = 1024;
 inline size_t layernorm_backward_scratch_bytes(int C) {
-  return (size_t)kLayerNormBwdBlocks * 3 * C * sizeof(float);
+  return (size_t)kLayerNormBwdBlocks * 2 * C * sizeof(float);
 }
 template <typename real>
 void layernorm_forward_ref(real* out,           // (N, C)

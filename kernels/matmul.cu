@@ -121,9 +121,6 @@ bool lt_matmul(void* D, cudaDataType_t dtype, const floatX* A, bool transA, cons
   set_attr(op, CUBLASLT_MATMUL_DESC_TRANSB, opB);
   set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
   if (bias) set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  // A bias gradient is fp32 here (as every gradient), whatever D's type.
-  if (epi == CUBLASLT_EPILOGUE_DGELU_BGRAD)
-    set_attr(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, (int32_t)CUDA_R_32F);
   if (aux) {
     set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, const_cast<void*>(aux));
     set_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)aux_ld);
@@ -274,54 +271,39 @@ void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp, const
   gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
 }
 
-void column_sums(float* dbias, const floatX* dout, int N, int width, float scale, float* scratch,
-                 cudaStream_t stream) {
-  const bool vec = width % x128::size == 0 && aligned16(dout);
-  const int W = vec ? x128::size : 1, G = matmul_bias_row_blocks(N);
-  dim3 grid(ceil_div(width, 32 * W), G);
-  if (vec)
-    bias_partials_kernel<x128::size><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, width);
-  else
-    bias_partials_kernel<1><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, width);
-  CUDA_CHECK_LAUNCH();
-  if (scale != 1.0f) {
-    scale_kernel<<<ceil_div(G * width, 256), 256, 0, stream>>>(scratch, scale, G * width);
-    CUDA_CHECK_LAUNCH();
-  }
-  reduce_partials(dbias, nullptr, scratch, G, width, width, stream);
-}
-
-bool matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                      const floatX* inp, const floatX* weight, int N, int C, int OC, float* scratch,
-                     cudaStream_t stream, float dout_scale, const floatX* dinp_pre_gelu,
-                     float* dinp_colsum) {
+                     cudaStream_t stream, float dout_scale, const floatX* dinp_pre_gelu) {
   // dinp^T (C x N) = weight^T-as-colmajor (C x OC) * dout^T (OC x N)
-  bool colsum_in_epilogue = false;
   if (dinp) {
-    const bool epi_ok = dinp_pre_gelu && aligned16(dinp_pre_gelu) && C % 8 == 0;
-    // DGELU_BGRAD: the column sums of dinp (fp32, into scratch) from the same epilogue
-    colsum_in_epilogue = epi_ok && dinp_colsum && aligned16(scratch) &&
-                         lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC,
-                                   C, dout_scale, 0.0f, CUBLASLT_EPILOGUE_DGELU_BGRAD, scratch,
-                                   dinp_pre_gelu, C, stream);
-    if (colsum_in_epilogue) reduce_partials(dinp_colsum, nullptr, scratch, 1, C, C, stream);
-    const bool fused = colsum_in_epilogue ||
-                       (epi_ok && lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N,
-                                            OC, C, OC, C, dout_scale, 0.0f,
-                                            CUBLASLT_EPILOGUE_DGELU, nullptr, dinp_pre_gelu, C,
-                                            stream));
+    const bool fused = dinp_pre_gelu && aligned16(dinp_pre_gelu) && C % 8 == 0 &&
+                       lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC, C,
+                                 dout_scale, 0.0f, CUBLASLT_EPILOGUE_DGELU, nullptr,
+                                 dinp_pre_gelu, C, stream);
     if (!fused) {
       CHECK(lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC, C,
                       dout_scale, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream),
             "matmul_backward (dinp): cuBLASLt has no algorithm for N=%d C=%d OC=%d", N, C, OC);
       if (dinp_pre_gelu) gelu_backward(dinp, dinp_pre_gelu, dinp, (size_t)N * C, stream);
     }
-    if (dinp_colsum && !colsum_in_epilogue) column_sums(dinp_colsum, dinp, N, C, 1.0f, scratch, stream);
   }
   // dweight^T-as-colmajor (C x OC) += inp^T (C x N) * dout (N x OC)
   CHECK(lt_matmul(dweight, CUDA_R_32F, inp, false, dout, true, C, OC, N, C, OC, C, dout_scale,
                   1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream),
         "matmul_backward (dweight): cuBLASLt has no algorithm for N=%d C=%d OC=%d", N, C, OC);
-  if (dbias) column_sums(dbias, dout, N, OC, dout_scale, scratch, stream);
-  return colsum_in_epilogue;
+  if (dbias) {
+    const bool vec = OC % x128::size == 0 && aligned16(dout);
+    const int W = vec ? x128::size : 1, G = matmul_bias_row_blocks(N);
+    dim3 grid(ceil_div(OC, 32 * W), G);
+    if (vec)
+      bias_partials_kernel<x128::size><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, OC);
+    else
+      bias_partials_kernel<1><<<grid, dim3(32, 8), 0, stream>>>(scratch, dout, N, OC);
+    CUDA_CHECK_LAUNCH();
+    if (dout_scale != 1.0f) {
+      scale_kernel<<<ceil_div(G * OC, 256), 256, 0, stream>>>(scratch, dout_scale, G * OC);
+      CUDA_CHECK_LAUNCH();
+    }
+    reduce_partials(dbias, nullptr, scratch, G, OC, OC, stream);
+  }
 }

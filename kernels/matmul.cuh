@@ -70,22 +70,13 @@ void matmul_forward_residual(floatX* out,             // (N, OC)
                              const floatX* residual,  // (N, OC)
                              int N, int C, int OC, cudaStream_t stream);
 
-// The dbias reduction: out (width) += scale x the column sums of x (N, width), deterministic
-// (the two stages above); scratch: matmul_backward_scratch_bytes(N, width).
-void column_sums(float* out, const floatX* x, int N, int width, float scale, float* scratch,
-                 cudaStream_t stream);
-
 // Scratch for the dbias reduction: matmul_backward_scratch_bytes(N, OC) (matmul.h).
 // dout_scale multiplies dout in every product (the model folds the loss scale of the fused
 // classifier, whose dlogits are written for scale 1, into the lm-head's backward).
 // dinp_pre_gelu (N, C), when given: dinp = (dout @ weight) * gelu'(dinp_pre_gelu), i.e. the
 // backward through a GELU that precedes this matmul (the model's fcproj), fused into the
 // product's epilogue (falls back to gelu_backward in place).
-// dinp_colsum (C), when given with dinp: += the column sums of dinp as written, the bias
-// gradient of the layer whose output dinp is the gradient of (fcproj's dinp: fc's dbias), from
-// the DGELU_BGRAD epilogue where cuBLASLt has one (returns true then), else the dbias reduction
-// over dinp; its scratch is matmul_backward_scratch_bytes(N, C).
-bool matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
+void matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
                      float* dweight,        // (OC, C) accumulates
                      float* dbias,          // (OC) accumulates, or nullptr
                      const floatX* dout,    // (N, OC)
@@ -94,5 +85,4 @@ bool matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
                      int N, int C, int OC,
                      float* scratch,        // matmul_backward_scratch_bytes(N, OC), if dbias
                      cudaStream_t stream, float dout_scale = 1.0f,
-                     const floatX* dinp_pre_gelu = nullptr,
-                     float* dinp_colsum = nullptr);  // (C) accumulates, or nullptr
+                     const floatX* dinp_pre_gelu = nullptr);

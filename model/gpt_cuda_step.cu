@@ -28,10 +28,8 @@
 // Backward mirrors gpt_cpu.cpp: one residual-stream gradient (dresidual, floatX) accumulated
 // by the LayerNorm backwards; per-layer temporaries dl_btc (N, C) and dl_bt4c (N, 4C), the
 // latter reused for dqkv (RoPE: rotated back in place before the qkv product). The GELU
-// backward is fused into the fcproj dinp product (DGELU epilogue). Bias gradients come from
-// reductions: qkv's in its matmul_backward (matmul.cuh), fc's in fcproj's dinp product (the
-// DGELU_BGRAD epilogue), attproj's and fcproj's in the LayerNorm backward that makes their
-// output's gradient (layernorm.cuh dinp_colsum).
+// backward is fused into the fcproj dinp product (DGELU epilogue). Bias gradients come from a
+// deterministic reduction kernel (matmul.cuh).
 // Recompute (ModelOptions.recompute): gelu keeps one fch_gelu buffer and recomputes it from
 // fch with the elementwise kernel before each layer's backward (saves L-1 of L x N x 4C);
 // layer keeps only residual3 (each block's output = the next block's input) per layer, every
@@ -303,28 +301,22 @@ void GptCuda::backward(float loss_scale) {
   scale_add(grad(P_WTE), b_.dwte_chunk, loss_scale, (size_t)Vp * C, st);
   if (loss_scale != 1.0f) scale_floatX(b_.dl_btc, loss_scale, (size_t)N * C, st);
   CUDA_CHECK(cudaMemsetAsync(b_.dresidual, 0, (size_t)N * C * sizeof(floatX), st));
-  // Each LayerNorm backward leaves d(residual) in dresidual, which is also the gradient of the
-  // projection added into that residual: its column sums are that projection's bias gradient
-  // (layernorm_backward's dinp_colsum), so the projections' matmul_backward take no dbias.
   layernorm_backward(b_.dresidual, grad(P_LNFW), grad(P_LNFB), b_.dl_btc, b_.residual3 + (L - 1) * NC,
-                     param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C, ks, st,
-                     grad(P_FCPROJB) + (L - 1) * C);
+                     param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C, ks, st);
   for (int l = L - 1; l >= 0; l--) {
     recompute(l, B, T);
     const LayerActs a = acts(l);
     // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
-    // d(fch) = (dresidual @ fcprojw) * gelu'(fch): the GELU backward rides in the epilogue, and
-    // d(fch)'s column sums, fc's dbias, with it (DGELU_BGRAD).
-    matmul_backward(b_.dl_bt4c, grad(P_FCPROJW) + (size_t)l * C * 4 * C, nullptr,
+    // d(fch) = (dresidual @ fcprojw) * gelu'(fch): the GELU backward rides in the epilogue.
+    matmul_backward(b_.dl_bt4c, grad(P_FCPROJW) + (size_t)l * C * 4 * C, grad(P_FCPROJB) + l * C,
                     b_.dresidual, a.fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C, C,
-                    ks, st, 1.0f, a.fch, grad(P_FCB) + l * 4 * C);
-    matmul_backward(b_.dl_btc, grad(P_FCW) + (size_t)l * 4 * C * C, nullptr,
+                    ks, st, 1.0f, a.fch);
+    matmul_backward(b_.dl_btc, grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C,
                     b_.dl_bt4c, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C, ks, st);
-    // dresidual += ln2 path: now d(residual2[l]), whose column sums are attproj's dbias
+    // dresidual += ln2 path: now d(residual2[l])
     layernorm_backward(b_.dresidual, grad(P_LN2W) + l * C, grad(P_LN2B) + l * C, b_.dl_btc,
-                       a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C, ks, st,
-                       grad(P_ATTPROJB) + l * C);
-    matmul_backward(b_.dl_btc, grad(P_ATTPROJW) + (size_t)l * C * C, nullptr,
+                       a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C, ks, st);
+    matmul_backward(b_.dl_btc, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
                     b_.dresidual, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C, ks, st);
     floatX* dqkv = b_.dl_bt4c;
     attention_timer(true);
@@ -342,11 +334,9 @@ void GptCuda::backward(float loss_scale) {
     if (cfg_.rope) rope(dqkv, true, B, T);
     matmul_backward(b_.dl_btc, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv,
                     a.ln1, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV, ks, st);
-    // dresidual += ln1 path: d(residual3[l-1]), whose column sums are fcproj[l-1]'s dbias (or
-    // d(encoded) for l = 0)
+    // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
     layernorm_backward(b_.dresidual, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, b_.dl_btc,
-                       a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C, ks, st,
-                       l > 0 ? grad(P_FCPROJB) + (l - 1) * C : nullptr);
+                       a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C, ks, st);
     if (overlap) comm_->layer_done(l);  // layer l's gradients are final
   }
   if (cfg_.rope || !cp_) {

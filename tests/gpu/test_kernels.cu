@@ -250,34 +250,6 @@ void check_layernorm(int N, int C, int offset, std::mt19937_64& rng) {
                        C * 4);
   expect_bitwise_equal("layernorm_backward dbias", download(d_db->ptr, C).data(), g_db.data(),
                        C * 4);
-
-  // With dinp_colsum: the same dinp, dweight, dbias, and dinp_colsum += the column sums of
-  // dinp as stored (floatX; summed here in double from the downloaded values: the reference's
-  // unrounded dinp would differ from them by the rounding, ~2e-3 of each column sum).
-  VecF dr0 = uniform(C, rng);
-  Own<float> d_dr(upload(dr0));
-  CUDA_CHECK(cudaMemcpy(d_dw->ptr, dw0.data(), C * 4, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(d_db->ptr, db0.data(), C * 4, cudaMemcpyHostToDevice));
-  Own<floatX> d_dinp2(upload_x(dinp0, offset));
-  layernorm_backward(d_dinp2->ptr, d_dw->ptr, d_db->ptr, d_dout->ptr, d_inp->ptr, d_w->ptr,
-                     d_rmean->ptr, d_rrstd->ptr, N, C, (float*)scratch.base, 0, d_dr->ptr);
-  const VecF g2_dinp = download_x(d_dinp2->ptr, dinp.size());
-  expect_close("layernorm_backward+colsum dinp (+=)", g2_dinp, dinp, kTolX, kTolXMax);
-  expect_close("layernorm_backward+colsum dweight (+=)", download(d_dw->ptr, C), dw, kTolF,
-               kTolFMax);
-  expect_close("layernorm_backward+colsum dbias (+=)", download(d_db->ptr, C), db, kTolF,
-               kTolFMax);
-  std::vector<double> colsum(dr0.begin(), dr0.end());
-  for (int i = 0; i < N; i++)
-    for (int c = 0; c < C; c++) colsum[c] += g2_dinp[(size_t)i * C + c];
-  const VecF dr(colsum.begin(), colsum.end()), g_dr = download(d_dr->ptr, C);
-  expect_close("layernorm_backward dinp_colsum (+=)", g_dr, dr, kTolF, kTolFMax);
-  CUDA_CHECK(cudaMemcpy(d_dr->ptr, dr0.data(), C * 4, cudaMemcpyHostToDevice));
-  Own<floatX> d_dinp3(upload_x(dinp0, offset));
-  layernorm_backward(d_dinp3->ptr, d_dw->ptr, d_db->ptr, d_dout->ptr, d_inp->ptr, d_w->ptr,
-                     d_rmean->ptr, d_rrstd->ptr, N, C, (float*)scratch.base, 0, d_dr->ptr);
-  expect_bitwise_equal("layernorm_backward dinp_colsum", download(d_dr->ptr, C).data(),
-                       g_dr.data(), C * 4);
 }
 
 TEST_F(Kernels, LayerNorm) {
@@ -362,59 +334,6 @@ void check_matmul(int N, int C, int OC, bool with_bias, bool gelu, float dout_sc
     expect_bitwise_equal("matmul_backward dbias", download(d_db->ptr, OC).data(), g_db.data(),
                          OC * 4);
   }
-}
-
-// matmul_backward with dinp_pre_gelu and dinp_colsum (the model's fcproj, whose dinp's column
-// sums are fc's dbias): dinp as check_matmul's, dinp_colsum += the column sums of dinp. From
-// the DGELU_BGRAD epilogue they are the sums of the fp32 values before dinp's rounding to
-// floatX: against the reference's (unrounded) dinp. From the fallback (the dbias reduction over
-// dinp) they are the sums of dinp as stored: against the downloaded dinp, summed in double.
-void check_matmul_dgelu_colsum(int N, int C, int OC, float dout_scale, std::mt19937_64& rng) {
-  SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC));
-  VecF inp = round_x(uniform((size_t)N * C, rng)), w = round_x(uniform((size_t)OC * C, rng));
-  VecF dout = round_x(uniform((size_t)N * OC, rng)), dw0 = uniform((size_t)OC * C, rng);
-  VecF pre = round_x(uniform((size_t)N * C, rng, -3.0f, 3.0f)), cs0 = uniform(C, rng);
-  Own<floatX> d_inp(upload_x(inp)), d_w(upload_x(w)), d_dout(upload_x(dout)),
-      d_pre(upload_x(pre)), d_dinp(new Dev<floatX>((size_t)N * C));
-  Own<float> d_dw(upload(dw0)), d_cs(upload(cs0));
-  d_dinp->poison();
-  DevMem scratch(std::max(matmul_backward_scratch_bytes(N, OC), matmul_backward_scratch_bytes(N, C)));
-  const bool epilogue =
-      matmul_backward(d_dinp->ptr, d_dw->ptr, nullptr, d_dout->ptr, d_inp->ptr, d_w->ptr, N, C,
-                      OC, (float*)scratch.base, 0, dout_scale, d_pre->ptr, d_cs->ptr);
-  std::printf("matmul N=%d C=%d OC=%d dgelu + dinp_colsum (%s) dout_scale=%g\n", N, C, OC,
-              epilogue ? "DGELU_BGRAD epilogue" : "dbias reduction over dinp", dout_scale);
-  VecF dout_s = dout;
-  for (float& x : dout_s) x *= dout_scale;
-  VecF dinp((size_t)N * C, NAN), dw = dw0;
-  matmul_backward_ref(dinp.data(), dw.data(), (float*)nullptr, dout_s.data(), inp.data(), w.data(),
-                      N, C, OC);
-  gelu_backward_ref(dinp.data(), pre.data(), VecF(dinp).data(), dinp.size());
-  const VecF g_dinp = download_x(d_dinp->ptr, dinp.size());
-  expect_close("matmul_backward dinp (dgelu, colsum)", g_dinp, dinp, kTolX, kTolXMax);
-  expect_close("matmul_backward dweight (+=)", download(d_dw->ptr, dw.size()), dw, kTolF,
-               kTolFMax);
-  const VecF& summed = epilogue ? dinp : g_dinp;
-  std::vector<double> cs(cs0.begin(), cs0.end());
-  for (int i = 0; i < N; i++)
-    for (int c = 0; c < C; c++) cs[c] += summed[(size_t)i * C + c];
-  const VecF g_cs = download(d_cs->ptr, C);
-  expect_close("matmul_backward dinp_colsum (+=)", g_cs, VecF(cs.begin(), cs.end()), kTolF,
-               kTolFMax);
-  // Determinism of the column sums (the epilogue's included).
-  CUDA_CHECK(cudaMemcpy(d_cs->ptr, cs0.data(), C * 4, cudaMemcpyHostToDevice));
-  matmul_backward(d_dinp->ptr, d_dw->ptr, nullptr, d_dout->ptr, d_inp->ptr, d_w->ptr, N, C, OC,
-                  (float*)scratch.base, 0, dout_scale, d_pre->ptr, d_cs->ptr);
-  expect_bitwise_equal("matmul_backward dinp_colsum", download(d_cs->ptr, C).data(), g_cs.data(),
-                       C * 4);
-}
-
-TEST_F(Kernels, MatmulDgeluColumnSums) {
-  SEED_TRACE();
-  auto rng = test_rng();
-  check_matmul_dgelu_colsum(256, 3072, 768, 1.0f, rng);   // GPT-2 fcproj: fc's dbias
-  check_matmul_dgelu_colsum(512, 3072, 768, 0.5f, rng);   // scaled dout
-  check_matmul_dgelu_colsum(37, 100, 300, 1.0f, rng);     // C % 8 != 0: the fallback
 }
 
 TEST_F(Kernels, Matmul) {
