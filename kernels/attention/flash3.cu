@@ -95,14 +95,8 @@ template <int HS_, bool DYNAMIC_>
 struct Fwd3Tile {
   static constexpr int NWG = kFwdConsumerWGs(HS_);  // consumer warpgroups, 64 query rows each
   static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc;
-  // l_i by the tensor core (HS 64): P V is m64n72, V's 64 columns and a panel of ones beside
-  // them, so column 64 of the accumulator is rowsum(P), rescaled with O_i (no FADD per element).
-  // At HS 128 the 136-column product would need a third panel LBO bytes past V's second.
-  static constexpr bool L_BY_MMA = HS == 64;
-  static constexpr int ONES_BYTES = L_BY_MMA ? Bc * 128 : 0;  // one panel of Bc rows
-  // K/V stages: as many as fit beside Q, the O staging and the ones (at most 4)
-  static constexpr int STAGE_FIT =
-      (227 * 1024 - 2 * Br * HS * 2 - ONES_BYTES - 2048) / (2 * Bc * HS * 2);
+  // K/V stages: as many as fit beside Q and the O staging (at most 4)
+  static constexpr int STAGE_FIT = (227 * 1024 - 2 * Br * HS * 2 - 2048) / (2 * Bc * HS * 2);
   static constexpr int STAGES = STAGE_FIT > 4 ? 4 : STAGE_FIT;
   static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
   static constexpr int NTHREADS = 128 * (1 + NWG);  // producer warpgroup + the consumers
@@ -115,15 +109,13 @@ struct Fwd3Tile {
   static constexpr int PANELS = HS / 64;          // 64-column (128-byte) panels per row
   static constexpr int NS = Bc / 2;               // fp32 per thread of S (64 x Bc per warpgroup)
   static constexpr int NO = HS / 2;               // fp32 per thread of O (64 x HS)
-  static constexpr int NACC = NO + (L_BY_MMA ? 4 : 0);  // + l_i's 8-column tile (L_BY_MMA)
   static constexpr int KQ = HS / 16;              // k-steps of S = Q K^T
   static constexpr int KP = Bc / 16;              // k-steps of O += P V
   static constexpr int Q_PANEL = Br * 128, KV_PANEL = Bc * 128;  // bytes per panel
   static constexpr int Q_BYTES = Br * HS * 2, KV_BYTES = Bc * HS * 2, O_BYTES = Br * HS * 2;
-  // smem (1024-aligned): Q | K x STAGES | V x STAGES | O staging | ones (L_BY_MMA) | mbarriers
+  // smem (1024-aligned): Q | K x STAGES | V x STAGES | O staging | mbarriers
   static constexpr int OFF_K = Q_BYTES, OFF_V = OFF_K + STAGES * KV_BYTES,
-                       OFF_O = OFF_V + STAGES * KV_BYTES, OFF_ONES = OFF_O + O_BYTES,
-                       OFF_BAR = OFF_ONES + ONES_BYTES;
+                       OFF_O = OFF_V + STAGES * KV_BYTES, OFF_BAR = OFF_O + O_BYTES;
   // mbarriers (8 bytes each): Q full, Q empty, K full x STAGES, K empty x STAGES, V full x
   // STAGES, V empty x STAGES
   static constexpr int OFF_Q_FULL = OFF_BAR, OFF_Q_EMPTY = OFF_BAR + 8, OFF_K_FULL = OFF_BAR + 16,
@@ -139,7 +131,6 @@ struct Fwd3Tile {
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
   static_assert(Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
   static_assert(NWG == 2 || (NWG == 3 && HS == 64), "2 consumer warpgroups, or 3 at HS 64 (registers)");
-  static_assert(!L_BY_MMA || PANELS == 1, "the ones panel sits LBO bytes past V's only panel");
   static_assert(128 * (PRODUCER_REGS + NWG * CONSUMER_REGS) <= 65536, "register file");
   static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "panels on 1024-byte boundaries");
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
@@ -154,11 +145,10 @@ constexpr int kBarEpilogue0 = 1, kBarTurn0 = 4;
 template <class K>
 struct Fwd3Smem {
   uint32_t q, k, v, o;                        // tiles: 64-column panels, 128-byte swizzle
-  uint32_t ones;                              // K::L_BY_MMA: a panel of bf16 1.0
   sm90::StageBarriers<1> q_bars;              // Q_i: one stage, a phase per work tile
   sm90::StageBarriers<K::STAGES> k_bars, v_bars;
   __device__ __forceinline__ explicit Fwd3Smem(uint32_t s0)
-      : q(s0), k(s0 + K::OFF_K), v(s0 + K::OFF_V), o(s0 + K::OFF_O), ones(s0 + K::OFF_ONES),
+      : q(s0), k(s0 + K::OFF_K), v(s0 + K::OFF_V), o(s0 + K::OFF_O),
         q_bars{s0 + K::OFF_Q_FULL, s0 + K::OFF_Q_EMPTY},
         k_bars{s0 + K::OFF_K_FULL, s0 + K::OFF_K_EMPTY},
         v_bars{s0 + K::OFF_V_FULL, s0 + K::OFF_V_EMPTY} {}
@@ -280,7 +270,7 @@ struct Fwd3RowMask {
 // ---- a consumer warpgroup: query rows 64 c .. 64 c + 63 of each work tile ----
 template <class K, bool RING, bool MASKED>
 struct Fwd3Consumer {
-  static constexpr int NS = K::NS, NO = K::NO, NACC = K::NACC, KQ = K::KQ, KP = K::KP;
+  static constexpr int NS = K::NS, NO = K::NO, KQ = K::KQ, KP = K::KP;
   const Fwd3Smem<K>& sm;
   int c, wq, g, t4, ctid;
   uint32_t aQ;                       // this warpgroup's rows in each Q panel
@@ -314,17 +304,14 @@ struct Fwd3Consumer {
     }
     wgmma_commit();
   }
-  // O += P V from V stage st (V is MN-major: rows = keys = the k dimension). L_BY_MMA: the
-  // product's columns 64..71 come from the ones panel (LBO = its distance from the stage), so
-  // o[NO..NO+3] += rowsum(P).
-  __device__ __forceinline__ void issue_pv(float (&o)[NACC], uint32_t (&p)[KP][4], uint32_t st) const {
+  // O += P V from V stage st (V is MN-major: rows = keys = the k dimension).
+  __device__ __forceinline__ void issue_pv(float (&o)[NO], uint32_t (&p)[KP][4], uint32_t st) const {
     reg_fence(o);
     reg_fence(p);
     wgmma_fence();
-    const uint32_t lbo = K::L_BY_MMA ? sm.ones - sm.v_stage(st) : K::KV_PANEL;
 #pragma unroll
     for (int kq = 0; kq < KP; ++kq)
-      sm90::wgmma_rs<1>(o, p[kq], gmma_desc(sm.v_stage(st) + kq * 2048, lbo, 1024));
+      sm90::wgmma_rs<1>(o, p[kq], gmma_desc(sm.v_stage(st) + kq * 2048, K::KV_PANEL, 1024));
     wgmma_commit();
   }
   // S[r, key] = -inf where key > query (causal: diagonal tiles only), or where key >= Tk (a full
@@ -372,14 +359,14 @@ struct Fwd3Consumer {
                                           float (&alpha)[2], float scale_log2) const {
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-      alpha[r] = flash::online_softmax_row<NS / 4, false, !K::L_BY_MMA>(
+      alpha[r] = flash::online_softmax_row<NS / 4>(
           [&](int n, int e) -> float& { return s[4 * n + e]; }, r, m_i[r], l_i[r], scale_log2);
   }
 
   // ---- mainloop: O_i, m_i, l_i of one work tile (the paper's Algorithm 2: S_j is issued with
   // P V_{j+1}, the softmax of S_j runs while P V_{j+1} does) ----
   // MASKED: over the K/V tiles of rm.r (none: O_i = 0, m_i = -inf), masked by mask_rows.
-  __device__ __forceinline__ void mainloop(float (&o)[NACC], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
+  __device__ __forceinline__ void mainloop(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
                                            const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
                                            const sm90::PipelineState<1>& qs, bool causal, int Tk,
                                            float scale_log2, int lane,
@@ -388,7 +375,7 @@ struct Fwd3Consumer {
     const int j_end = MASKED ? rm.r.j_end : n_kv;  // one past the first (rightmost) K/V tile
     const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
 #pragma unroll
-    for (int n = 0; n < NACC; ++n) o[n] = 0.f;
+    for (int n = 0; n < NO; ++n) o[n] = 0.f;
     if constexpr (MASKED) {
       if (n_kv == 0) {  // the producer loaded no Q_i: release its phase at once
         release(sm.q_bars, qs, lane);
@@ -431,7 +418,7 @@ struct Fwd3Consumer {
       reg_fence(o);
       release(sm.v_bars, prev, lane);
 #pragma unroll
-      for (int n = 0; n < NACC / 4; ++n) {  // with L_BY_MMA's l_i: l_i = alpha l_i + rowsum
+      for (int n = 0; n < NO / 4; ++n) {
         o[4 * n + 0] *= alpha[0];
         o[4 * n + 1] *= alpha[0];
         o[4 * n + 2] *= alpha[1];
@@ -448,15 +435,10 @@ struct Fwd3Consumer {
     wgmma_wait<0>();
     reg_fence(o);
     release(sm.v_bars, prev, lane);
-    if constexpr (K::L_BY_MMA) {  // the rows' whole l_i, from the ones column
-      l_i[0] = o[NO];
-      l_i[1] = o[NO + 2];
-    }
   }
 
   // ---- epilogue (fwd_epilogue.cuh): O_i / l_i, LSE_i ----
-  // l_i: this thread's part of each row's sum, or (L_BY_MMA) the whole sum.
-  __device__ __forceinline__ void epilogue(const float (&o)[NACC], const float (&m_i)[2],
+  __device__ __forceinline__ void epilogue(const float (&o)[NO], const float (&m_i)[2],
                                            const float (&l_i)[2], const FwdWork& t,
                                            const Fwd3Args& a, int Tq) const {
     constexpr int HS = K::HS, Br = K::Br;
@@ -470,7 +452,7 @@ struct Fwd3Consumer {
       // stores; the merge reads the old rows anyway).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float l = K::L_BY_MMA ? l_i[r] : flash::quad_sum(l_i[r]);
+        const float l = flash::quad_sum(l_i[r]);
         const float inv = flash::inv_row_sum(l);
         const int row = q0 + c * 64 + wq * 16 + g + 8 * r;
         const bool ok = row >= 0 && row < Tq;
@@ -493,7 +475,7 @@ struct Fwd3Consumer {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int rl = c * 64 + wq * 16 + g + 8 * r;  // tile-local row
-        flash::epilogue_stage_row<NO / 4, K::L_BY_MMA>(
+        flash::epilogue_stage_row<NO / 4>(
             frag, r, l_i[r], m_i[r], a.scale,
             [&](auto lse) {
               if (t4 == 0 && q0 + rl >= 0 && q0 + rl < Tq) lse_bh[q0 + rl] = lse();
@@ -543,11 +525,6 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     }
     sm90::mbar_init_fence();
   }
-  if constexpr (K::L_BY_MMA) {  // the ones panel, for the wgmma's async proxy
-    for (int i = tid; i < K::ONES_BYTES / 4; i += K::NTHREADS)
-      flash::st_shared_u32(sm.ones + 4 * i, 0x3F803F80u);  // two bf16 1.0
-    sm90::fence_proxy_async_smem();
-  }
   __syncthreads();
 
   if (wg == 0) {
@@ -567,7 +544,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       if constexpr (MASKED)
         rm = cons.row_mask(tile_slot + (K::OFF_RANGE - K::OFF_SLOT) / 4 + 4 * qs.phase(), t, mk,
                            a.Tq, a.Tk);
-      float o[K::NACC], s[K::NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
+      float o[K::NO], s[K::NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
       uint32_t p[K::KP][4];
       cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       cons.epilogue(o, m_i, l_i, t, a, a.Tq);

@@ -27,12 +27,11 @@ __device__ __forceinline__ float row_lse(float l, float m, float scale) {
 // The N fragments o(n, e) of O_i, times 1 / l, go to the staging tile: chunk(n) = the
 // shared-memory address of the row's 16-byte chunk that holds columns 8 n .. 8 n + 7 (this lane
 // writes its 4 bytes of it).
-// L_SUMMED: l_part is already the row's whole l (flash3's HS 64 forward).
-template <int N, bool L_SUMMED = false, class Frag, class StoreLse, class ChunkAddr>
+template <int N, class Frag, class StoreLse, class ChunkAddr>
 __device__ __forceinline__ void epilogue_stage_row(Frag&& o, int r, float l_part, float m,
                                                    float scale, StoreLse&& store_lse,
                                                    ChunkAddr&& chunk, int t4) {
-  const float l = L_SUMMED ? l_part : quad_sum(l_part);
+  const float l = quad_sum(l_part);
   const float inv = inv_row_sum(l);
   store_lse([&] { return row_lse(l, m, scale); });
 #pragma unroll

@@ -18,9 +18,7 @@ namespace flash {
 //   m_i   = m_new
 // Returns alpha = exp2((m_i - m_new) scale_log2), the factor the caller rescales O_i by. A row
 // with every key masked so far keeps m = -inf; it subtracts 0 then (exp2(-inf) = 0).
-// SUM = false: l_i is left alone (flash3's HS 64 forward takes its row sums from the tensor
-// core, as a column of P V).
-template <int N, bool FULL_ROW = false, bool SUM = true, class Frag>
+template <int N, bool FULL_ROW = false, class Frag>
 __device__ __forceinline__ float online_softmax_row(Frag&& s, int r, float& m_i, float& l_i,
                                                     float scale_log2) {
   float mx = m_i;
@@ -37,9 +35,9 @@ __device__ __forceinline__ float online_softmax_row(Frag&& s, int r, float& m_i,
     const float p1 = fast_exp2(fmaf(s(n, 2 * r + 1), scale_log2, -m_scaled));
     s(n, 2 * r) = p0;
     s(n, 2 * r + 1) = p1;
-    if constexpr (SUM) rs += p0 + p1;
+    rs += p0 + p1;
   }
-  if constexpr (SUM) l_i = l_i * alpha + (FULL_ROW ? quad_sum(rs) : rs);
+  l_i = l_i * alpha + (FULL_ROW ? quad_sum(rs) : rs);
   return alpha;
 }
 

@@ -70,7 +70,6 @@ __device__ __forceinline__ uint64_t gmma_desc_at(uint64_t desc, uint32_t bytes) 
 #define SM90_ACC32(d) SM90_ACC8(d, 0), SM90_ACC8(d, 8), SM90_ACC8(d, 16), SM90_ACC8(d, 24)
 #define SM90_ACC64(d) \
   SM90_ACC32(d), SM90_ACC8(d, 32), SM90_ACC8(d, 40), SM90_ACC8(d, 48), SM90_ACC8(d, 56)
-#define SM90_ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define SM90_REGS32                                                                          \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -78,7 +77,6 @@ __device__ __forceinline__ uint64_t gmma_desc_at(uint64_t desc, uint32_t bytes) 
   SM90_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, "  \
               "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, " \
               "%63"
-#define SM90_REGS36 SM90_REGS32 ", %32, %33, %34, %35"
 
 // One wgmma instruction: shape, the accumulator list, the A and B operands, the scale-d
 // predicate's operand and the transpose immediates.
@@ -102,18 +100,12 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N], uint64_t da, uint64_t db
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
-// D += A B, A from registers (the warp's 16 x 16 mma.sync A fragment), B from shared memory;
-// m64n64k16, m64n128k16, or m64n72k16 (N = 36: 64 columns and an 8-column tile beside them,
-// B's 65th.. columns from the panel LBO bytes on; flash3.cu's row sums).
+// D += A B, A from registers (the warp's 16 x 16 mma.sync A fragment), B from shared memory.
 template <int TB, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N], const uint32_t (&a)[4], uint64_t db,
                                          int scale_d = 1) {
-  static_assert(N == 32 || N == 36 || N == 64, "m64n64, m64n72 or m64n128");
-  if constexpr (N == 36)
-    asm volatile(SM90_WGMMA("m64n72k16", SM90_REGS36, "{%36, %37, %38, %39}, %40", "%41", "%42")
-                 : SM90_ACC32(d), SM90_ACC4(d, 32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
-  else if constexpr (N == 32)
+  static_assert(N == 32 || N == 64, "m64n64 or m64n128");
+  if constexpr (N == 32)
     asm volatile(SM90_WGMMA("m64n64k16", SM90_REGS32, "{%32, %33, %34, %35}, %36", "%37", "%38")
                  : SM90_ACC32(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
@@ -125,8 +117,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N], const uint32_t (&a)[4], 
 #undef SM90_ACC8
 #undef SM90_ACC32
 #undef SM90_ACC64
-#undef SM90_ACC4
-#undef SM90_REGS36
 #undef SM90_REGS32
 #undef SM90_REGS64
 #undef SM90_WGMMA
