@@ -9,6 +9,8 @@
 //            rotated over several copies so that reads come from HBM, not L2
 //   step     one d12 training step through the CUDA model (--batch x 1024 tokens, --attn):
 //            memory plan, measured peak, median ms per phase and per step, tokens/s, TFLOP/s
+//   tensor   the wgmma rates of the attention kernels' product shapes and MUFU.EX2's, per SM and
+//            clock against the peak (bench_sm90.cu): the ceilings the flash3 kernels run under
 // The "Measured" notes in the kernel headers (kernels/*.cuh) quote these sections.
 //
 //   flashgpt bench-kernels                          all sections
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_sm90.h"
 #include "bench/bench_util.cuh"
 #include "kernels/adamw.cuh"
 #include "kernels/attention/attention.cuh"
@@ -313,4 +316,5 @@ void run_bench_kernels(const BenchKernelsOptions& opt) {
   if (want("rope")) bench_rope();
   if (want("decode")) bench_decode();
   if (want("step")) bench_step(opt.attn, opt.batch, opt.tune_matmul);
+  if (want("tensor")) bench_sm90_rates();
 }

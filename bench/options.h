@@ -66,7 +66,7 @@ struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_atten
 };
 
 struct BenchKernelsOptions {  // `flashgpt bench-kernels` (bench/bench_kernels.h)
-  std::vector<std::string> only = {"kernels", "rope", "decode", "step"};  // sections
+  std::vector<std::string> only = {"kernels", "rope", "decode", "step", "tensor"};  // sections
   std::string attn = "naive";  // the step section's backend (parse_attn, no auto)
   int batch = 32;              // sequences of 1024 tokens in the step section
   bool tune_matmul = false;    // --tune-matmul: the products with timed cuBLASLt algorithms

@@ -14,7 +14,7 @@ RAW is a file, or LABEL=file where the claim needs a label (the table says which
 Claims (the folder names of bench/results/): attention-vs-sdpa, training-step, long-context,
 memory-plan, context-parallel, data-parallel, determinism, profile-sweep, loss-curves,
 fa1-vs-fa2, hf-export, gpu-tests, document-masks, masked-context-parallel,
-step-breakdown.
+step-breakdown, long-context-2m, attention-ceilings.
 """
 import argparse
 import csv
@@ -862,6 +862,124 @@ def render_step_breakdown(rows):
     return step_breakdown.report(of("kernel"), of("setup"), bench, 12)
 
 
+# ---------------------------------------------------------------------------------------------
+# attention-ceilings: the wgmma and MUFU.EX2 rates alone (`bench-kernels --only tensor`, tensor=,
+# one file per round) and the flash3 kernels' pipe shares under ncu (ncu=, one kernel each,
+# `--csv --print-units base`, T 16K, B 1)
+
+RATE = re.compile(r"^  (?P<what>\S.*?)\s{2,}(?P<wgs>\d|-)\s+(?P<rate>[\d.]+)\s+(?P<clk>[\d.]+)\s+(?P<pct>[\d.]+)%")
+NCU_METRICS = {"gpu__time_duration.sum": "duration_us",
+               "sm__cycles_elapsed.avg.per_second": "clock_ghz",
+               "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
+               "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": "mufu_pct",
+               "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue_pct"}
+
+
+def read_ncu_metrics(path):
+    """{metric: value} of the one kernel in an `ncu --csv --print-units base` file; its name."""
+    text = open(path, errors="replace").read()
+    start = text.find('"ID","Process ID"')
+    if start < 0:
+        sys.exit("results_table.py: no ncu CSV header in '%s'" % path)
+    vals, kernel = {}, None
+    for r in csv.DictReader(io.StringIO(text[start:])):
+        key = NCU_METRICS.get(r.get("Metric Name"))
+        if key is None:
+            continue
+        if kernel is not None and r["Kernel Name"] != kernel:
+            sys.exit("results_table.py: '%s' holds more than one kernel" % path)
+        kernel = r["Kernel Name"]
+        v = float(r["Metric Value"].replace(",", ""))
+        unit = r["Metric Unit"].strip()
+        if key == "duration_us":
+            if unit not in step_breakdown.UNIT_NS:
+                sys.exit("results_table.py: unknown time unit '%s' in '%s'" % (unit, path))
+            v = v * step_breakdown.UNIT_NS[unit] / 1e3
+        elif key == "clock_ghz":
+            v = v / 1e9 if v > 1e6 else v  # base units: cycles per second
+        vals[key] = v
+    missing = [k for k in NCU_METRICS.values() if k not in vals]
+    if missing:
+        sys.exit("results_table.py: '%s' lacks %s" % (path, ", ".join(missing)))
+    return kernel, vals
+
+
+def collect_attention_ceilings(raws, env):
+    rows, rnd = [], 0
+    for label, path in map(labelled, raws):
+        if label == "tensor":
+            rnd += 1
+            text = open(path, errors="replace").read()
+            sms = re.search(r"\((\d+) SMs\)", text)
+            found = 0
+            for line in text.splitlines():
+                m = RATE.match(line)
+                if not m:
+                    continue
+                found += 1
+                mufu = m["what"].startswith("MUFU")
+                rows.append({"kind": "rate", "what": m["what"], "wgs": "" if mufu else m["wgs"],
+                             "round": rnd, "rate": m["rate"],
+                             "unit": "Gop/s" if mufu else "TFLOP/s", "per_sm_clock": m["clk"],
+                             "pct_of_peak": m["pct"], "sms": sms[1] if sms else ""})
+            if not found:
+                sys.exit("results_table.py: no rate lines in '%s'; was it written by "
+                         "`flashgpt bench-kernels --only tensor`?" % path)
+        elif label == "ncu":
+            kernel, v = read_ncu_metrics(path)
+            m = re.search(r"flash3_(fwd|bwd)_kernel<(?:flash3::)?(?:Fwd3|Bwd3)Tile<(\d+)", kernel)
+            if not m:
+                sys.exit("results_table.py: '%s' is not a flash3 kernel" % kernel)
+            rows.append({"kind": "kernel", "what": "flash3 " + ("forward" if m[1] == "fwd" else "backward"),
+                         "hs": m[2], "duration_us": "%.1f" % v["duration_us"],
+                         "clock_ghz": "%.3f" % v["clock_ghz"], "tensor_pct": v["tensor_pct"],
+                         "mufu_pct": v["mufu_pct"], "issue_pct": v["issue_pct"]})
+        else:
+            sys.exit("results_table.py: attention-ceilings takes tensor=FILE and ncu=FILE, not '%s'" % label)
+    return stamp(rows, env)
+
+
+def render_attention_ceilings(rows, T=16384, B=1):
+    rates = [r for r in rows if r["kind"] == "rate"]
+    out, seen = [], []
+    for r in rates:
+        key = (r["what"], r["wgs"])
+        if key not in seen:
+            seen.append(key)
+    sms = next((int(num(r["sms"])) for r in rates if num(r.get("sms"))), None)
+    body = []
+    for what, wgs in seen:
+        rs = [r for r in rates if (r["what"], r["wgs"]) == (what, wgs)]
+        body.append([what, wgs or "-", "%s %s" % (fmt(median([num(r["rate"]) for r in rs])), rs[0]["unit"]),
+                     fmt(median([num(r["per_sm_clock"]) for r in rs]), ".0f" if wgs else ".2f"),
+                     fmt(median([num(r["pct_of_peak"]) for r in rs])) + "%"])
+    if body:
+        out.append("Each unit alone (`bench-kernels --only tensor`: a product's k-steps issued back to "
+                   "back, then waited for; no loads, no softmax; medians of %d rounds; the peak per SM "
+                   "and clock: 4096 bf16 FLOP, 16 EX2):\n" % len({r["round"] for r in rates}))
+        out.append(md_table(["product", "warpgroups per SM", "rate", "per SM and clock", "of peak"],
+                            body))
+    kernels = [r for r in rows if r["kind"] == "kernel"]
+    if kernels:
+        body = []
+        for r in kernels:
+            hs = int(num(r["hs"]))
+            nh = 12 if hs == 64 else 16
+            flops = 2.0 * B * nh * T * T * hs * (1.0 if r["what"].endswith("forward") else 2.5)
+            us, ghz = num(r["duration_us"]), num(r["clock_ghz"])
+            tf = flops / (us * 1e-6) / 1e12
+            peak = 4096.0 * sms * ghz * 1e9 / 1e12 if sms else None
+            body.append([r["what"], str(hs), fmt(us), fmt(ghz, ".2f"), fmt(tf),
+                         fmt(100.0 * tf / peak) + "%" if peak else "-",
+                         fmt(num(r["tensor_pct"])) + "%", fmt(num(r["mufu_pct"])) + "%",
+                         fmt(num(r["issue_pct"])) + "%"])
+        out.append("\nThe flash3 kernels under ncu (T %s, B %d, causal; ncu locks the clocks; "
+                   "TFLOP/s by DESIGN.md's count, the causal half, at that clock):\n" % (kt(T), B))
+        out.append(md_table(["kernel", "HS", "us", "GHz", "TFLOP/s", "of the tensor peak",
+                             "tensor pipe busy", "MUFU busy", "issue slots busy"], body))
+    return "\n".join(out)
+
+
 CLAIMS = {
     "attention-vs-sdpa": (collect_attention, render_attention),
     "training-step": (collect_train_step, render_train_step),
@@ -879,6 +997,7 @@ CLAIMS = {
     "masked-context-parallel": (collect_masked_cp, render_masked_cp),
     "step-breakdown": (collect_step_breakdown, render_step_breakdown),
     "long-context-2m": (collect_long_context_2m, render_long_context_2m),
+    "attention-ceilings": (collect_attention_ceilings, render_attention_ceilings),
 }
 
 

@@ -257,7 +257,7 @@ TEST(Options, BenchAttention) {
 
 TEST(Options, BenchKernels) {
   const BenchKernelsOptions o = parsed(parse_bench_kernels_options, {"bench-kernels"});
-  EXPECT_EQ(o.only, (std::vector<std::string>{"kernels", "rope", "decode", "step"}));
+  EXPECT_EQ(o.only, (std::vector<std::string>{"kernels", "rope", "decode", "step", "tensor"}));
   EXPECT_EQ(o.attn, "naive");
   EXPECT_EQ(o.batch, 32);
   const BenchKernelsOptions g =
@@ -267,7 +267,7 @@ TEST(Options, BenchKernels) {
   EXPECT_EQ(g.attn, "flash");
   EXPECT_EQ(g.batch, 16);
   expect_refused(parse_bench_kernels_options, {"bench-kernels", "--only", "rope,gemm"},
-                 "--only 'gemm' is unknown; use one or more of kernels,rope,decode,step");
+                 "--only 'gemm' is unknown; use one or more of kernels,rope,decode,step,tensor");
 }
 
 }  // namespace

@@ -1,0 +1,87 @@
+// test_results_attention_ceilings — the attention-ceilings claim's collector and renderer in
+// scripts/results_table.py, on a small `bench-kernels --only tensor` log and an ncu CSV written
+// here: each rate row read (warpgroups, rate, per SM and clock, share of peak; MUFU's in Gop/s
+// with no warpgroup count), the median over two rounds, the kernel's pass and HS from its name,
+// its duration in base units turned into us, its TFLOP/s by DESIGN.md's count at ncu's clock, and
+// one error line for a file with neither.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "tests/cpu/test_helpers.h"
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_tensor_log(const std::string& path, const char* tflops) {
+  std::ofstream f(path);
+  f << "bench-kernels on Fake GPU (100 SMs), bf16\n"
+       "tensor: wgmma back to back (no loads, no softmax), per SM and clock against the dense "
+       "bf16 peak of 4096; MUFU.EX2 against 16:\n"
+       "  product                                              WGs   TFLOP/s FLOP/clk/SM of peak\n"
+       "  S = Q K^T, HS 64 (m64n128k16 SS x 4)                   2     " << tflops
+    << "        4096  100.0%\n"
+       "  MUFU.EX2 (ex2.approx.ftz.f32)                          -    3000.0       16.00  100.0%"
+       "   (Gop/s; ops per SM and clock against 16)\n";
+}
+
+// One forward kernel at HS 64: 1,000,000 ns at 1.5e9 cycles per second.
+void write_ncu_csv(const std::string& path) {
+  std::ofstream f(path);
+  f << "bench-attention on Fake GPU\n"
+       "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\","
+       "\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\","
+       "\"Metric Value\"\n";
+  auto row = [&](const char* metric, const char* unit, const char* value) {
+    f << "\"0\",\"1\",\"flashgpt\",\"127.0.0.1\",\"void flash3::flash3_fwd_kernel<flash3::Fwd3Tile<64, "
+         "1>, 0, 0>(CUtensorMap_st, Fwd3Args)\",\"1\",\"7\",\"(512, 1, 1)\",\"(100, 1, 1)\",\"0\","
+         "\"9.0\",\"Command line profiler metrics\",\""
+      << metric << "\",\"" << unit << "\",\"" << value << "\"\n";
+  };
+  row("gpu__time_duration.sum", "nsecond", "1,000,000");
+  row("sm__cycles_elapsed.avg.per_second", "cycle/second", "1500000000");
+  row("sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active", "%", "61.5");
+  row("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "%", "58.25");
+  row("smsp__issue_active.avg.pct_of_peak_sustained_active", "%", "55.5");
+}
+
+TEST(ResultsTable, AttentionCeilings) {
+  if (access("scripts/results_table.py", R_OK) != 0) GTEST_SKIP() << "run from the repository root";
+  TempDir d;
+  write_tensor_log(d / "t1.log", "800.0");
+  write_tensor_log(d / "t2.log", "900.0");
+  write_ncu_csv(d / "ncu.csv");
+  {
+    std::ofstream e(d / "env.txt");
+    e << "gpu: Fake GPU\ndate: 2026-01-01\ncommit: abc1234\n";
+  }
+  const std::string cmd = "python3 scripts/results_table.py attention-ceilings --out " + d.path +
+                          " --env " + (d / "env.txt") + " tensor=" + (d / "t1.log") + " tensor=" +
+                          (d / "t2.log") + " ncu=" + (d / "ncu.csv") + " > " + (d / "log") + " 2>&1";
+  ASSERT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0) << read_all(d / "log");
+  const std::string table = read_all(d / "table.md");
+  // 2 B NH T^2 HS = 2 x 12 x 16384^2 x 64 FLOP in 1 ms: 412.3 TFLOP/s; the peak at 1.5 GHz on
+  // 100 SMs: 614.4 TFLOP/s
+  for (const char* row :
+       {"| S = Q K^T, HS 64 (m64n128k16 SS x 4) | 2 | 850.0 TFLOP/s | 4096 | 100.0% |",
+        "| MUFU.EX2 (ex2.approx.ftz.f32) | - | 3000.0 Gop/s | 16.00 | 100.0% |",
+        "medians of 2 rounds",
+        "| flash3 forward | 64 | 1000.0 | 1.50 | 412.3 | 67.1% | 58.2% | 61.5% | 55.5% |"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+
+  std::ofstream(d / "other.log") << "nothing here\n";
+  const int rc = std::system(("python3 scripts/results_table.py attention-ceilings --out " + d.path +
+                              " tensor=" + (d / "other.log") + " > " + (d / "log2") + " 2>&1").c_str());
+  EXPECT_NE(WEXITSTATUS(rc), 0);
+  EXPECT_NE(read_all(d / "log2").find("no rate lines in"), std::string::npos) << read_all(d / "log2");
+}
+
+}  // namespace
