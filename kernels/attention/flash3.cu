@@ -54,6 +54,9 @@
 //     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 //     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills; producer 24 registers.
+//   - what bounds it (ncu, T 16K): at HS 64 the tensor pipe is 59% busy and MUFU 61%, at HS 128
+//     76% and 40%, where each reaches 100% alone (bench/results/attention-ceilings): the limit is
+//     how much of the softmax runs under the products, not a unit's rate.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
 // Bench: ./build/flashgpt bench-attention --backends flash,flash3
