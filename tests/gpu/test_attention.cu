@@ -22,6 +22,8 @@
 //     output element left unwritten, or any read of an unwritten saved/scratch element that
 //     reaches an output, fails;
 //   * two full forward+backward runs are bitwise identical;
+//   * the _jumps cases (every backend): scores whose row max climbs leftwards by ~7 log2 units a
+//     tile, then by 100 nats at the first keys (jump_scores), for kernels that keep a running max;
 //   * backends other than naive are also compared with naive on the GPU: L2 distance <= twice
 //     the rule's L2 tolerance (the triangle inequality's bound for two results within it).
 //
@@ -48,6 +50,7 @@ struct Case {
   std::string backend;
   AttnShape s;
   int softmax_config = -1;  // naive only: >= 0 forces one softmax kernel (naive.cuh)
+  bool jumps = false;       // scores that rise tile by tile towards the first keys (jump_scores)
 };
 
 std::unique_ptr<AttentionBackend> make_backend(const Case& c) {
@@ -57,7 +60,7 @@ std::unique_ptr<AttentionBackend> make_backend(const Case& c) {
 
 std::string case_name(const Case& c) {
   const std::string sm = c.softmax_config >= 0 ? "_softmax" + std::to_string(c.softmax_config) : "";
-  return c.backend + sm + "_B" + std::to_string(c.s.B) + "_T" + std::to_string(c.s.T) + "_NH" +
+  return c.backend + sm + (c.jumps ? "_jumps" : "") + "_B" + std::to_string(c.s.B) + "_T" + std::to_string(c.s.T) + "_NH" +
          std::to_string(c.s.NH) + "_NKV" + std::to_string(c.s.NKV) + "_HS" +
          std::to_string(c.s.HS);
 }
@@ -88,7 +91,30 @@ std::vector<Case> all_cases() {
       cases.push_back({"naive", s, cfg});
   cases.push_back({"naive", {2, 1000, 6, 2, 64}, 2});
   cases.push_back({"naive", {1, 1000, 3, 3, 128}, 5});
+  // Every backend on scores whose row max climbs as the keys go left (jump_scores).
+  for (const std::string& name : attention_names())
+    for (const AttnShape& s : {AttnShape{2, 600, 6, 3, 64}, AttnShape{1, 1000, 4, 2, 128}})
+      cases.push_back({name, s, -1, true});
   return cases;
+}
+
+// Scores that climb from the diagonal leftwards, as kernels that walk a row's keys right to left
+// (flash3's forward) meet them: query dimension 0 is 8 and key dimension 0 is a(key), so a
+// score is 8 a(key) / sqrt(HS) + N(0, 1). a(key) puts each earlier 128-key tile ~7 log2 units
+// (4.85 nats) above the one after it, and the first 32 keys a further 100 nats above the tile
+// next to them: a row's max first rises by amounts around the kernels' thresholds, then by far
+// more than 2^128 can hold. Only the first 32 keys carry weight (the rest are e^-100 below), and
+// their scores are small, so the plain bf16 baseline stays as accurate as on normal data.
+void jump_scores(std::vector<float>& qkv, const AttnShape& s) {
+  const int H3 = s.NH + 2 * s.NKV;
+  const float unit = std::sqrt((float)s.HS) / 8.f;  // a per nat of score
+  for (int b = 0; b < s.B; b++)
+    for (int t = 0; t < s.T; t++) {
+      float* row = qkv.data() + ((size_t)b * s.T + t) * H3 * s.HS;
+      const float a = t < 32 ? 0.f : -unit * (100.f + 4.85f * (t / 128));
+      for (int h = 0; h < s.NH; h++) row[(size_t)h * s.HS] = 8.f;
+      for (int h = 0; h < s.NKV; h++) row[(size_t)(s.NH + h) * s.HS] = a;
+    }
 }
 
 // Device buffers of one backend's run and its results on the host.
@@ -143,6 +169,7 @@ TEST_P(Shapes, Matches) {
   std::vector<float> qkv(n_qkv), dout(n_out);
   for (float& x : qkv) x = nd(rng);
   for (float& x : dout) x = nd(rng);
+  if (c.jumps) jump_scores(qkv, s);
   const std::vector<floatX> qkv_x = to_floatX(qkv), dout_x = to_floatX(dout);
   qkv = to_float(qkv_x);  // the values the GPU sees
   dout = to_float(dout_x);
