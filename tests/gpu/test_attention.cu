@@ -104,7 +104,9 @@ std::vector<Case> all_cases() {
 // (4.85 nats) above the one after it, and the first 32 keys a further 100 nats above the tile
 // next to them: a row's max first rises by amounts around the kernels' thresholds, then by far
 // more than 2^128 can hold. Only the first 32 keys carry weight (the rest are e^-100 below), and
-// their scores are small, so the plain bf16 baseline stays as accurate as on normal data.
+// their scores are small, so the plain bf16 baseline stays as accurate as on normal data (out's
+// relative L2 error 3.4e-3 at B 1, T 1000, HS 64 and 128, either way): an O off by 1% in the
+// rows past the first 32 fails the rule.
 void jump_scores(std::vector<float>& qkv, const AttnShape& s) {
   const int H3 = s.NH + 2 * s.NKV;
   const float unit = std::sqrt((float)s.HS) / 8.f;  // a per nat of score
