@@ -2,12 +2,14 @@
 // building, and "this call throws flashgpt::Error whose message mentions X".
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,6 +30,21 @@ struct TempDir {
   ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
+
+// The whole of a text file ("" when it cannot be read).
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// scripts/results_table.py CLAIM --out d RAWS, with an env.txt of a fake GPU written into d and
+// the script's output in d/log; returns its exit status. Run from the repository root.
+inline int run_results_table(const TempDir& d, const std::string& claim, const std::string& raws) {
+  std::ofstream(d / "env.txt") << "gpu: Fake GPU\ndate: 2026-01-01\ncommit: abc1234\n";
+  const std::string cmd = "python3 scripts/results_table.py " + claim + " --out " + d.path +
+                          " --env " + (d / "env.txt") + " " + raws + " > " + (d / "log") + " 2>&1";
+  return WEXITSTATUS(std::system(cmd.c_str()));
+}
 
 struct Argv {
   std::vector<std::string> args;

@@ -5,21 +5,14 @@
 // its duration in base units turned into us, its TFLOP/s by DESIGN.md's count at ncu's clock, and
 // one error line for a file with neither.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include "tests/cpu/test_helpers.h"
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 void write_tensor_log(const std::string& path, const char* tflops) {
   std::ofstream f(path);
@@ -59,15 +52,11 @@ TEST(ResultsTable, AttentionCeilings) {
   write_tensor_log(d / "t1.log", "800.0");
   write_tensor_log(d / "t2.log", "900.0");
   write_ncu_csv(d / "ncu.csv");
-  {
-    std::ofstream e(d / "env.txt");
-    e << "gpu: Fake GPU\ndate: 2026-01-01\ncommit: abc1234\n";
-  }
-  const std::string cmd = "python3 scripts/results_table.py attention-ceilings --out " + d.path +
-                          " --env " + (d / "env.txt") + " tensor=" + (d / "t1.log") + " tensor=" +
-                          (d / "t2.log") + " ncu=" + (d / "ncu.csv") + " > " + (d / "log") + " 2>&1";
-  ASSERT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0) << read_all(d / "log");
-  const std::string table = read_all(d / "table.md");
+  ASSERT_EQ(run_results_table(d, "attention-ceilings", "tensor=" + (d / "t1.log") + " tensor=" +
+                                                           (d / "t2.log") + " ncu=" + (d / "ncu.csv")),
+            0)
+      << read_text(d / "log");
+  const std::string table = read_text(d / "table.md");
   // 2 B NH T^2 HS = 2 x 12 x 16384^2 x 64 FLOP in 1 ms: 412.3 TFLOP/s; the peak at 1.5 GHz on
   // 100 SMs: 614.4 TFLOP/s
   for (const char* row :
@@ -78,10 +67,8 @@ TEST(ResultsTable, AttentionCeilings) {
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
 
   std::ofstream(d / "other.log") << "nothing here\n";
-  const int rc = std::system(("python3 scripts/results_table.py attention-ceilings --out " + d.path +
-                              " tensor=" + (d / "other.log") + " > " + (d / "log2") + " 2>&1").c_str());
-  EXPECT_NE(WEXITSTATUS(rc), 0);
-  EXPECT_NE(read_all(d / "log2").find("no rate lines in"), std::string::npos) << read_all(d / "log2");
+  EXPECT_NE(run_results_table(d, "attention-ceilings", "tensor=" + (d / "other.log")), 0);
+  EXPECT_NE(read_text(d / "log").find("no rate lines in"), std::string::npos) << read_text(d / "log");
 }
 
 }  // namespace

@@ -4,21 +4,14 @@
 // median of the steps after the first (the only step when there is one), the measured peak and
 // the plan's total, and a run with no `done:` line reported as failed with its last line.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include "tests/cpu/test_helpers.h"
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // A cp 2 log's opening lines (the model, the device line with the mask and batch x T, the cp
 // line, the plan's total), then `steps` step lines with the given losses and times.
@@ -51,15 +44,13 @@ TEST(ResultsTable, LongContext2m) {
                    true);
     std::ofstream x(d / "oom.log");
     x << train_log("causal mask", "", false) << "error: cudaMalloc of 40.00 GiB failed\n";
-    std::ofstream e(d / "env.txt");
-    e << "gpu: Fake GPU\ndate: 2026-01-01\ncommit: abc1234\n";
   }
-  const int rc = std::system(("python3 scripts/results_table.py long-context-2m --out " + d.path +
-                              " --env " + (d / "env.txt") + " documents=" + (d / "doc.log") +
-                              " causal=" + (d / "causal.log") + " oom=" + (d / "oom.log") + " > " +
-                              (d / "log") + " 2>&1").c_str());
-  ASSERT_EQ(WEXITSTATUS(rc), 0) << read_all(d / "log");
-  const std::string table = read_all(d / "table.md");
+  ASSERT_EQ(run_results_table(d, "long-context-2m",
+                              "documents=" + (d / "doc.log") + " causal=" + (d / "causal.log") +
+                                  " oom=" + (d / "oom.log")),
+            0)
+      << read_text(d / "log");
+  const std::string table = read_text(d / "table.md");
   // documents: the median of steps 2 and 3 (3000, 3200 ms; 699050, 655359 tok/s)
   for (const char* row :
        {"| documents | 2M | 2 | 3 | 8.3400 -> 7.1000 | 3,100 | **677,204** | 102.61 | 101.75 | ok |",

@@ -79,14 +79,10 @@ TEST(StepBreakdown, GroupsKernelsPerStep) {
                      "<unnamed>::copy_float_to_floatX_kernel (0.195 ms)"), std::string::npos) << out;
 
   // The claim's collector and renderer give the same tables.
-  {
-    std::ofstream e(d / "env.txt");
-    e << "gpu: Fake GPU\ndate: 2026-01-01\ncommit: abc1234\n";
-  }
-  rc = std::system(("python3 scripts/results_table.py step-breakdown --out " + d.path + " --env " +
-                    (d / "env.txt") + " ncu=" + (d / "ncu.csv") + " bench=" + (d / "step.log") +
-                    " > " + (d / "log") + " 2>&1").c_str());
-  ASSERT_EQ(WEXITSTATUS(rc), 0) << read_all(d / "log");
+  ASSERT_EQ(run_results_table(d, "step-breakdown",
+                              "ncu=" + (d / "ncu.csv") + " bench=" + (d / "step.log")),
+            0)
+      << read_all(d / "log");
   const std::string table = read_all(d / "table.md");
   EXPECT_NE(table.find(out), std::string::npos) << table << "\n---\n" << out;
 
