@@ -27,6 +27,11 @@
 //           (P from registers); wait S; release K_j; mask (diagonal tiles only); online
 //           softmax (online_softmax.cuh) while P V runs; wait P V; release V_{j+1}; O_i *= alpha
 //         O_i += P V_0
+//       HS 128 (mainloop_lazy, FlashAttention-4's lazy rescaling): after the first tile, P_j =
+//         exp2(S_j - m_i) against the running max, S_j's row max taken in the same pass, into
+//         a second P buffer; l_i += rowsum(P_j) and no rescale of O_i unless a row's max rose
+//         by more than 8 log2 units (P_j <= 2^8 in bf16) or the row saw its first key: then the
+//         warp redoes the tile with the exact online-softmax step
 //       epilogue (fwd_epilogue.cuh): O_i / l_i -> bf16 via smem, 16-byte stores of rows < T;
 //         LSE_i (or the ring's merge)
 //     The consumer warpgroups take turns, round the ring, to issue their GEMMs (named
@@ -54,8 +59,12 @@
 //     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 //     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills; producer 24 registers.
+//   - the lazy max at HS 128: ncu T 16K 1.907 -> 1.832 ms (4.4% fewer instructions, barrier
+//     stalls halved, tensor pipe 76.5 -> 78.7% busy). At HS 64 its
+//     second P buffer does not fit 3 warpgroups' registers (spills, serialized wgmma), and the
+//     HS 64 kernels keep a mainloop of their own: sharing one moved their code and cost 2-2.6%.
 //   - what bounds it (ncu, T 16K): at HS 64 the tensor pipe is 59% busy and MUFU 61%, at HS 128
-//     76% and 40%, where each reaches 100% alone (bench/results/attention-ceilings): the limit is
+//     79% and 39%, where each reaches 100% alone (bench/results/attention-ceilings): the limit is
 //     how much of the softmax runs under the products, not a unit's rate.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
@@ -110,6 +119,9 @@ struct Fwd3Tile {
   // 64-row boxes (Br / 64 of them for Q_i, Bc / 64 for K_j and V_j).
   static constexpr int BOX = Br == Bc ? Br : 64;
   static constexpr int PANELS = HS / 64;          // 64-column (128-byte) panels per row
+  // The forward's exponentials against each row's running max, its new max taken in the same
+  // pass (Fwd3Consumer::softmax_lazy): at HS 128 only (see the tuning notes).
+  static constexpr bool LAZY_MAX = HS == 128;
   static constexpr int NS = Bc / 2;               // fp32 per thread of S (64 x Bc per warpgroup)
   static constexpr int NO = HS / 2;               // fp32 per thread of O (64 x HS)
   static constexpr int KQ = HS / 16;              // k-steps of S = Q K^T
@@ -366,27 +378,64 @@ struct Fwd3Consumer {
           [&](int n, int e) -> float& { return s[4 * n + e]; }, r, m_i[r], l_i[r], scale_log2);
   }
 
-  // ---- mainloop: O_i, m_i, l_i of one work tile (the paper's Algorithm 2: S_j is issued with
-  // P V_{j+1}, the softmax of S_j runs while P V_{j+1} does) ----
-  // MASKED: over the K/V tiles of rm.r (none: O_i = 0, m_i = -inf), masked by mask_rows.
-  __device__ __forceinline__ void mainloop(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
-                                           const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
-                                           const sm90::PipelineState<1>& qs, bool causal, int Tk,
-                                           float scale_log2, int lane,
-                                           const Fwd3RowMask& rm) const {
-    const int q0 = t.q0, n_kv = MASKED ? rm.r.n_kv : t.n_kv;
-    const int j_end = MASKED ? rm.r.j_end : n_kv;  // one past the first (rightmost) K/V tile
-    const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
+  // O_i *= alpha, row by row (after its P V).
+  __device__ __forceinline__ void rescale_o(float (&o)[NO], const float (&alpha)[2]) const {
+#pragma unroll
+    for (int n = 0; n < NO / 4; ++n) {
+      o[4 * n + 0] *= alpha[0];
+      o[4 * n + 1] *= alpha[0];
+      o[4 * n + 2] *= alpha[1];
+      o[4 * n + 3] *= alpha[1];
+    }
+  }
+  // LAZY_MAX: the exponentials of S_j against each row's running max m_i from the earlier tiles,
+  // taken in the same pass as S_j's row max instead of after it, into P' (bf16, the next P V's
+  // A) with their row sums rs; S_j is left as it is. P' may exceed 1 where S_j holds a larger
+  // score. Returns false when every row of the warp may keep its m_i: no row's max rose by more
+  // than kLazyRise in log2 units (P' <= 2^8: then l_i += rs, and O_i needs no rescale), and no
+  // row saw its first key (m_i = -inf exponentiates against 0, giving P' = 0 for a row that has
+  // still seen none). Otherwise the caller redoes the tile with the exact online softmax from S_j.
+  static constexpr float kLazyRise = 8.f;
+  __device__ __forceinline__ bool softmax_lazy(const float (&s)[NS], uint32_t (&p)[KP][4],
+                                               const float (&m_i)[2], float (&rs)[2],
+                                               float scale_log2) const {
+    bool move = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float ref = m_i[r] == -INFINITY ? 0.f : m_i[r] * scale_log2;
+      float m = m_i[r], sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < NS / 4; ++n) {  // 8-column tile n: pack_p's p[n / 2][2 (n % 2) + r]
+        const float a = s[4 * n + 2 * r], b = s[4 * n + 2 * r + 1];
+        m = fmaxf(m, fmaxf(a, b));
+        const float p0 = flash::fast_exp2(fmaf(a, scale_log2, -ref));
+        const float p1 = flash::fast_exp2(fmaf(b, scale_log2, -ref));
+        p[n / 2][2 * (n % 2) + r] = flash::pack_bf16(p0, p1);
+        sum += p0 + p1;
+      }
+      rs[r] = sum;
+      const float mx = flash::quad_max(m);
+      move |= mx > m_i[r] && (m_i[r] == -INFINITY || (mx - m_i[r]) * scale_log2 > kLazyRise);
+    }
+    return __any_sync(0xffffffffu, move);
+  }
+
+  // A work tile's start: O_i = 0, then its first (diagonal) K/V tile: S, softmax, P. False when
+  // the mask leaves it no K/V tile (MASKED; Q_i's phase released at once).
+  __device__ __forceinline__ bool first_tile(float (&o)[NO], float (&s)[NS], float (&m_i)[2],
+                                             float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
+                                             sm90::PipelineState<K::STAGES>& kv,
+                                             const sm90::PipelineState<1>& qs, int n_kv, int j_end,
+                                             int q0, int row0, bool causal, int Tk,
+                                             float scale_log2, int lane, const Fwd3RowMask& rm) const {
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n] = 0.f;
     if constexpr (MASKED) {
       if (n_kv == 0) {  // the producer loaded no Q_i: release its phase at once
         release(sm.q_bars, qs, lane);
-        return;
+        return false;
       }
     }
-
-    // ---- first (diagonal) K/V tile: S, softmax ----
     sm.k_bars.consumer_wait(kv);
     turn_begin();
     issue_s(s, kv.index());
@@ -399,6 +448,23 @@ struct Fwd3Consumer {
     else mask(s, n_kv - 1, q0, row0, causal, Tk);
     softmax(s, m_i, l_i, alpha, scale_log2);
     pack_p(p, s);
+    return true;
+  }
+
+  // ---- mainloop: O_i, m_i, l_i of one work tile (the paper's Algorithm 2: S_j is issued with
+  // P V_{j+1}, the softmax of S_j runs while P V_{j+1} does) ----
+  // MASKED: over the K/V tiles of rm.r (none: O_i = 0, m_i = -inf), masked by mask_rows.
+  __device__ __forceinline__ void mainloop(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
+                                           const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
+                                           const sm90::PipelineState<1>& qs, bool causal, int Tk,
+                                           float scale_log2, int lane,
+                                           const Fwd3RowMask& rm) const {
+    const int q0 = t.q0, n_kv = MASKED ? rm.r.n_kv : t.n_kv;
+    const int j_end = MASKED ? rm.r.j_end : n_kv;  // one past the first (rightmost) K/V tile
+    const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
+    if (!first_tile(o, s, m_i, l_i, alpha, p, kv, qs, n_kv, j_end, q0, row0, causal, Tk, scale_log2,
+                    lane, rm))
+      return;
     sm90::StageSlot prev = kv.slot();  // V_{j+1}'s stage, released after the next P V
     kv.advance();
     // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
@@ -438,6 +504,87 @@ struct Fwd3Consumer {
     wgmma_wait<0>();
     reg_fence(o);
     release(sm.v_bars, prev, lane);
+  }
+
+  // ---- mainloop with LAZY_MAX (HS 128): mainloop's schedule, the tiles after the first made by
+  // softmax_lazy into a second P buffer (P_j while P V_{j+1} still reads the other), the exact
+  // online-softmax step from S_j where a row's max rose. A loop of its own: sharing mainloop's
+  // source moved the HS 64 kernels' code (2-2.6% slower in the same run). ----
+  __device__ __forceinline__ void mainloop_lazy(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
+                                           const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
+                                           const sm90::PipelineState<1>& qs, bool causal, int Tk,
+                                           float scale_log2, int lane,
+                                           const Fwd3RowMask& rm) const {
+    const int q0 = t.q0, n_kv = MASKED ? rm.r.n_kv : t.n_kv;
+    const int j_end = MASKED ? rm.r.j_end : n_kv;  // one past the first (rightmost) K/V tile
+    const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
+    if (!first_tile(o, s, m_i, l_i, alpha, p, kv, qs, n_kv, j_end, q0, row0, causal, Tk, scale_log2,
+                    lane, rm))
+      return;
+    sm90::StageSlot prev = kv.slot();  // V_{j+1}'s stage, released after the next P V
+    kv.advance();
+    // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
+    // K/V tile j's start: S_j issued with P V_{j+1} (P_{j+1} from p_in), S_j waited for, K_j's
+    // stage (and after the last S, Q_i's) released, S_j masked.
+    auto tile_s = [&](int jj, uint32_t (&p_in)[KP][4]) {
+      const int j = j_end - 1 - jj;
+      sm.k_bars.consumer_wait(kv);
+      sm.v_bars.consumer_wait(prev);
+      turn_begin();
+      issue_s(s, kv.index());
+      issue_pv(o, p_in, prev.index());
+      turn_end();
+      wgmma_wait<1>();  // S_j
+      reg_fence(s);
+      release(sm.k_bars, kv, lane);
+      if (jj == n_kv - 1) release(sm.q_bars, qs, lane);
+      if constexpr (MASKED) mask_rows(s, j, rm);
+      else mask(s, j, q0, row0, causal, Tk);
+    };
+    auto pv_done = [&]() {  // P V_{j+1} (or the last P V) complete, its V stage released
+      wgmma_wait<0>();
+      reg_fence(o);
+      release(sm.v_bars, prev, lane);
+    };
+    // the last P V, of P_0 (in p_last)
+    auto last_pv = [&](uint32_t (&p_last)[KP][4]) {
+      sm.v_bars.consumer_wait(prev);
+      turn_begin();
+      issue_pv(o, p_last, prev.index());
+      turn_end();
+      pv_done();
+    };
+    auto tile = [&](int jj, uint32_t (&p_in)[KP][4], uint32_t (&p_out)[KP][4]) {
+      tile_s(jj, p_in);
+      float rs[2];
+      const bool move = softmax_lazy(s, p_out, m_i, rs, scale_log2);
+      if (move) {
+        softmax(s, m_i, l_i, alpha, scale_log2);
+        pack_p(p_out, s);
+      } else {
+        l_i[0] += rs[0];
+        l_i[1] += rs[1];
+      }
+      pv_done();
+      if (move) rescale_o(o, alpha);
+      prev = kv.slot();
+      kv.advance();
+    };
+    // P alternates between p and p2, two tiles a turn of the loop. (Copying one into the other
+    // instead, once after an odd count, let ptxas merge the two and serialize every wgmma:
+    // C7513.)
+    uint32_t p2[KP][4];
+    int jj = 1;
+    for (; jj + 1 < n_kv; jj += 2) {
+      tile(jj, p, p2);
+      tile(jj + 1, p2, p);
+    }
+    if (jj < n_kv) {
+      tile(jj, p, p2);
+      last_pv(p2);
+    } else {
+      last_pv(p);
+    }
   }
 
   // ---- epilogue (fwd_epilogue.cuh): O_i / l_i, LSE_i ----
@@ -549,7 +696,10 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                            a.Tq, a.Tk);
       float o[K::NO], s[K::NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
       uint32_t p[K::KP][4];
-      cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
+      if constexpr (K::LAZY_MAX)
+        cons.mainloop_lazy(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
+      else
+        cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       cons.epilogue(o, m_i, l_i, t, a, a.Tq);
     }
     if (cons.c == 0) sm90::named_bar_sync(kBarTurn0, 256);  // the last warpgroup's last turn_end
