@@ -27,11 +27,11 @@
 //           (P from registers); wait S; release K_j; mask (diagonal tiles only); online
 //           softmax (online_softmax.cuh) while P V runs; wait P V; release V_{j+1}; O_i *= alpha
 //         O_i += P V_0
-//       HS 128 (mainloop_lazy, FlashAttention-4's lazy rescaling): after the first tile, P_j =
-//         exp2(S_j - m_i) against the running max, S_j's row max taken in the same pass, into
-//         a second P buffer; l_i += rowsum(P_j) and no rescale of O_i unless a row's max rose
-//         by more than 8 log2 units (P_j <= 2^8 in bf16) or the row saw its first key: then the
-//         warp redoes the tile with the exact online-softmax step
+//       causal HS 128 (mainloop_lazy, FlashAttention-4's lazy rescaling): after the first
+//         tile, P_j = exp2(S_j - m_i) against the running max, S_j's row max taken in the same
+//         pass, into a second P buffer; l_i += rowsum(P_j) and no rescale of O_i unless a row's
+//         max rose by more than 8 log2 units (P_j <= 2^8 in bf16) or the row saw its first key:
+//         then the warp redoes the tile with the exact online-softmax step
 //       epilogue (fwd_epilogue.cuh): O_i / l_i -> bf16 via smem, 16-byte stores of rows < T;
 //         LSE_i (or the ring's merge)
 //     The consumer warpgroups take turns, round the ring, to issue their GEMMs (named
@@ -53,16 +53,19 @@
 // Tuning notes (H100 80GB HBM3, causal bf16, 16384 tokens per batch; the history and the removed
 // variants: docs/notes/flash3.md):
 //   - 3 consumer warpgroups at HS 64: +8..+19% forward over 2 (T 1K-64K); at HS 128 the
-//     consumers' 240 registers (O 64 + S 64 + P 32 per thread) do not fit the 160 that 3 leave.
+//     consumers' 240 registers (O 64 + S 64 + 2 x P 32 per thread) do not fit the 160 that 3 leave.
 //   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups.
 //   - the atomic-counter scheduler: +6..+12% over the static stride; head-major order once the
 //     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 //     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills; producer 24 registers.
-//   - the lazy max at HS 128: ncu T 16K 1.907 -> 1.832 ms (4.4% fewer instructions, barrier
-//     stalls halved, tensor pipe 76.5 -> 78.7% busy). At HS 64 its
+//   - the lazy max at HS 128: ncu T 4K/16K/32K/64K -1.6/-2.4/-3.5/-3.1% time (4.4% fewer
+//     instructions, barrier stalls halved, tensor pipe 76.5 -> 78.7% busy at 16K). At HS 64 its
 //     second P buffer does not fit 3 warpgroups' registers (spills, serialized wgmma), and the
 //     HS 64 kernels keep a mainloop of their own: sharing one moved their code and cost 2-2.6%.
+//     The masked HS 128 kernels keep it too: with the lazy max, T 32K B 4 under ncu, documents of
+//     1K / 4K and a 4K window took +1.3 / +2.3 / +3.2% time (fewer instructions, tensor pipe
+//     64.6 -> 63.5%, 75.7 -> 74.0%, 74.8 -> 73.2% busy).
 //   - what bounds it (ncu, T 16K): at HS 64 the tensor pipe is 59% busy and MUFU 61%, at HS 128
 //     79% and 39%, where each reaches 100% alone (bench/results/attention-ceilings): the limit is
 //     how much of the softmax runs under the products, not a unit's rate.
@@ -119,9 +122,6 @@ struct Fwd3Tile {
   // 64-row boxes (Br / 64 of them for Q_i, Bc / 64 for K_j and V_j).
   static constexpr int BOX = Br == Bc ? Br : 64;
   static constexpr int PANELS = HS / 64;          // 64-column (128-byte) panels per row
-  // The forward's exponentials against each row's running max, its new max taken in the same
-  // pass (Fwd3Consumer::softmax_lazy): at HS 128 only (see the tuning notes).
-  static constexpr bool LAZY_MAX = HS == 128;
   static constexpr int NS = Bc / 2;               // fp32 per thread of S (64 x Bc per warpgroup)
   static constexpr int NO = HS / 2;               // fp32 per thread of O (64 x HS)
   static constexpr int KQ = HS / 16;              // k-steps of S = Q K^T
@@ -286,6 +286,10 @@ struct Fwd3RowMask {
 template <class K, bool RING, bool MASKED>
 struct Fwd3Consumer {
   static constexpr int NS = K::NS, NO = K::NO, KQ = K::KQ, KP = K::KP;
+  // The exponentials against each row's running max, its new max taken in the same pass
+  // (softmax_lazy, mainloop_lazy): the causal HS 128 kernels only. At HS 64 the second P buffer
+  // does not fit; the masked kernels ran 1-3% slower with it (see the tuning notes).
+  static constexpr bool LAZY_MAX = K::HS == 128 && !MASKED;
   const Fwd3Smem<K>& sm;
   int c, wq, g, t4, ctid;
   uint32_t aQ;                       // this warpgroup's rows in each Q panel
@@ -506,7 +510,7 @@ struct Fwd3Consumer {
     release(sm.v_bars, prev, lane);
   }
 
-  // ---- mainloop with LAZY_MAX (HS 128): mainloop's schedule, the tiles after the first made by
+  // ---- mainloop with LAZY_MAX (causal HS 128): mainloop's schedule, the tiles after the first made by
   // softmax_lazy into a second P buffer (P_j while P V_{j+1} still reads the other), the exact
   // online-softmax step from S_j where a row's max rose. A loop of its own: sharing mainloop's
   // source moved the HS 64 kernels' code (2-2.6% slower in the same run). ----
@@ -696,7 +700,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                            a.Tq, a.Tk);
       float o[K::NO], s[K::NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
       uint32_t p[K::KP][4];
-      if constexpr (K::LAZY_MAX)
+      if constexpr (Fwd3Consumer<K, RING, MASKED>::LAZY_MAX)
         cons.mainloop_lazy(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       else
         cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
