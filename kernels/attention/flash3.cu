@@ -424,6 +424,45 @@ struct Fwd3Consumer {
     return __any_sync(0xffffffffu, move);
   }
 
+  // K/V tile j = j_end - 1 - jj after the first: S_j issued with P V_{j+1} (P_{j+1} from p_in),
+  // S_j waited for, K_j's stage (and after the last S, Q_i's) released, S_j masked.
+  __device__ __forceinline__ void tile_start(float (&o)[NO], float (&s)[NS],
+                                             uint32_t (&p_in)[KP][4],
+                                             const sm90::PipelineState<K::STAGES>& kv,
+                                             sm90::StageSlot prev, const sm90::PipelineState<1>& qs,
+                                             int jj, int n_kv, int j_end, int q0, int row0,
+                                             bool causal, int Tk, int lane,
+                                             const Fwd3RowMask& rm) const {
+    const int j = j_end - 1 - jj;
+    sm.k_bars.consumer_wait(kv);
+    sm.v_bars.consumer_wait(prev);
+    turn_begin();
+    issue_s(s, kv.index());
+    issue_pv(o, p_in, prev.index());
+    turn_end();
+    wgmma_wait<1>();  // S_j
+    reg_fence(s);
+    release(sm.k_bars, kv, lane);
+    if (jj == n_kv - 1) release(sm.q_bars, qs, lane);
+    if constexpr (MASKED) mask_rows(s, j, rm);
+    else mask(s, j, q0, row0, causal, Tk);
+  }
+  // P V_{j+1} (or the last P V) complete, its V stage released.
+  __device__ __forceinline__ void pv_done(float (&o)[NO], sm90::StageSlot prev, int lane) const {
+    wgmma_wait<0>();
+    reg_fence(o);
+    release(sm.v_bars, prev, lane);
+  }
+  // The last P V, of P_0 (in p_last).
+  __device__ __forceinline__ void last_pv(float (&o)[NO], uint32_t (&p_last)[KP][4],
+                                          sm90::StageSlot prev, int lane) const {
+    sm.v_bars.consumer_wait(prev);
+    turn_begin();
+    issue_pv(o, p_last, prev.index());
+    turn_end();
+    pv_done(o, prev, lane);
+  }
+
   // A work tile's start: O_i = 0, then its first (diagonal) K/V tile: S, softmax, P. False when
   // the mask leaves it no K/V tile (MASKED; Q_i's phase released at once).
   __device__ __forceinline__ bool first_tile(float (&o)[NO], float (&s)[NS], float (&m_i)[2],
@@ -473,47 +512,21 @@ struct Fwd3Consumer {
     kv.advance();
     // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
     for (int jj = 1; jj < n_kv; ++jj, kv.advance()) {
-      const int j = j_end - 1 - jj;
-      sm.k_bars.consumer_wait(kv);
-      sm.v_bars.consumer_wait(prev);
-      turn_begin();
-      issue_s(s, kv.index());
-      issue_pv(o, p, prev.index());
-      turn_end();
-      wgmma_wait<1>();  // S_j
-      reg_fence(s);
-      release(sm.k_bars, kv, lane);
-      if (jj == n_kv - 1) release(sm.q_bars, qs, lane);
-      if constexpr (MASKED) mask_rows(s, j, rm);
-      else mask(s, j, q0, row0, causal, Tk);
+      tile_start(o, s, p, kv, prev, qs, jj, n_kv, j_end, q0, row0, causal, Tk, lane, rm);
       softmax(s, m_i, l_i, alpha, scale_log2);
-      wgmma_wait<0>();  // P V_{j+1}
-      reg_fence(o);
-      release(sm.v_bars, prev, lane);
-#pragma unroll
-      for (int n = 0; n < NO / 4; ++n) {
-        o[4 * n + 0] *= alpha[0];
-        o[4 * n + 1] *= alpha[0];
-        o[4 * n + 2] *= alpha[1];
-        o[4 * n + 3] *= alpha[1];
-      }
+      pv_done(o, prev, lane);
+      rescale_o(o, alpha);
       pack_p(p, s);
       prev = kv.slot();
     }
-    // ---- last P V ----
-    sm.v_bars.consumer_wait(prev);
-    turn_begin();
-    issue_pv(o, p, prev.index());
-    turn_end();
-    wgmma_wait<0>();
-    reg_fence(o);
-    release(sm.v_bars, prev, lane);
+    last_pv(o, p, prev, lane);
   }
 
   // ---- mainloop with LAZY_MAX (causal HS 128): mainloop's schedule, the tiles after the first made by
   // softmax_lazy into a second P buffer (P_j while P V_{j+1} still reads the other), the exact
-  // online-softmax step from S_j where a row's max rose. A loop of its own: sharing mainloop's
-  // source moved the HS 64 kernels' code (2-2.6% slower in the same run). ----
+  // online-softmax step from S_j where a row's max rose. A loop of its own, sharing mainloop's
+  // pieces (tile_start, pv_done, last_pv): one loop for both moved the HS 64 kernels' code
+  // (2-2.6% slower in the same run). ----
   __device__ __forceinline__ void mainloop_lazy(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
                                            const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
                                            const sm90::PipelineState<1>& qs, bool causal, int Tk,
@@ -528,38 +541,8 @@ struct Fwd3Consumer {
     sm90::StageSlot prev = kv.slot();  // V_{j+1}'s stage, released after the next P V
     kv.advance();
     // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
-    // K/V tile j's start: S_j issued with P V_{j+1} (P_{j+1} from p_in), S_j waited for, K_j's
-    // stage (and after the last S, Q_i's) released, S_j masked.
-    auto tile_s = [&](int jj, uint32_t (&p_in)[KP][4]) {
-      const int j = j_end - 1 - jj;
-      sm.k_bars.consumer_wait(kv);
-      sm.v_bars.consumer_wait(prev);
-      turn_begin();
-      issue_s(s, kv.index());
-      issue_pv(o, p_in, prev.index());
-      turn_end();
-      wgmma_wait<1>();  // S_j
-      reg_fence(s);
-      release(sm.k_bars, kv, lane);
-      if (jj == n_kv - 1) release(sm.q_bars, qs, lane);
-      if constexpr (MASKED) mask_rows(s, j, rm);
-      else mask(s, j, q0, row0, causal, Tk);
-    };
-    auto pv_done = [&]() {  // P V_{j+1} (or the last P V) complete, its V stage released
-      wgmma_wait<0>();
-      reg_fence(o);
-      release(sm.v_bars, prev, lane);
-    };
-    // the last P V, of P_0 (in p_last)
-    auto last_pv = [&](uint32_t (&p_last)[KP][4]) {
-      sm.v_bars.consumer_wait(prev);
-      turn_begin();
-      issue_pv(o, p_last, prev.index());
-      turn_end();
-      pv_done();
-    };
     auto tile = [&](int jj, uint32_t (&p_in)[KP][4], uint32_t (&p_out)[KP][4]) {
-      tile_s(jj, p_in);
+      tile_start(o, s, p_in, kv, prev, qs, jj, n_kv, j_end, q0, row0, causal, Tk, lane, rm);
       float rs[2];
       const bool move = softmax_lazy(s, p_out, m_i, rs, scale_log2);
       if (move) {
@@ -569,7 +552,7 @@ struct Fwd3Consumer {
         l_i[0] += rs[0];
         l_i[1] += rs[1];
       }
-      pv_done();
+      pv_done(o, prev, lane);
       if (move) rescale_o(o, alpha);
       prev = kv.slot();
       kv.advance();
@@ -585,9 +568,9 @@ struct Fwd3Consumer {
     }
     if (jj < n_kv) {
       tile(jj, p, p2);
-      last_pv(p2);
+      last_pv(o, p2, prev, lane);
     } else {
-      last_pv(p);
+      last_pv(o, p, prev, lane);
     }
   }
 
