@@ -424,16 +424,26 @@ struct Fwd3Consumer {
     return __any_sync(0xffffffffu, move);
   }
 
+  // A work tile's K/V tiles and this thread's rows.
+  struct TileKV {
+    int q0, n_kv;
+    int j_end;  // one past the first (rightmost) K/V tile
+    int row0;   // this thread's rows: row0, row0 + 8
+  };
+  __device__ __forceinline__ TileKV tile_kv(const FwdWork& t, const Fwd3RowMask& rm) const {
+    const int n_kv = MASKED ? rm.r.n_kv : t.n_kv;
+    return {t.q0, n_kv, MASKED ? rm.r.j_end : n_kv, t.q0 + c * 64 + wq * 16 + g};
+  }
+
   // K/V tile j = j_end - 1 - jj after the first: S_j issued with P V_{j+1} (P_{j+1} from p_in),
   // S_j waited for, K_j's stage (and after the last S, Q_i's) released, S_j masked.
   __device__ __forceinline__ void tile_start(float (&o)[NO], float (&s)[NS],
                                              uint32_t (&p_in)[KP][4],
                                              const sm90::PipelineState<K::STAGES>& kv,
                                              sm90::StageSlot prev, const sm90::PipelineState<1>& qs,
-                                             int jj, int n_kv, int j_end, int q0, int row0,
-                                             bool causal, int Tk, int lane,
+                                             int jj, const TileKV& r, bool causal, int Tk, int lane,
                                              const Fwd3RowMask& rm) const {
-    const int j = j_end - 1 - jj;
+    const int j = r.j_end - 1 - jj;
     sm.k_bars.consumer_wait(kv);
     sm.v_bars.consumer_wait(prev);
     turn_begin();
@@ -443,9 +453,9 @@ struct Fwd3Consumer {
     wgmma_wait<1>();  // S_j
     reg_fence(s);
     release(sm.k_bars, kv, lane);
-    if (jj == n_kv - 1) release(sm.q_bars, qs, lane);
+    if (jj == r.n_kv - 1) release(sm.q_bars, qs, lane);
     if constexpr (MASKED) mask_rows(s, j, rm);
-    else mask(s, j, q0, row0, causal, Tk);
+    else mask(s, j, r.q0, r.row0, causal, Tk);
   }
   // P V_{j+1} (or the last P V) complete, its V stage released.
   __device__ __forceinline__ void pv_done(float (&o)[NO], sm90::StageSlot prev, int lane) const {
@@ -463,14 +473,17 @@ struct Fwd3Consumer {
     pv_done(o, prev, lane);
   }
 
-  // A work tile's start: O_i = 0, then its first (diagonal) K/V tile: S, softmax, P. False when
-  // the mask leaves it no K/V tile (MASKED; Q_i's phase released at once).
+  // A work tile's start: O_i = 0, then its first (diagonal) K/V tile: S, softmax, P; prev = its
+  // stage (V_j's, released after the next P V), kv advanced. False when the mask leaves it no
+  // K/V tile (MASKED; Q_i's phase released at once).
   __device__ __forceinline__ bool first_tile(float (&o)[NO], float (&s)[NS], float (&m_i)[2],
                                              float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
                                              sm90::PipelineState<K::STAGES>& kv,
-                                             const sm90::PipelineState<1>& qs, int n_kv, int j_end,
-                                             int q0, int row0, bool causal, int Tk,
-                                             float scale_log2, int lane, const Fwd3RowMask& rm) const {
+                                             sm90::StageSlot& prev,
+                                             const sm90::PipelineState<1>& qs, const TileKV& r,
+                                             bool causal, int Tk, float scale_log2, int lane,
+                                             const Fwd3RowMask& rm) const {
+    const int n_kv = r.n_kv;
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n] = 0.f;
     if constexpr (MASKED) {
@@ -487,10 +500,12 @@ struct Fwd3Consumer {
     reg_fence(s);
     release(sm.k_bars, kv, lane);
     if (n_kv == 1) release(sm.q_bars, qs, lane);
-    if constexpr (MASKED) mask_rows(s, j_end - 1, rm);
-    else mask(s, n_kv - 1, q0, row0, causal, Tk);
+    if constexpr (MASKED) mask_rows(s, r.j_end - 1, rm);
+    else mask(s, n_kv - 1, r.q0, r.row0, causal, Tk);
     softmax(s, m_i, l_i, alpha, scale_log2);
     pack_p(p, s);
+    prev = kv.slot();
+    kv.advance();
     return true;
   }
 
@@ -502,17 +517,14 @@ struct Fwd3Consumer {
                                            const sm90::PipelineState<1>& qs, bool causal, int Tk,
                                            float scale_log2, int lane,
                                            const Fwd3RowMask& rm) const {
-    const int q0 = t.q0, n_kv = MASKED ? rm.r.n_kv : t.n_kv;
-    const int j_end = MASKED ? rm.r.j_end : n_kv;  // one past the first (rightmost) K/V tile
-    const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
-    if (!first_tile(o, s, m_i, l_i, alpha, p, kv, qs, n_kv, j_end, q0, row0, causal, Tk, scale_log2,
-                    lane, rm))
+    const TileKV r = tile_kv(t, rm);
+    const int n_kv = r.n_kv;
+    sm90::StageSlot prev;  // V_{j+1}'s stage, released after the next P V
+    if (!first_tile(o, s, m_i, l_i, alpha, p, kv, prev, qs, r, causal, Tk, scale_log2, lane, rm))
       return;
-    sm90::StageSlot prev = kv.slot();  // V_{j+1}'s stage, released after the next P V
-    kv.advance();
     // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
     for (int jj = 1; jj < n_kv; ++jj, kv.advance()) {
-      tile_start(o, s, p, kv, prev, qs, jj, n_kv, j_end, q0, row0, causal, Tk, lane, rm);
+      tile_start(o, s, p, kv, prev, qs, jj, r, causal, Tk, lane, rm);
       softmax(s, m_i, l_i, alpha, scale_log2);
       pv_done(o, prev, lane);
       rescale_o(o, alpha);
@@ -532,17 +544,14 @@ struct Fwd3Consumer {
                                            const sm90::PipelineState<1>& qs, bool causal, int Tk,
                                            float scale_log2, int lane,
                                            const Fwd3RowMask& rm) const {
-    const int q0 = t.q0, n_kv = MASKED ? rm.r.n_kv : t.n_kv;
-    const int j_end = MASKED ? rm.r.j_end : n_kv;  // one past the first (rightmost) K/V tile
-    const int row0 = q0 + c * 64 + wq * 16 + g;  // this thread's rows: row0, row0 + 8
-    if (!first_tile(o, s, m_i, l_i, alpha, p, kv, qs, n_kv, j_end, q0, row0, causal, Tk, scale_log2,
-                    lane, rm))
+    const TileKV r = tile_kv(t, rm);
+    const int n_kv = r.n_kv;
+    sm90::StageSlot prev;  // V_{j+1}'s stage, released after the next P V
+    if (!first_tile(o, s, m_i, l_i, alpha, p, kv, prev, qs, r, causal, Tk, scale_log2, lane, rm))
       return;
-    sm90::StageSlot prev = kv.slot();  // V_{j+1}'s stage, released after the next P V
-    kv.advance();
     // ---- the other tiles, right to left: S_j overlaps P V_{j+1}, softmax overlaps P V ----
     auto tile = [&](int jj, uint32_t (&p_in)[KP][4], uint32_t (&p_out)[KP][4]) {
-      tile_start(o, s, p_in, kv, prev, qs, jj, n_kv, j_end, q0, row0, causal, Tk, lane, rm);
+      tile_start(o, s, p_in, kv, prev, qs, jj, r, causal, Tk, lane, rm);
       float rs[2];
       const bool move = softmax_lazy(s, p_out, m_i, rs, scale_log2);
       if (move) {
