@@ -60,7 +60,8 @@
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 //     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills; producer 24 registers.
 //   - the lazy max at HS 128: ncu T 4K/16K/32K/64K -1.6/-2.4/-3.5/-3.1% time (4.4% fewer
-//     instructions, barrier stalls halved, tensor pipe 76.5 -> 78.7% busy at 16K). At HS 64 its
+//     instructions, barrier stalls halved, tensor pipe 76.5 -> 78.7% busy at 16K); timed
+//     x1.006/1.023/1.020/1.017 (622 TFLOP/s at 16K, 643 at 32K). At HS 64 its
 //     second P buffer does not fit 3 warpgroups' registers (spills, serialized wgmma), and the
 //     HS 64 kernels keep a mainloop of their own: sharing one moved their code and cost 2-2.6%.
 //     The masked HS 128 kernels keep it too: with the lazy max, T 32K B 4 under ncu, documents of
