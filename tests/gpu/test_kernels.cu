@@ -489,26 +489,32 @@ TEST_F(Kernels, Classifier) {
 TEST_F(Kernels, AdamW) {
   SEED_TRACE();
   auto rng = test_rng();
+  // off 1: every pointer 4 bytes past 16-byte alignment (a ZeRO-1 piece may start anywhere):
+  // the one-element path; off 0: the 128-bit path and its n % 4 tail.
+  for (size_t off : {(size_t)0, (size_t)1})
   for (size_t n : {(size_t)1, (size_t)1001, (size_t)300007}) {
-    std::printf("adamw n=%zu\n", n);
-    VecF p = uniform(n, rng), g = uniform(n, rng, -0.1f, 0.1f), m = uniform(n, rng, -0.01f, 0.01f),
-         v = uniform(n, rng, 0.0f, 1e-4f);
+    std::printf("adamw n=%zu offset=%zu\n", n, off);
+    VecF p = uniform(n + off, rng), g = uniform(n + off, rng, -0.1f, 0.1f),
+         m = uniform(n + off, rng, -0.01f, 0.01f), v = uniform(n + off, rng, 0.0f, 1e-4f);
     Own<float> d_p(upload(p)), d_g(upload(g)), d_m(upload(m)), d_v(upload(v));
-    Own<floatX> d_px(new Dev<floatX>(n));
+    Own<floatX> d_px(new Dev<floatX>(n + off));
     d_px->poison();
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
     const int t = 5;
-    adamw_update(d_p->ptr, d_px->ptr, d_g->ptr, d_m->ptr, d_v->ptr, n, lr, b1, b2, eps, wd, gs, t, 0);
+    adamw_update(d_p->ptr + off, d_px->ptr + off, d_g->ptr + off, d_m->ptr + off, d_v->ptr + off,
+                 n, lr, b1, b2, eps, wd, gs, t, 0);
     VecF p0 = p;
-    adamw_update_ref(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs, t);
+    adamw_update_ref(p.data() + off, g.data() + off, m.data() + off, v.data() + off, n, lr, b1,
+                     b2, eps, wd, gs, t);
     // The update itself is ~lr; compare the change p - p0 so that the tolerance bites on it.
-    VecF gp = download(d_p->ptr, n), dp_got(n), dp_ref(n);
-    for (size_t i = 0; i < n; i++) { dp_got[i] = gp[i] - p0[i]; dp_ref[i] = p[i] - p0[i]; }
+    VecF gp = download(d_p->ptr, n + off), dp_got(n + off), dp_ref(n + off);
+    for (size_t i = 0; i < n + off; i++) { dp_got[i] = gp[i] - p0[i]; dp_ref[i] = p[i] - p0[i]; }
     expect_close("adamw update (p - p0)", dp_got, dp_ref, 1e-3, 2e-3);  // fp32 p - p0 cancels ~3 digits
     expect_close("adamw params", gp, p, kTolF, kTolFMax);
-    expect_close("adamw m", download(d_m->ptr, n), m, kTolF, kTolFMax);
-    expect_close("adamw v", download(d_v->ptr, n), v, kTolF, kTolFMax);
-    expect_close("adamw params_x", download_x(d_px->ptr, n), p, kTolX, kTolXMax);
+    expect_close("adamw m", download(d_m->ptr, n + off), m, kTolF, kTolFMax);
+    expect_close("adamw v", download(d_v->ptr, n + off), v, kTolF, kTolFMax);
+    VecF px = download_x(d_px->ptr + off, n), pref(p.begin() + off, p.end());
+    expect_close("adamw params_x", px, pref, kTolX, kTolXMax);
   }
   // copy_float_to_floatX
   VecF x = uniform(1001, rng);
