@@ -169,11 +169,6 @@ __device__ __forceinline__ void map2_elementwise(floatX* out, const floatX* a, c
   }
 }
 
-// Ask for the 128-byte line holding p in L2 (no register, no wait).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // W consecutive elements of a row as floats: one 128-bit access when W == x128::size (8 bf16 or
 // 4 fp32: the vector path), else W scalar ones. STREAM: a load of data read once (load128cs).
 template <int W, bool STREAM = false>

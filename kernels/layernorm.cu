@@ -111,22 +111,10 @@ __global__ void __launch_bounds__(32 * kLayerNormBwdWarps)
   float* db_s = dw_s + Cp;
   for (int c = lane; c < Cp; c += 32) dw_s[c] = db_s[c] = 0.0f;  // own-warp rows: no barrier
   __syncwarp();
-  const int row0 = blockIdx.x * kLayerNormBwdWarps + warp, row_step = gridDim.x * kLayerNormBwdWarps;
-  if (row0 < N)
-    for (int c = lane * W; c < C; c += 32 * W) prefetch_l2(dinp + (size_t)row0 * C + c);
-  for (int row = row0; row < N; row += row_step) {
+  for (int row = blockIdx.x * kLayerNormBwdWarps + warp; row < N;
+       row += gridDim.x * kLayerNormBwdWarps) {
     const floatX* x = inp + (size_t)row * C;
     const floatX* dy = dout + (size_t)row * C;
-    // The warp's next row into L2 while this one is computed (its second pass reads dinp
-    // after two reductions: without this, a second DRAM latency a row).
-    if (row + row_step < N) {
-      const size_t next = (size_t)(row + row_step) * C;
-      for (int c = lane * W; c < C; c += 32 * W) {
-        prefetch_l2(inp + next + c);
-        prefetch_l2(dout + next + c);
-        prefetch_l2(dinp + next + c);
-      }
-    }
     const float m = mean[row], s = rstd[row];
     float g_sum = 0.0f, gx_sum = 0.0f;
     for (int c = lane * W; c < C; c += 32 * W) {
