@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-tests/run.sh — the GPU test suites and the sanitizers: build/test_gpu (every CUDA op against
 # its CPU reference, the CUDA model against the CPU model, the ring, the trainer); compute-sanitizer
-# memcheck, synccheck and initcheck on flash3's ragged shapes; racecheck on the racecheck build
-# (-DFLASHGPT_FLASH3_RACECHECK, built into OUT); the FP32 build's tests (built into OUT); and with
+# memcheck, synccheck and initcheck on flash3's ragged shapes, and on the step's other kernels;
+# racecheck on the racecheck build (-DFLASHGPT_FLASH3_RACECHECK, built into OUT) and on the
+# classifier and LayerNorm; the FP32 build's tests (built into OUT); and with
 # 2 GPUs scripts/test_multigpu.sh (data and context parallel against one GPU, resume, a failing
 # rank) on DATA (default: the fortunes package's text). Needs a Hopper GPU and `make`; the two
 # extra builds take minutes each (SKIP_BUILDS=1 leaves them out).
@@ -22,6 +23,19 @@ for tool in synccheck initcheck; do
   compute-sanitizer --tool "$tool" build/test_gpu --gtest_filter="$ragged" > "$OUT/$tool.log" 2>&1 || true
   suites+=("$tool, flash3 ragged=$OUT/$tool.log")
 done
+# The step's kernels around attention (classifier, AdamW, LayerNorm and its column sums, the
+# products' dbias); racecheck leaves out the products: it reports hazards inside cuBLASLt's own
+# nvjet kernels.
+compute-sanitizer --tool memcheck build/test_gpu \
+  --gtest_filter='Kernels.Classifier:Kernels.AdamW:Kernels.LayerNorm*:Kernels.Matmul*' \
+  > "$OUT/memcheck_step.log" 2>&1 || true
+suites+=("memcheck, step kernels=$OUT/memcheck_step.log")
+compute-sanitizer --tool initcheck build/test_gpu --gtest_filter='Kernels.Classifier:Kernels.AdamW' \
+  > "$OUT/initcheck_step.log" 2>&1 || true
+suites+=("initcheck, classifier and AdamW=$OUT/initcheck_step.log")
+compute-sanitizer --tool racecheck build/test_gpu --gtest_filter='Kernels.Classifier:Kernels.LayerNorm' \
+  > "$OUT/racecheck_step.log" 2>&1 || true
+suites+=("racecheck, classifier and LayerNorm=$OUT/racecheck_step.log")
 if [ -z "${SKIP_BUILDS:-}" ]; then
   NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make -j"$(nproc)" BUILD="$OUT/build-racecheck" \
     "$OUT/build-racecheck/test_gpu" > "$OUT/build-racecheck.log" 2>&1
