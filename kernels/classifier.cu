@@ -1,18 +1,13 @@
 // classifier.cu — see classifier.cuh.
 #include "kernels/classifier.cuh"
 
+#include "kernels/attention/flash_common.cuh"  // fast_exp2 (MUFU.EX2 alone), kLog2e
+
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
+using flash::fast_exp2;
+using flash::kLog2e;
 constexpr int kThreads = 1024;  // a row per block (classifier.cuh says why)
-
-// 2^x by MUFU.EX2 alone (ex2.approx.ftz: relative error ~2^-22; exp2f would wrap it in the
-// denormal scaling). -inf -> +0.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Softmax terms in log2 units: exp(x - m) = 2^(x log2e - m log2e), one FFMA and one MUFU.EX2 an
 // element (expf costs ~8 instructions; the kernel was issue-bound with it: classifier.cuh).
@@ -41,15 +36,15 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 1; k < W; k++) cmax = fmaxf(cmax, xv[k]);
     if (cmax > m) {
-      s *= ex2((m - cmax) * kLog2e);  // m = -inf on the first chunk: 2^-inf = 0
+      s *= fast_exp2((m - cmax) * kLog2e);  // m = -inf on the first chunk: 2^-inf = 0
       m = cmax;
     }
     const float mb = m * kLog2e;
 #pragma unroll
-    for (int k = 0; k < W; k++) s += ex2(fmaf(xv[k], kLog2e, -mb));
+    for (int k = 0; k < W; k++) s += fast_exp2(fmaf(xv[k], kLog2e, -mb));
   }
   const float M = block_reduce_max(m);
-  const float S = block_reduce_sum(m == -INFINITY ? 0.0f : s * ex2((m - M) * kLog2e));
+  const float S = block_reduce_sum(m == -INFINITY ? 0.0f : s * fast_exp2((m - M) * kLog2e));
   const float lse = M + logf(S);
   if (threadIdx.x == 0) losses[row] = lse - target_logit;
   if (dlogits == nullptr) return;
@@ -61,7 +56,7 @@ __global__ void __launch_bounds__(kThreads)
     float o[W];
     load_floats<W>(o, x + v0);
 #pragma unroll
-    for (int k = 0; k < W; k++) o[k] = dloss * ex2(fmaf(o[k], kLog2e, -lb));
+    for (int k = 0; k < W; k++) o[k] = dloss * fast_exp2(fmaf(o[k], kLog2e, -lb));
     if (v0 + W > V) {
 #pragma unroll
       for (int k = 0; k < W; k++)
