@@ -144,8 +144,7 @@ void measure_point(const ProfileOptions& opt, ProfilePoint& p) {
   auto train_step = [&]() {
     p.loss = model->forward(batch.inputs.data(), batch.targets.data(), p.B, p.T);
     model->backward(1.0f);
-    model->grad_norm();
-    model->adamw_step(AdamWHyper{}, 1.0f, ++step);
+    model->optimizer_step(AdamWHyper{}, 0.0f, ++step);
     model->zero_grad();
   };
   for (int i = 0; i < opt.warmup; i++) train_step();

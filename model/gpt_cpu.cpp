@@ -295,17 +295,21 @@ void GptCpu<real>::zero_grad() {
 
 template <typename real>
 float GptCpu<real>::grad_norm() {
-  return (float)std::sqrt(global_norm_squared_ref(grads.data(), grads.size()));
+  return grad_norm_from_squared(global_norm_squared_ref(grads.data(), grads.size()));
 }
 
 template <typename real>
-void GptCpu<real>::adamw_step(const AdamWHyper& h, float grad_scale, int step) {
+float GptCpu<real>::optimizer_step(const AdamWHyper& h, float clip, int step) {
+  const float norm = grad_norm_from_squared(global_norm_squared_ref(grads.data(), grads.size()));
+  if (!std::isfinite(norm)) return norm;
+  const float grad_scale = clip_scale(norm, clip);
   for (int i = 0; i < kNumParamTensors; i++) {
     size_t off = layout_.offsets[i];
     float wd = ParamLayout::decayed(i) ? h.weight_decay : 0.0f;
     adamw_update_ref(params.data() + off, grads.data() + off, m_.data() + off, v_.data() + off,
                      layout_.sizes[i], h.lr, h.beta1, h.beta2, h.eps, wd, grad_scale, step);
   }
+  return norm;
 }
 
 template <typename real>

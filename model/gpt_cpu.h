@@ -50,7 +50,7 @@ class GptCpu : public Model {
   void backward(float loss_scale) override;
   void zero_grad() override;
   float grad_norm() override;
-  void adamw_step(const AdamWHyper& h, float grad_scale, int step) override;
+  float optimizer_step(const AdamWHyper& h, float clip, int step) override;
   void logits_at(int t, float* out) override;
   void get_params(std::vector<float>& out) const override;
   void set_params(const std::vector<float>& in) override;

@@ -22,8 +22,10 @@
 // cudaMemGetInfo and carved by the same table into b_; memory_plan() lists the lines, and
 // peak_memory_bytes() is measured (cudaMemGetInfo before construction vs. the
 // lowest free memory seen since: includes cuBLAS handles and the CUDA runtime's allocations).
-// Host syncs: forward with targets reads the mean loss (4 bytes); grad_norm() reads a double.
-// Nothing else in a training step waits for the GPU (attention_ms() waits when asked).
+// Host syncs: forward with targets reads the mean loss (4 bytes); optimizer_step() reads the
+// gradient norm (a double), after AdamW is queued behind it: the clip scale is computed on the
+// GPU, so the GPU does not wait for the host there. Nothing else in a training step waits for
+// the GPU (attention_ms() waits when asked).
 //
 // Multi-GPU (ModelOptions.comm, one process per GPU): the gradient all-reduce overlapped with
 // the backward, and ZeRO-1, are model/grad_comm.cuh's; the model calls it at the points named
@@ -111,6 +113,7 @@ void GptCuda::init(const ModelOptions& opt) {
 
   CUDA_CHECK(cudaStreamCreate(&stream_));
   CUDA_CHECK(cudaEventCreateWithFlags(&inputs_copied_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&norm_copied_, cudaEventDisableTiming));
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   free_at_start_ = free_b;
@@ -198,6 +201,7 @@ void GptCuda::release() {
   if (h_norm_) cudaFreeHost(h_norm_);
   if (h_rope_row_) cudaFreeHost(h_rope_row_);
   if (inputs_copied_) cudaEventDestroy(inputs_copied_);
+  if (norm_copied_) cudaEventDestroy(norm_copied_);
   att_timer_.reset();
   comm_.reset();
   if (stream_) cudaStreamDestroy(stream_);
@@ -208,6 +212,7 @@ void GptCuda::release() {
   h_norm_ = nullptr;
   h_rope_row_ = nullptr;
   inputs_copied_ = nullptr;
+  norm_copied_ = nullptr;
   stream_ = nullptr;
 }
 

@@ -83,7 +83,7 @@ class GptCuda : public Model {
   void reduce_grads() override { comm_->reduce_grads(); }
   void zero_grad() override;
   float grad_norm() override;
-  void adamw_step(const AdamWHyper& h, float grad_scale, int step) override;
+  float optimizer_step(const AdamWHyper& h, float clip, int step) override;
 
   // State in and out (gpt_cuda.cu); with ZeRO-1 this rank's shard of the AdamW moments.
   void get_params(std::vector<float>& out) const override;
@@ -119,6 +119,7 @@ class GptCuda : public Model {
   std::unique_ptr<AttentionBackend> attn_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t inputs_copied_ = nullptr;
+  cudaEvent_t norm_copied_ = nullptr;  // optimizer_step(): the norm is on the host
   std::unique_ptr<GradComm> comm_;  // multi-GPU gradient traffic (no-ops on one process)
 
   // Device memory: one allocation laid out by plan_memory() (model/memory_plan.h). Shapes for

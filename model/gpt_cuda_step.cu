@@ -364,17 +364,26 @@ float GptCuda::grad_norm() {
   comm_->sum_norm(b_.norm);
   CUDA_CHECK(cudaMemcpyAsync(h_norm_, b_.norm, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   sync();
-  return (float)std::sqrt(*h_norm_);
+  return grad_norm_from_squared(*h_norm_);
 }
 
-void GptCuda::adamw_step(const AdamWHyper& h, float grad_scale, int step) {
-  for (const GradComm::UpdateRange& r : comm_->update_ranges()) {  // tensors, or ZeRO-1 pieces
-    const size_t g = r.begin, o = r.opt_offset;
-    const float wd = ParamLayout::decayed(r.tensor) ? h.weight_decay : 0.0f;
-    adamw_update(b_.master + g, b_.params + g, b_.grads + g, b_.m + o, b_.v + o, r.count, h.lr,
-                 h.beta1, h.beta2, h.eps, wd, grad_scale, step, stream_);
-  }
+float GptCuda::optimizer_step(const AdamWHyper& h, float clip, int step) {
+  // The norm as in grad_norm(), copied to the host; AdamW is queued behind it and takes the
+  // clip scale from the device, so the host waits for the copy while the GPU goes on.
+  global_norm_squared(b_.norm, b_.grads + comm_->norm_begin(), comm_->norm_count(),
+                      reinterpret_cast<double*>(b_.kscratch), stream_);
+  comm_->sum_norm(b_.norm);
+  CUDA_CHECK(cudaMemcpyAsync(h_norm_, b_.norm, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaEventRecord(norm_copied_, stream_));
+  std::vector<AdamWPiece> pieces;  // tensors, or this rank's ZeRO-1 pieces of them
+  for (const GradComm::UpdateRange& r : comm_->update_ranges())
+    pieces.push_back(AdamWPiece{r.begin, r.count, r.opt_offset,
+                                ParamLayout::decayed(r.tensor) ? h.weight_decay : 0.0f});
+  adamw_update(b_.master, b_.params, b_.grads, b_.m, b_.v, pieces.data(), (int)pieces.size(),
+               b_.norm, clip, h.lr, h.beta1, h.beta2, h.eps, step, stream_);
   comm_->after_update();
+  CUDA_CHECK(cudaEventSynchronize(norm_copied_));
+  return grad_norm_from_squared(*h_norm_);
 }
 
 }  // namespace gpt_cuda

@@ -2,7 +2,7 @@
 // (model/gpt_cpu.cpp, the oracle) and the CUDA model (model/gpt_cuda.cu).
 //
 // One training micro-step:  loss = forward(inputs, targets, B, T); backward(1/accum_steps);
-// after the micro-steps:    norm = grad_norm(); adamw_step(...); zero_grad().
+// after the micro-steps:    norm = optimizer_step(...); zero_grad().
 // All host-facing arrays are host memory; the CUDA model copies as needed.
 #pragma once
 #include <cstddef>
@@ -48,9 +48,11 @@ class Model {
   // gradients of finished layers during it (overlap with the backward). Optional to call.
   virtual void mark_last_micro_step() {}
   virtual float grad_norm() = 0;  // global L2 norm of all parameter gradients
-  // One AdamW step on every parameter (decay on matrices only), gradients multiplied by
-  // grad_scale first (clipping). step counts from 1.
-  virtual void adamw_step(const AdamWHyper& h, float grad_scale, int step) = 0;
+  // One optimizer step after the micro-steps: the global gradient norm, the gradients scaled by
+  // clip_scale(norm, clip) (kernels/adamw.h: min(1, clip / norm); clip <= 0: none), one AdamW
+  // step on every parameter (decay on matrices only). step counts from 1. Returns the norm
+  // before clipping; a non-finite norm skips the update (parameters and moments unchanged).
+  virtual float optimizer_step(const AdamWHyper& h, float clip, int step) = 0;
   // Logits (Vp floats, host) at position t of batch row 0 from the last forward.
   virtual void logits_at(int t, float* out) = 0;
 

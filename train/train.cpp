@@ -623,16 +623,16 @@ StepResult train_step(Run& run, int step, Rng& bench_rng, std::vector<int>& inpu
     model.backward(1.0f / run.accum);
   }
   model.reduce_grads();  // multi-GPU: average over the ranks
-  r.norm = model.grad_norm();
   r.loss = run.mean_over_ranks(r.loss);  // the loss of the global batch, for printing and the log
-  CHECK(std::isfinite(r.loss) && std::isfinite(r.norm),
-        "training diverged at step %d (loss %g, grad norm %g); lower --lr or raise --warmup",
-        step, r.loss, r.norm);
+  CHECK(std::isfinite(r.loss), "training diverged at step %d (loss %g); lower --lr or raise --warmup",
+        step, r.loss);
   AdamWHyper h;
   h.lr = r.lr;
   h.weight_decay = opt.weight_decay;
-  const float scale = (opt.grad_clip > 0 && r.norm > opt.grad_clip) ? opt.grad_clip / r.norm : 1.0f;
-  model.adamw_step(h, scale, step);
+  r.norm = model.optimizer_step(h, opt.grad_clip, step);  // skips the update on a non-finite norm
+  CHECK(std::isfinite(r.norm),
+        "training diverged at step %d (grad norm %g, update skipped); lower --lr or raise --warmup",
+        step, r.norm);
   r.ms = seconds_since(t0) * 1e3;
   return r;
 }

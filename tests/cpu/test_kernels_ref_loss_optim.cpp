@@ -239,6 +239,21 @@ TEST(AdamwRef, GradScaleMultipliesGradsFirst) {
   EXPECT_GT(max_rel_err(mc, ma, 1e-12), 0.1);
 }
 
+// Clipping as both models and the GPU kernel compute it (adamw.h): min(1, clip / norm), off
+// for clip <= 0; the norm from its square rounded to float.
+TEST(AdamwRef, ClipScale) {
+  EXPECT_EQ(grad_norm_from_squared(6.25), 2.5f);
+  EXPECT_EQ(grad_norm_from_squared(2.0), (float)std::sqrt(2.0));
+  EXPECT_EQ(clip_scale(2.0f, 1.0f), 0.5f);
+  EXPECT_EQ(clip_scale(4.0f, 3.0f), 0.75f);
+  EXPECT_EQ(clip_scale(0.5f, 1.0f), 1.0f);   // under the threshold
+  EXPECT_EQ(clip_scale(1.0f, 1.0f), 1.0f);   // at it
+  EXPECT_EQ(clip_scale(100.0f, 0.0f), 1.0f);  // clip 0: off
+  EXPECT_EQ(clip_scale(100.0f, -1.0f), 1.0f);
+  EXPECT_FALSE(std::isfinite(grad_norm_from_squared(std::nan(""))));
+  EXPECT_FALSE(std::isfinite(grad_norm_from_squared(1e300)));  // past float: no update
+}
+
 TEST(AdamwRef, RejectsStepZero) {
   Vec p(1, 1.0), g(1, 1.0), m(1, 0.0), v(1, 0.0);
   EXPECT_THROW(adamw_update_ref(p.data(), g.data(), m.data(), v.data(), 1, 1e-3f, 0.9f, 0.95f,

@@ -486,34 +486,85 @@ TEST_F(Kernels, Classifier) {
 
 // ---- adamw, global norm ------------------------------------------------------------------------
 
+// The multi-tensor update against adamw_update_ref piece by piece. The pieces sit in one buffer
+// the way the model's tensors and ZeRO-1 slices do: 128-bit aligned ones, one 4 bytes past
+// alignment (the one-element path), tails of n % 4, empty and one-element pieces, moments at
+// other offsets than the parameters, different weight decays; the elements between pieces
+// must not change. The clip scale comes from a norm on the device: clipping on, off by the
+// norm, off by clip <= 0; a NaN or infinite norm must leave every buffer bit for bit.
 TEST_F(Kernels, AdamW) {
   SEED_TRACE();
   auto rng = test_rng();
-  // off 1: every pointer 4 bytes past 16-byte alignment (a ZeRO-1 piece may start anywhere):
-  // the one-element path; off 0: the 128-bit path and its n % 4 tail.
-  for (size_t off : {(size_t)0, (size_t)1})
-  for (size_t n : {(size_t)1, (size_t)1001, (size_t)300007}) {
-    std::printf("adamw n=%zu offset=%zu\n", n, off);
-    VecF p = uniform(n + off, rng), g = uniform(n + off, rng, -0.1f, 0.1f),
-         m = uniform(n + off, rng, -0.01f, 0.01f), v = uniform(n + off, rng, 0.0f, 1e-4f);
+  //                 begin  count   opt_offset  weight decay
+  const std::vector<AdamWPiece> pieces = {{0, 1001, 8, 0.1f},
+                                          {1004, 300007, 1012, 0.0f},    // aligned, n % 4 = 3
+                                          {301013, 4099, 301020, 0.1f},  // 4 bytes past alignment
+                                          {305200, 0, 305300, 0.1f},     // empty
+                                          {305200, 1, 305300, 0.0f},
+                                          {305204, 70000, 305304, 0.5f}};
+  const size_t P = 375300, S = 375400;
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+  const int t = 5;
+  struct Case { double norm_squared; float clip; const char* what; };
+  const Case cases[] = {{4.0, 1.0f, "clipped (norm 2, clip 1)"},
+                        {0.25, 1.0f, "norm 0.5 under clip 1"},
+                        {9.0, 0.0f, "clip off"},
+                        {std::nan(""), 1.0f, "NaN norm: no update"},
+                        {INFINITY, 1.0f, "infinite norm: no update"}};
+  for (const Case& c : cases) {
+    std::printf("adamw: %s\n", c.what);
+    VecF p = uniform(P, rng), g = uniform(P, rng, -0.1f, 0.1f), m = uniform(S, rng, -0.01f, 0.01f),
+         v = uniform(S, rng, 0.0f, 1e-4f);
     Own<float> d_p(upload(p)), d_g(upload(g)), d_m(upload(m)), d_v(upload(v));
-    Own<floatX> d_px(new Dev<floatX>(n + off));
+    Own<floatX> d_px(new Dev<floatX>(P));
     d_px->poison();
-    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
-    const int t = 5;
-    adamw_update(d_p->ptr + off, d_px->ptr + off, d_g->ptr + off, d_m->ptr + off, d_v->ptr + off,
-                 n, lr, b1, b2, eps, wd, gs, t, 0);
-    VecF p0 = p;
-    adamw_update_ref(p.data() + off, g.data() + off, m.data() + off, v.data() + off, n, lr, b1,
-                     b2, eps, wd, gs, t);
+    Own<double> d_norm(upload(std::vector<double>{c.norm_squared}));
+    adamw_update(d_p->ptr, d_px->ptr, d_g->ptr, d_m->ptr, d_v->ptr, pieces.data(),
+                 (int)pieces.size(), d_norm->ptr, c.clip, lr, b1, b2, eps, t, 0);
+    const VecF gp = download(d_p->ptr, P), gm = download(d_m->ptr, S), gv = download(d_v->ptr, S);
+    const std::vector<floatX> gpx = download(d_px->ptr, P);
+    auto poisoned = [](floatX x) {  // still the 0xff bytes of poison(): never written
+      unsigned char bytes[sizeof(floatX)];
+      std::memcpy(bytes, &x, sizeof x);
+      return std::all_of(bytes, bytes + sizeof x, [](unsigned char b) { return b == 0xff; });
+    };
+    const float norm = grad_norm_from_squared(c.norm_squared);
+    if (!std::isfinite(norm)) {
+      EXPECT_EQ(std::memcmp(gp.data(), p.data(), P * sizeof(float)), 0) << "params changed";
+      EXPECT_EQ(std::memcmp(gm.data(), m.data(), S * sizeof(float)), 0) << "m changed";
+      EXPECT_EQ(std::memcmp(gv.data(), v.data(), S * sizeof(float)), 0) << "v changed";
+      EXPECT_TRUE(std::all_of(gpx.begin(), gpx.end(), poisoned)) << "params_x written";
+      continue;
+    }
+    const float scale = clip_scale(norm, c.clip);
+    EXPECT_EQ(scale, c.clip > 0 && c.norm_squared > c.clip * c.clip ? c.clip / norm : 1.0f);
+    VecF p0 = p, m0 = m, v0 = v;
+    std::vector<char> in_piece(P, 0), in_opt(S, 0);
+    for (const AdamWPiece& pc : pieces) {
+      adamw_update_ref(p.data() + pc.begin, g.data() + pc.begin, m.data() + pc.opt_offset,
+                       v.data() + pc.opt_offset, pc.count, lr, b1, b2, eps, pc.weight_decay,
+                       scale, t);
+      for (size_t i = 0; i < pc.count; i++) in_piece[pc.begin + i] = in_opt[pc.opt_offset + i] = 1;
+    }
     // The update itself is ~lr; compare the change p - p0 so that the tolerance bites on it.
-    VecF gp = download(d_p->ptr, n + off), dp_got(n + off), dp_ref(n + off);
-    for (size_t i = 0; i < n + off; i++) { dp_got[i] = gp[i] - p0[i]; dp_ref[i] = p[i] - p0[i]; }
+    VecF dp_got(P), dp_ref(P);
+    for (size_t i = 0; i < P; i++) { dp_got[i] = gp[i] - p0[i]; dp_ref[i] = p[i] - p0[i]; }
     expect_close("adamw update (p - p0)", dp_got, dp_ref, 1e-3, 2e-3);  // fp32 p - p0 cancels ~3 digits
     expect_close("adamw params", gp, p, kTolF, kTolFMax);
-    expect_close("adamw m", download(d_m->ptr, n + off), m, kTolF, kTolFMax);
-    expect_close("adamw v", download(d_v->ptr, n + off), v, kTolF, kTolFMax);
-    VecF px = download_x(d_px->ptr + off, n), pref(p.begin() + off, p.end());
+    expect_close("adamw m", gm, m, kTolF, kTolFMax);
+    expect_close("adamw v", gv, v, kTolF, kTolFMax);
+    int outside_changed = 0, px_wrong = 0;
+    for (size_t i = 0; i < P; i++) {
+      const bool x_poisoned = poisoned(gpx[i]);
+      if (!in_piece[i]) outside_changed += gp[i] != p0[i] || !x_poisoned;
+      else px_wrong += x_poisoned;
+    }
+    for (size_t i = 0; i < S; i++)
+      if (!in_opt[i]) outside_changed += gm[i] != m0[i] || gv[i] != v0[i];
+    EXPECT_EQ(outside_changed, 0) << "elements outside every piece changed";
+    EXPECT_EQ(px_wrong, 0) << "params_x left unwritten inside a piece";
+    VecF px = to_float(gpx), pref = p;
+    for (size_t i = 0; i < P; i++) if (!in_piece[i]) px[i] = pref[i] = 0;
     expect_close("adamw params_x", px, pref, kTolX, kTolXMax);
   }
   // copy_float_to_floatX
