@@ -99,6 +99,7 @@ void GptCuda::init(const ModelOptions& opt) {
   recompute_ = opt.recompute;
   deterministic_ = opt.deterministic;
   tune_matmul_ = opt.tune_matmul;
+  cuda_graphs_ = opt.cuda_graphs && opt.comm == nullptr && opt.cp == 1 && !opt.time_attention;
   CHECK(opt.kv_cache >= 0, "internal: negative KV cache length");
   CHECK(!cfg_.rope || cfg_.head_size() % 2 == 0, "RoPE needs an even head size (C / NH = %d)",
         cfg_.head_size());
@@ -193,6 +194,8 @@ void GptCuda::release() {
   }
   if (comm_ && !comm_->drain()) return;
   if (stream_) cudaStreamSynchronize(stream_);
+  drop_graph(fwd_graph_);
+  drop_graph(bwd_graph_);
   ring_.reset();
   if (mem_ && b_.workspace) matmul_init(nullptr, 0);  // detach our workspace from cuBLASLt calls
   if (mem_) cudaFree(mem_);

@@ -143,6 +143,22 @@ class GptCuda : public Model {
   Recompute recompute_ = Recompute::kNone;  // ModelOptions.recompute
   bool deterministic_ = false;  // ModelOptions.deterministic
   bool tune_matmul_ = false;    // ModelOptions.tune_matmul
+  // ModelOptions.cuda_graphs where usable: one process, no cp, no attention timer. A forward with
+  // targets and a backward each run eagerly on their first call of a shape (B, T, and the
+  // backward's loss scale), so that lazy set-up (cuBLASLt's algorithm choice, --tune-matmul's
+  // timing) happens outside a capture; the second call is captured and every later one of the
+  // same shape replays the graph. Another shape is captured anew.
+  struct CapturedCall {
+    int B = 0, T = 0;
+    float loss_scale = 0;
+    int calls = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+  bool cuda_graphs_ = false;
+  CapturedCall fwd_graph_, bwd_graph_;
+  template <class Body>
+  void run_captured(CapturedCall& g, int B, int T, float loss_scale, Body&& body);
+  void drop_graph(CapturedCall& g);
   // ModelOptions.time_attention: CUDA events around every attention call
   std::unique_ptr<CudaEventTimer> att_timer_;
 

@@ -50,6 +50,48 @@
 
 namespace gpt_cuda {
 
+// ModelOptions.cuda_graphs (gpt_cuda_impl.cuh): body() eagerly on the first call of a shape,
+// captured on the second, replayed from then on. ThreadLocal capture mode: a call in body() that is not
+// capturable (a synchronizing one) fails the capture instead of running outside it.
+template <class Body>
+void GptCuda::run_captured(CapturedCall& g, int B, int T, float loss_scale, Body&& body) {
+  if (!cuda_graphs_) {
+    body();
+    return;
+  }
+  if (g.B != B || g.T != T || g.loss_scale != loss_scale) {
+    drop_graph(g);
+    g.B = B;
+    g.T = T;
+    g.loss_scale = loss_scale;
+  }
+  if (g.calls++ == 0) {
+    body();
+    return;
+  }
+  if (!g.exec) {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      body();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(err);
+  }
+  CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+}
+
+void GptCuda::drop_graph(CapturedCall& g) {
+  if (g.exec) cudaGraphExecDestroy(g.exec);
+  g = CapturedCall{};
+}
+
 GptCuda::LayerActs GptCuda::acts(int l) const {
   const size_t NC = maxN() * cfg_.channels, NQKV = maxN() * cfg_.qkv_channels(), Nrows = maxN();
   // Slot l of a buffer kept for every layer, slot 0 of a one-layer one.
@@ -228,32 +270,38 @@ float GptCuda::forward(const int* inputs, const int* targets, int B, int T) {
   make_mask(inputs, B, Tseq);
   cudaStream_t st = stream_;
 
-  encode(B, T);
-  for (int l = 0; l < L; l++) block_forward(l, B, T, -1);
-  layernorm_forward(b_.lnf, b_.lnf_mean, b_.lnf_rstd, b_.residual3 + (L - 1) * NC, param(P_LNFW),
-                    param(P_LNFB), N, C, st);
-  // Without targets no logits are made here: logits_at() computes the row it is asked for.
+  // From the embedding to the mean loss's copy to the host: one CUDA graph when cuda_graphs_.
+  auto body = [&] {
+    encode(B, T);
+    for (int l = 0; l < L; l++) block_forward(l, B, T, -1);
+    layernorm_forward(b_.lnf, b_.lnf_mean, b_.lnf_rstd, b_.residual3 + (L - 1) * NC, param(P_LNFW),
+                      param(P_LNFB), N, C, st);
+    // Without targets no logits are made here: logits_at() computes the row it is asked for.
+    if (!have_targets_) return;
+    // The classifier, chunk by chunk so that (N, Vp) logits never exist at once. Per chunk of
+    // rows: logits = lnf @ wte^T; losses, and dlogits for d(mean loss) = 1/N in place; then at
+    // once the lm head's backward for those rows: d(lnf) into b_.dl_btc and d(wte) accumulated in
+    // b_.dwte_chunk (fp32). backward() scales both by its loss_scale (the loss scale is not known
+    // yet), so the logits are used while they are in memory and never recomputed.
+    CUDA_CHECK(cudaMemsetAsync(b_.dwte_chunk, 0, (size_t)Vp * C * sizeof(float), st));
+    // d(loss)/d(token loss): 1/N, or with cp cp/(B*T_seq) (context_parallel.h: the gradient
+    // all-reduce averages over the dp x cp ranks, which gives back the sum over the sequence).
+    const float dloss = cp_ ? cp_token_dloss(cp_->cp(), B, cp_->T(), 1) : 1.0f / N;
+    float* ks = reinterpret_cast<float*>(b_.kscratch);
+    for (int r0 = 0; r0 < N; r0 += plan_.chunk_rows) {
+      const int n = std::min(plan_.chunk_rows, N - r0);
+      const floatX* lnf = b_.lnf + (size_t)r0 * C;
+      matmul_forward(b_.logits, lnf, param(P_WTE), nullptr, n, C, Vp, st);
+      classifier(b_.losses + r0, b_.logits, b_.logits, b_.targets + r0, dloss, n, V, Vp, st);
+      matmul_backward(b_.dl_btc + (size_t)r0 * C, b_.dwte_chunk, nullptr, b_.logits, lnf,
+                      param(P_WTE), n, C, Vp, ks, st);
+    }
+    mean_loss(b_.loss_mean, b_.losses, N, st);
+    CUDA_CHECK(cudaMemcpyAsync(h_loss_, b_.loss_mean, sizeof(float), cudaMemcpyDeviceToHost, st));
+  };
+  if (have_targets_ && !kv_fill_) run_captured(fwd_graph_, B, T, 0.0f, body);
+  else body();
   if (!have_targets_) return 0.0f;
-  // The classifier, chunk by chunk so that (N, Vp) logits never exist at once. Per chunk of
-  // rows: logits = lnf @ wte^T; losses, and dlogits for d(mean loss) = 1/N in place; then at
-  // once the lm head's backward for those rows: d(lnf) into b_.dl_btc and d(wte) accumulated in
-  // b_.dwte_chunk (fp32). backward() scales both by its loss_scale (the loss scale is not known
-  // yet), so the logits are used while they are in memory and never recomputed.
-  CUDA_CHECK(cudaMemsetAsync(b_.dwte_chunk, 0, (size_t)Vp * C * sizeof(float), st));
-  // d(loss)/d(token loss): 1/N, or with cp cp/(B*T_seq) (context_parallel.h: the gradient
-  // all-reduce averages over the dp x cp ranks, which gives back the sum over the sequence).
-  const float dloss = cp_ ? cp_token_dloss(cp_->cp(), B, cp_->T(), 1) : 1.0f / N;
-  float* ks = reinterpret_cast<float*>(b_.kscratch);
-  for (int r0 = 0; r0 < N; r0 += plan_.chunk_rows) {
-    const int n = std::min(plan_.chunk_rows, N - r0);
-    const floatX* lnf = b_.lnf + (size_t)r0 * C;
-    matmul_forward(b_.logits, lnf, param(P_WTE), nullptr, n, C, Vp, st);
-    classifier(b_.losses + r0, b_.logits, b_.logits, b_.targets + r0, dloss, n, V, Vp, st);
-    matmul_backward(b_.dl_btc + (size_t)r0 * C, b_.dwte_chunk, nullptr, b_.logits, lnf, param(P_WTE), n,
-                    C, Vp, ks, st);
-  }
-  mean_loss(b_.loss_mean, b_.losses, N, st);
-  CUDA_CHECK(cudaMemcpyAsync(h_loss_, b_.loss_mean, sizeof(float), cudaMemcpyDeviceToHost, st));
   sync();
   measure();
   if (!cp_) return *h_loss_;
@@ -297,57 +345,64 @@ void GptCuda::backward(float loss_scale) {
         "internal: encoder scratch for %dx%d exceeds the plan", B, T);
   attach();
 
-  // The lm head's gradients were made in the forward for d(mean loss): scale them now.
-  scale_add(grad(P_WTE), b_.dwte_chunk, loss_scale, (size_t)Vp * C, st);
-  if (loss_scale != 1.0f) scale_floatX(b_.dl_btc, loss_scale, (size_t)N * C, st);
-  CUDA_CHECK(cudaMemsetAsync(b_.dresidual, 0, (size_t)N * C * sizeof(floatX), st));
-  layernorm_backward(b_.dresidual, grad(P_LNFW), grad(P_LNFB), b_.dl_btc, b_.residual3 + (L - 1) * NC,
-                     param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C, ks, st);
-  for (int l = L - 1; l >= 0; l--) {
-    recompute(l, B, T);
-    const LayerActs a = acts(l);
-    // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
-    // d(fch) = (dresidual @ fcprojw) * gelu'(fch): the GELU backward rides in the epilogue.
-    matmul_backward(b_.dl_bt4c, grad(P_FCPROJW) + (size_t)l * C * 4 * C, grad(P_FCPROJB) + l * C,
-                    b_.dresidual, a.fch_gelu, param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C, C,
-                    ks, st, 1.0f, a.fch);
-    matmul_backward(b_.dl_btc, grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C,
-                    b_.dl_bt4c, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C, ks, st);
-    // dresidual += ln2 path: now d(residual2[l])
-    layernorm_backward(b_.dresidual, grad(P_LN2W) + l * C, grad(P_LN2B) + l * C, b_.dl_btc,
-                       a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C, ks, st);
-    matmul_backward(b_.dl_btc, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
-                    b_.dresidual, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C, ks, st);
-    floatX* dqkv = b_.dl_bt4c;
-    attention_timer(true);
-    if (ring_) {
-      ring_->backward(*attn_, dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty,
-                      static_cast<const float*>(static_cast<const void*>(a.att_saved)), s,
-                      ring_bufs_, st);
-    } else {
-      AttnBackwardArgs ba{dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty, a.att_saved, s, deterministic_};
-      ba.mask = mask_;
-      attn_->backward(ba, st);
+  // All of it one CUDA graph when cuda_graphs_ (one process: no all-reduce overlapped).
+  auto body = [&] {
+    // The lm head's gradients were made in the forward for d(mean loss): scale them now.
+    scale_add(grad(P_WTE), b_.dwte_chunk, loss_scale, (size_t)Vp * C, st);
+    if (loss_scale != 1.0f) scale_floatX(b_.dl_btc, loss_scale, (size_t)N * C, st);
+    CUDA_CHECK(cudaMemsetAsync(b_.dresidual, 0, (size_t)N * C * sizeof(floatX), st));
+    layernorm_backward(b_.dresidual, grad(P_LNFW), grad(P_LNFB), b_.dl_btc,
+                       b_.residual3 + (L - 1) * NC, param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C,
+                       ks, st);
+    for (int l = L - 1; l >= 0; l--) {
+      recompute(l, B, T);
+      const LayerActs a = acts(l);
+      // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
+      // d(fch) = (dresidual @ fcprojw) * gelu'(fch): the GELU backward rides in the epilogue.
+      matmul_backward(b_.dl_bt4c, grad(P_FCPROJW) + (size_t)l * C * 4 * C,
+                      grad(P_FCPROJB) + l * C, b_.dresidual, a.fch_gelu,
+                      param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C, C, ks, st, 1.0f, a.fch);
+      matmul_backward(b_.dl_btc, grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C,
+                      b_.dl_bt4c, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C, ks, st);
+      // dresidual += ln2 path: now d(residual2[l])
+      layernorm_backward(b_.dresidual, grad(P_LN2W) + l * C, grad(P_LN2B) + l * C, b_.dl_btc,
+                         a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C, ks, st);
+      matmul_backward(b_.dl_btc, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
+                      b_.dresidual, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C, ks, st);
+      floatX* dqkv = b_.dl_bt4c;
+      attention_timer(true);
+      if (ring_) {
+        ring_->backward(*attn_, dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty,
+                        static_cast<const float*>(static_cast<const void*>(a.att_saved)), s,
+                        ring_bufs_, st);
+      } else {
+        AttnBackwardArgs ba{dqkv,   b_.att_scratch, b_.dl_btc,     a.qkv,
+                            a.atty, a.att_saved,    s,             deterministic_};
+        ba.mask = mask_;
+        attn_->backward(ba, st);
+      }
+      attention_timer(false);
+      // qkv holds rotated Q, K: take dQ, dK back through the rotation.
+      if (cfg_.rope) rope(dqkv, true, B, T);
+      matmul_backward(b_.dl_btc, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv,
+                      a.ln1, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV, ks, st);
+      // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
+      layernorm_backward(b_.dresidual, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, b_.dl_btc,
+                         a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C, ks, st);
+      if (overlap) comm_->layer_done(l);  // layer l's gradients are final
     }
-    attention_timer(false);
-    // qkv holds rotated Q, K: take dQ, dK back through the rotation.
-    if (cfg_.rope) rope(dqkv, true, B, T);
-    matmul_backward(b_.dl_btc, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv,
-                    a.ln1, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV, ks, st);
-    // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
-    layernorm_backward(b_.dresidual, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, b_.dl_btc,
-                       a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C, ks, st);
-    if (overlap) comm_->layer_done(l);  // layer l's gradients are final
-  }
-  if (cfg_.rope || !cp_) {
-    encoder_backward(grad(P_WTE), cfg_.rope ? nullptr : grad(P_WPE), b_.dresidual, b_.inputs, B,
-                     T, C, b_.kscratch, st);
-  } else {  // wpe's rows at this rank's global positions, one chunk at a time
-    for_each_run(B, T, [&](size_t r0, int pos0, int len) {
-      encoder_backward(grad(P_WTE), grad(P_WPE) + (size_t)pos0 * C, b_.dresidual + r0 * C,
-                       b_.inputs + r0, 1, len, C, b_.kscratch, st);
-    });
-  }
+    if (cfg_.rope || !cp_) {
+      encoder_backward(grad(P_WTE), cfg_.rope ? nullptr : grad(P_WPE), b_.dresidual, b_.inputs, B,
+                       T, C, b_.kscratch, st);
+    } else {  // wpe's rows at this rank's global positions, one chunk at a time
+      for_each_run(B, T, [&](size_t r0, int pos0, int len) {
+        encoder_backward(grad(P_WTE), grad(P_WPE) + (size_t)pos0 * C, b_.dresidual + r0 * C,
+                         b_.inputs + r0, 1, len, C, b_.kscratch, st);
+      });
+    }
+  };
+  if (!overlap) run_captured(bwd_graph_, B, T, loss_scale, body);
+  else body();
   if (overlap) comm_->backward_done();
   have_targets_ = false;
 }

@@ -115,6 +115,11 @@ struct ModelOptions {
   // --tune-matmul: the CUDA model times cuBLASLt's candidate algorithms on each product's first
   // call (kernels/matmul.cuh); the choice may differ between processes.
   bool tune_matmul = false;
+  // The CUDA model captures a forward with targets and a backward as CUDA graphs on their second
+  // call of a shape and replays them after (one launch each instead of one per kernel); one
+  // process without --cp and without time_attention only, else ignored. `train` sets it unless
+  // --no-cuda-graphs.
+  bool cuda_graphs = false;
   // --mask / --window (kernels/attention/mask.h): which keys attention lets each query see;
   // the document mask's documents come from each batch's input tokens.
   MaskSpec mask;

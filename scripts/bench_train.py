@@ -7,7 +7,9 @@ AdamW, grad-norm clipping, tied LM head, GELU-tanh MLP): eager with SDPA's MATH,
 backend, or torch.compile'd ("compile-cudnn", "compile-flash": the SDPA backend chosen by the
 global torch.backends.cuda flags, so the compiled graph has no context manager inside;
 "compile-max-cudnn": mode="max-autotune-no-cudagraphs", Inductor's own GEMM tuning, minutes of
-compile). Prints tokens/s and our ratios, and writes runs/bench/train_<gpu>_<date>.csv (--out)
+compile; "compile-graphs-cudnn": mode="reduce-overhead", the compiled step replayed as CUDA
+graphs). Ours replays each forward and backward as a CUDA graph by default; "+eager" turns
+that off (`train --no-cuda-graphs`). Prints tokens/s and our ratios, and writes runs/bench/train_<gpu>_<date>.csv (--out)
 (first lines: the command, the GPU and the date).
 
   python3 scripts/bench_train.py                       # d12 (GPT-2 124M), B=32, T=1024
@@ -29,13 +31,15 @@ PRESETS = {"tiny": (4, 128, 4), "d6": (6, 384, 6), "d12": (12, 768, 12), "d24": 
 
 
 def run_ours(binary, attn, a):
-    """attn: a backend, or backend+tuned for `train --tune-matmul` (timed cuBLASLt algorithms)."""
+    """attn: a backend, or backend+tuned for `train --tune-matmul` (timed cuBLASLt algorithms), or
+    backend+eager for `train --no-cuda-graphs` (every kernel launched, no graph replays)."""
     backend, _, extra = attn.partition("+")
-    if extra not in ("", "tuned"):
-        sys.exit(f"bench_train.py: --ours {attn}: the only suffix is +tuned (e.g. flash3+tuned)")
+    flags = {"": [], "tuned": ["--tune-matmul"], "eager": ["--no-cuda-graphs"]}
+    if extra not in flags:
+        sys.exit(f"bench_train.py: --ours {attn}: the suffixes are +tuned and +eager (e.g. flash3+tuned)")
     cmd = [binary, "train", "--bench", "--device", "cuda", "--model", a.model, "--batch", str(a.batch),
            "--seq-len", str(a.seq_len), "--attn", backend, "--bench-steps", str(a.steps),
-           "--vocab-size", "50257"] + (["--tune-matmul"] if extra else [])
+           "--vocab-size", "50257"] + flags[extra]
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(p.stdout[-3000:])
@@ -58,6 +62,7 @@ def torch_gpt(a, backend_name):
     V, Vp, T, B = 50257, 50304, a.seq_len, a.batch
     compiled = backend_name.startswith("compile-")
     max_autotune = backend_name.startswith("compile-max-")
+    graphs = backend_name.startswith("compile-graphs-")  # mode="reduce-overhead": CUDA graphs
     sdpa = backend_name.split("-")[-1]
     backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                "cudnn": SDPBackend.CUDNN_ATTENTION}[sdpa]
@@ -102,6 +107,7 @@ def torch_gpt(a, backend_name):
     torch.manual_seed(0)
     model = GPT().cuda()
     fwd = (torch.compile(model, mode="max-autotune-no-cudagraphs") if max_autotune
+           else torch.compile(model, mode="reduce-overhead") if graphs
            else torch.compile(model) if compiled else model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -113,6 +119,8 @@ def torch_gpt(a, backend_name):
     torch.cuda.reset_peak_memory_stats()
 
     def step():
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = fwd(x, y)
         loss.backward()
@@ -156,7 +164,8 @@ def main():
                     help="our attention backends; backend+tuned adds train --tune-matmul")
     ap.add_argument("--torch", default="math,flash",
                     help="SDPA backends: math, flash, cudnn (eager), compile-flash, compile-cudnn, "
-                         "compile-max-cudnn (max-autotune)")
+                         "compile-max-cudnn (max-autotune), compile-graphs-cudnn (reduce-overhead: "
+                         "CUDA graphs)")
     ap.add_argument("--binary", default="build/flashgpt")
     ap.add_argument("--out", default="runs/bench")
     a = ap.parse_args()

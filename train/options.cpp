@@ -101,7 +101,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& opt) {
     .add("recompute", "activation memory: none | gelu (recompute GELU in backward) | layer-but-attn (keep each block's input, attention output and LSE; recompute the rest, not attention) | layer (keep only each block's input)", recompute)
     .add("classifier-chunk", "rows of logits at once in the classifier (0 = 8192)", opt.classifier_chunk)
     .on("deterministic", "bitwise-reproducible training on the GPU: flash and flash3 sum dQ in a fixed order (the attention backward 6-22% slower with flash3, 11-15% with flash)", opt.deterministic)
-    .on("tune-matmul", "time cuBLASLt's first 8 algorithms for each matrix product on its first call and keep the fastest (d12 B 32 x T 1024: +1.2%); another process may keep others, so runs and resumes are not bitwise repeatable", opt.tune_matmul);
+    .on("tune-matmul", "time cuBLASLt's first 8 algorithms for each matrix product on its first call and keep the fastest (d12 B 32 x T 1024: +1.2%); another process may keep others, so runs and resumes are not bitwise repeatable", opt.tune_matmul)
+    .on("no-cuda-graphs", "launch every kernel: by default a GPU run of one process without --cp replays each forward and backward as one CUDA graph after its first call of a shape, with the same bits (d12 B 4 x T 256: +10%; B 32 x T 1024: +0.6%)", opt.no_cuda_graphs);
   cli::add_mask_flags(t, opt.mask, "the --init / --resume model's, else causal with no window");
   t.add("device", kDeviceHelp, opt.device)
     .add("seq-len", "sequence length T", opt.seq_len)

@@ -36,6 +36,7 @@ struct TrainOptions {
   int classifier_chunk = 0;        // --classifier-chunk rows (0 = 8192)
   bool deterministic = false;      // --deterministic: bitwise-reproducible attention backward
   bool tune_matmul = false;        // --tune-matmul: timed cuBLASLt algorithms (kernels/matmul.cuh)
+  bool no_cuda_graphs = false;     // --no-cuda-graphs: every kernel launched, no graph replays
   // --mask, --window (kernels/attention/mask.h): left out, the --init or --resume model's, else
   // causal with no window
   MaskFlags mask;

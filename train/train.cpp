@@ -356,6 +356,7 @@ std::unique_ptr<Model> make_run_model(const Run& run, const Comms& comms) {
   mo.recompute = opt.recompute;
   mo.deterministic = opt.deterministic;
   mo.tune_matmul = opt.tune_matmul;
+  mo.cuda_graphs = !opt.no_cuda_graphs;
   mo.mask = run.mask;
   mo.classifier_chunk = opt.classifier_chunk;
   // With --cp the gradient all-reduce waits for the end of the backward: overlapped, it would run

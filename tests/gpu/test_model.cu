@@ -15,6 +15,8 @@
 //   CudaModel.KvCache*                   prefill + decode logits vs full recomputation; sampled
 //                                        tokens identical; a ring cache under the document
 //                                        mask and a window vs the CPU model past maxT
+//   CudaModel.CudaGraphsGiveTheSameBits  CUDA graphs: the same losses, norms and parameters
+//                                        as eager launches, bit for bit
 //   CudaModel.MemoryPlanMatchesMeasured  the plan (model/memory_plan.h) vs the measured peak;
 //                                        guard bytes after every buffer stay intact through a
 //                                        training step and KV-cache decoding
@@ -39,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/attention.cuh"
 #include "kernels/attention/attention_ref.h"
 #include "kernels/attention/backends.h"
 #include "kernels/cuda_common.cuh"
@@ -360,6 +363,79 @@ TEST_F(CudaModel, DeterministicAcrossRuns) {
   }
   EXPECT_EQ(loss[0], loss[1]);
   EXPECT_TRUE(params[0] == params[1]) << "two identical runs gave different parameters";
+}
+
+// CUDA graphs (ModelOptions.cuda_graphs) replay the same kernels on the same buffers: every loss,
+// grad norm and the parameters after the run must equal the eager model's bit for bit
+// (deterministic attention).
+// Fresh tokens every step (the graph reads the new batch), 2 micro-batches per step (the
+// backward's loss scale 1/2), an evaluation-like forward and a shape change in the middle
+// (captured anew), under the document mask and recompute layer-but-attn as well.
+void check_cuda_graphs_same_bits(ModelOptions o) {
+  o.deterministic = true;
+  ModelOptions og = o;
+  og.cuda_graphs = true;
+  auto eager = make_cuda_model(o), graphs = make_cuda_model(og);
+  std::mt19937_64 rng(base_seed() + 3);
+  const int V = o.config.vocab_size;
+  AdamWHyper h;
+  h.lr = 1e-3f;
+  h.weight_decay = 0.1f;
+  for (int step = 1; step <= 7; step++) {
+    const int B = step == 4 ? o.B - 1 : o.B, T = o.T;  // step 4: another shape
+    std::vector<std::vector<int>> inp, tgt;
+    for (int k = 0; k < 3; k++) {
+      inp.push_back(document_tokens((size_t)B * T, V, 0.1, rng));
+      tgt.push_back(random_tokens((size_t)B * T, V, rng));
+    }
+    float loss[2] = {0, 0}, val[2] = {0, 0}, norm[2] = {0, 0};
+    Model* models[2] = {eager.get(), graphs.get()};
+    for (int m = 0; m < 2; m++) {
+      Model* md = models[m];
+      md->zero_grad();
+      for (int k = 0; k < 2; k++) {
+        loss[m] += md->forward(inp[k].data(), tgt[k].data(), B, T) / 2;
+        md->backward(0.5f);
+      }
+      norm[m] = md->optimizer_step(h, 1.0f, step);
+      val[m] = md->forward(inp[2].data(), tgt[2].data(), B, T);  // as an evaluation does
+    }
+    std::printf("step %d B %d: loss %.7f / %.7f  val %.7f / %.7f  norm %.6f / %.6f\n", step, B,
+                loss[0], loss[1], val[0], val[1], norm[0], norm[1]);
+    EXPECT_EQ(loss[0], loss[1]) << "step " << step;
+    EXPECT_EQ(val[0], val[1]) << "step " << step;
+    EXPECT_EQ(norm[0], norm[1]) << "step " << step;
+  }
+  std::vector<float> pe, pg;
+  eager->get_params(pe);
+  graphs->get_params(pg);
+  EXPECT_TRUE(pe == pg) << "the graph-replaying model ended with other parameters";
+}
+
+// Every backend this build and GPU run (each is bitwise repeatable under --deterministic), causal;
+// then the LSE backend under the document mask with recompute layer-but-attn.
+TEST_F(CudaModel, CudaGraphsGiveTheSameBits) {
+  SEED_TRACE();
+  ModelOptions o = masked_options(MaskSpec{});
+  o.B = 3;
+  o.T = 64;
+  int ran = 0;
+  for (const std::string& attn : attention_names()) {
+    const AttnShape s{o.B, o.T, o.config.num_heads, o.config.num_kv_heads, o.config.head_size()};
+    const std::string why = make_attention(attn)->unsupported_reason(s);
+    std::printf("--attn %s%s%s\n", attn.c_str(), why.empty() ? "" : ": skipped, ", why.c_str());
+    if (!why.empty()) continue;
+    SCOPED_TRACE(attn);
+    o.attn = attn;
+    check_cuda_graphs_same_bits(o);
+    ran++;
+  }
+  EXPECT_GE(ran, 2) << "naive and scalar run in every build";
+  o.attn = lse_attention();
+  o.mask = MaskSpec{MaskKind::kDocument, 0, -1};
+  o.recompute = Recompute::kLayerButAttn;
+  std::printf("--attn %s --mask document --recompute layer-but-attn\n", o.attn.c_str());
+  check_cuda_graphs_same_bits(o);
 }
 
 TEST_F(CudaModel, OutOfMemoryIsAnError) {
