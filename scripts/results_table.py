@@ -262,9 +262,10 @@ def render_train_step(rows):
         for k in impls:
             tok, ms, peak, err = stat[k]
             name = {"pytorch": "PyTorch"}.get(k[0], k[0])
-            attn = k[1].replace("+tuned", ", `--tune-matmul`")
+            attn = k[1].replace("+tuned", ", `--tune-matmul`").replace("+eager", ", `--no-cuda-graphs`")
             if k[0] == "pytorch":
                 name += (" torch.compile max-autotune" if attn.startswith("compile-max-")
+                         else " torch.compile reduce-overhead" if attn.startswith("compile-graphs-")
                          else " torch.compile" if attn.startswith("compile-") else " eager")
                 sdpa = attn.split("-")[-1]
                 attn = "SDPA " + {"cudnn": "cuDNN", "flash": "FA2", "math": "math"}.get(sdpa, sdpa)

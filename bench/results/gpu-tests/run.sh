@@ -36,6 +36,10 @@ suites+=("initcheck, classifier and AdamW=$OUT/initcheck_step.log")
 compute-sanitizer --tool racecheck build/test_gpu --gtest_filter='Kernels.Classifier:Kernels.LayerNorm' \
   > "$OUT/racecheck_step.log" 2>&1 || true
 suites+=("racecheck, classifier and LayerNorm=$OUT/racecheck_step.log")
+# The training step replayed as CUDA graphs, every backend (the graphs' kernels are the eager ones).
+compute-sanitizer --tool memcheck build/test_gpu --gtest_filter='CudaModel.CudaGraphs*' \
+  > "$OUT/memcheck_graphs.log" 2>&1 || true
+suites+=("memcheck, CUDA graphs=$OUT/memcheck_graphs.log")
 if [ -z "${SKIP_BUILDS:-}" ]; then
   NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make -j"$(nproc)" BUILD="$OUT/build-racecheck" \
     "$OUT/build-racecheck/test_gpu" > "$OUT/build-racecheck.log" 2>&1
