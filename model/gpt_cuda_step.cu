@@ -40,6 +40,12 @@
 // parts but attention: attention's backward reads the kept atty and LSE, and the forward runs
 // once. Per layer kept: 16 N x C floatX + 4 N fp32 (none), 12 N x C + 4 N (gelu), 2 N x C
 // (layer-but-attn), N x C (layer), plus attention's saved state in all but layer.
+// Optimizer step: the norm (global_norm_squared), its copy to the host, then one AdamW launch
+// over every tensor that takes the clip scale from the norm on the device; the host waits for
+// the copy only. CUDA graphs (ModelOptions.cuda_graphs, run_captured): the forward with targets
+// and the backward each replay as one graph from their second call of a shape, the same bits
+// as launching each kernel; on an H100, d12 +0.6% at B 32 x T 1024, +9-10% at B 4 x T 256 and
+// B 1 x T 1024 (bench/results/training-step/).
 //
 // Measured before the long-context changes (H200, bf16, d12, B=32, T=1024, --attn naive; the
 // step that `flashgpt bench-kernels --only step` now times): 69.1 ms per step (forward + loss
