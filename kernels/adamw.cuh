@@ -35,7 +35,7 @@ struct AdamWPiece {
 constexpr int kAdamWMaxPieces = 32;
 
 void adamw_update(float* params,               // (P) fp32 master weights
-                  floatX* params_x,            // (P) floatX copy written from the update, or nullptr
+                  floatX* params_x,            // (P) floatX copy of the update, or nullptr
                   const float* grads,          // (P)
                   float* m,                    // (S) first moments
                   float* v,                    // (S) second moments

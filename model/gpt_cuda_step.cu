@@ -57,8 +57,8 @@
 namespace gpt_cuda {
 
 // ModelOptions.cuda_graphs (gpt_cuda_impl.cuh): body() eagerly on the first call of a shape,
-// captured on the second, replayed from then on. ThreadLocal capture mode: a call in body() that is not
-// capturable (a synchronizing one) fails the capture instead of running outside it.
+// captured on the second, replayed from then on. ThreadLocal capture mode: a call in body() that
+// is not capturable (a synchronizing one) fails the capture instead of running outside it.
 template <class Body>
 void GptCuda::run_captured(CapturedCall& g, int B, int T, float loss_scale, Body&& body) {
   if (!cuda_graphs_) {

@@ -15,8 +15,8 @@
 //               --steps put it, and steps past it run at the final lr (lr x --lr-final-frac),
 //               as nanoGPT runs on past its lr_decay_iters
 //     --attn    not given: the checkpoint's; another backend changes only the rounding
-//     --device --deterministic --tune-matmul --no-cuda-graphs --recompute --classifier-chunk, and what only
-//               writes or prints
+//     --device --deterministic --tune-matmul --no-cuda-graphs --recompute --classifier-chunk,
+//               and what only writes or prints
 //               (--eval-*, --sample-*, --checkpoint-every, --log, --quiet)
 // World size, --zero and --cp must be the checkpoint's (train/dist.h check_resume_world). To
 // train on with another schedule, start a new run from the weights (--init model_N.bin: a fresh

@@ -625,8 +625,8 @@ StepResult train_step(Run& run, int step, Rng& bench_rng, std::vector<int>& inpu
   }
   model.reduce_grads();  // multi-GPU: average over the ranks
   r.loss = run.mean_over_ranks(r.loss);  // the loss of the global batch, for printing and the log
-  CHECK(std::isfinite(r.loss), "training diverged at step %d (loss %g); lower --lr or raise --warmup",
-        step, r.loss);
+  CHECK(std::isfinite(r.loss),
+        "training diverged at step %d (loss %g); lower --lr or raise --warmup", step, r.loss);
   AdamWHyper h;
   h.lr = r.lr;
   h.weight_decay = opt.weight_decay;
