@@ -24,7 +24,8 @@
 // lowest free memory seen since: includes cuBLAS handles and the CUDA runtime's allocations).
 // Host syncs: forward with targets reads the mean loss (4 bytes); optimizer_step() reads the
 // gradient norm (a double), after AdamW is queued behind it: the clip scale is computed on the
-// GPU, so the GPU does not wait for the host there. Nothing else in a training step waits for
+// GPU, so the GPU does not wait for the host there (with peers it waits for the whole stream,
+// watching for a failed rank). Nothing else in a training step waits for
 // the GPU (attention_ms() waits when asked).
 //
 // Multi-GPU (ModelOptions.comm, one process per GPU): the gradient all-reduce overlapped with

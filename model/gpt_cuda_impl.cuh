@@ -239,6 +239,7 @@ class GptCuda : public Model {
   float* grad(int i) const { return b_.grads + layout_.offsets[i]; }
   void attach() const { matmul_init(b_.workspace, matmul_workspace_bytes(), tune_matmul_); }
   void measure() const;
+  void queue_grad_norm();  // the gradients' sum of squares into b_.norm, and its copy to h_norm_
   void download(std::vector<float>& out, const float* src, size_t n) const;
   void upload(float* dst, const std::vector<float>& in, size_t n, const char* what);
   void sync() const { comm_->sync(); }  // waits for stream_; with peers, watching for failure

@@ -417,24 +417,25 @@ void GptCuda::zero_grad() {
   CUDA_CHECK(cudaMemsetAsync(b_.grads, 0, comm_->params_alloc() * sizeof(float), stream_));
 }
 
-float GptCuda::grad_norm() {
-  // Sum of squares of what this rank holds averaged (all of it, or its ZeRO-1 slice, whose
-  // padding holds zeros), summed over the ranks with ZeRO-1.
+// Sum of squares of what this rank holds averaged (all of it, or its ZeRO-1 slice, whose
+// padding holds zeros), summed over the ranks with ZeRO-1, then copied to h_norm_.
+void GptCuda::queue_grad_norm() {
   global_norm_squared(b_.norm, b_.grads + comm_->norm_begin(), comm_->norm_count(),
                       reinterpret_cast<double*>(b_.kscratch), stream_);
   comm_->sum_norm(b_.norm);
   CUDA_CHECK(cudaMemcpyAsync(h_norm_, b_.norm, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+}
+
+float GptCuda::grad_norm() {
+  queue_grad_norm();
   sync();
   return grad_norm_from_squared(*h_norm_);
 }
 
 float GptCuda::optimizer_step(const AdamWHyper& h, float clip, int step) {
-  // The norm as in grad_norm(), copied to the host; AdamW is queued behind it and takes the
-  // clip scale from the device, so the host waits for the copy while the GPU goes on.
-  global_norm_squared(b_.norm, b_.grads + comm_->norm_begin(), comm_->norm_count(),
-                      reinterpret_cast<double*>(b_.kscratch), stream_);
-  comm_->sum_norm(b_.norm);
-  CUDA_CHECK(cudaMemcpyAsync(h_norm_, b_.norm, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  // The norm, copied to the host; AdamW is queued behind it and takes the clip scale from the
+  // device, so the host waits for the copy while the GPU goes on.
+  queue_grad_norm();
   CUDA_CHECK(cudaEventRecord(norm_copied_, stream_));
   std::vector<AdamWPiece> pieces;  // tensors, or this rank's ZeRO-1 pieces of them
   for (const GradComm::UpdateRange& r : comm_->update_ranges())
@@ -443,7 +444,10 @@ float GptCuda::optimizer_step(const AdamWHyper& h, float clip, int step) {
   adamw_update(b_.master, b_.params, b_.grads, b_.m, b_.v, pieces.data(), (int)pieces.size(),
                b_.norm, clip, h.lr, h.beta1, h.beta2, h.eps, step, stream_);
   comm_->after_update();
-  CUDA_CHECK(cudaEventSynchronize(norm_copied_));
+  // With peers the norm's sum (ZeRO-1) and the gather are collectives: wait for the stream while
+  // watching for a failed rank, as every other wait of a step does. Alone: for the copy only.
+  if (comm_->has_peers()) sync();
+  else CUDA_CHECK(cudaEventSynchronize(norm_copied_));
   return grad_norm_from_squared(*h_norm_);
 }
 

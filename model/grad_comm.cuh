@@ -51,6 +51,7 @@ class GradComm {
   void attach(float* grads, floatX* params, float* master, cudaStream_t stream);
   // Waits for the model's stream; with peers, watching for their failure.
   void sync() const;
+  bool has_peers() const { return comm_ != nullptr; }
 
   void mark_last_micro_step() { last_micro_ = true; }
   // At the start of a backward: whether it reduces layer by layer (overlap, last micro-step).
