@@ -298,6 +298,9 @@ def run_masked_torch(args, cases):
     if hasattr(functorch_config, "donated_buffer"):
         functorch_config.donated_buffer = False
     flex = torch.compile(flex_attention, dynamic=False)
+    # The block mask built by a compiled create_block_mask: uncompiled it evaluates the mask on
+    # a T x T grid (its _compile=True switch is deprecated in favour of this).
+    block_mask_of = torch.compile(create_block_mask, dynamic=False)
     try:
         from torch.nn.attention.varlen import varlen_attn
         import inspect
@@ -332,8 +335,8 @@ def run_masked_torch(args, cases):
                             dO = dout.transpose(1, 2)
                             d_ds = (torch.from_numpy(ds).to("cuda", torch.int32)
                                     if ds is not None else None)
-                            block_mask = create_block_mask(flex_mask_mod(d_ds, window), B, None, T,
-                                                           T, device="cuda", _compile=True)
+                            block_mask = block_mask_of(flex_mask_mod(d_ds, window), B, None, T, T,
+                                                       device="cuda")
 
                             def fwd():
                                 return flex(q, k, v, block_mask=block_mask)
