@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "kernels/gelu.cuh"
-#include "kernels/matmul_gelu.cuh"
 #include "kernels/residual.cuh"
 
 namespace {
@@ -262,10 +261,6 @@ void matmul_forward_residual(floatX* out, const floatX* inp, const floatX* weigh
 
 void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
                          const floatX* bias, int N, int C, int OC, cudaStream_t stream) {
-  if (matmul_gelu_applies(N, OC, C, inp, weight, out, pre_gelu, bias)) {
-    matmul_gelu_forward(out, pre_gelu, inp, weight, bias, N, OC, C, stream);
-    return;
-  }
   const bool epi_ok = aligned16(pre_gelu) && OC % 8 == 0 && (bias == nullptr || aligned16(bias));
   if (epi_ok &&
       lt_matmul(out, kCudaFloatX, weight, true, inp, false, OC, N, C, C, C, OC, 1.0f, 0.0f,
@@ -280,10 +275,7 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
                      const floatX* inp, const floatX* weight, int N, int C, int OC, float* scratch,
                      cudaStream_t stream, float dout_scale, const floatX* dinp_pre_gelu) {
   // dinp^T (C x N) = weight^T-as-colmajor (C x OC) * dout^T (OC x N)
-  if (dinp && dinp_pre_gelu &&
-      matmul_gelu_applies(N, C, OC, dout, weight, dinp, dinp_pre_gelu, nullptr)) {
-    matmul_gelu_backward(dinp, dout, weight, dinp_pre_gelu, dout_scale, N, C, OC, stream);
-  } else if (dinp) {
+  if (dinp) {
     const bool fused = dinp_pre_gelu && aligned16(dinp_pre_gelu) && C % 8 == 0 &&
                        lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC, C,
                                  dout_scale, 0.0f, CUBLASLT_EPILOGUE_DGELU, nullptr,

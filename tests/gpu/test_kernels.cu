@@ -53,7 +53,6 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.cuh"
 #include "kernels/matmul.h"
-#include "kernels/matmul_gelu.cuh"
 #include "kernels/residual.cuh"
 #include "kernels/residual.h"
 #include "kernels/scale.cuh"
@@ -362,29 +361,6 @@ TEST_F(Kernels, MatmulGelu) {
   check_matmul(37, 100, 400, true, true, 1.0f, rng);     // ragged N, C
   check_matmul(256, 768, 3072, true, true, 1.0f, rng);   // GPT-2 fc: GELU_AUX_BIAS epilogue
   check_matmul(37, 100, 300, true, true, 1.0f, rng);     // OC % 8 != 0: fallback path
-}
-
-// The own Hopper kernel of the two GELU products (matmul_gelu.cuh) takes GPT-2's fc and fcproj
-// shapes in the bf16 build (so MatmulGelu and MatmulResidualDgelu check it at d12's sizes);
-// here shapes where a block runs several tiles, both consumer warpgroups take turns, k is one
-// k-block or a few, and the bias is absent.
-TEST_F(Kernels, MatmulGeluOwnKernel) {
-#if defined(ENABLE_FP32)
-  GTEST_SKIP() << "the own GELU product kernel is bf16 only";
-#else
-  SEED_TRACE();
-  auto rng = test_rng();
-  DevMem any(256);  // 256-byte aligned
-  const void* p = any.base;
-  EXPECT_TRUE(matmul_gelu_applies(256, 3072, 768, p, p, p, p, p)) << "d12's fc forward";
-  EXPECT_TRUE(matmul_gelu_applies(256, 3072, 768, p, p, p, p, nullptr)) << "fcproj's dinp";
-  EXPECT_FALSE(matmul_gelu_applies(200, 3072, 768, p, p, p, p, p)) << "M % 128 != 0";
-  EXPECT_FALSE(matmul_gelu_applies(256, 3072, 96, p, p, p, p, p)) << "K % 64 != 0";
-  EXPECT_FALSE(matmul_gelu_applies(256, 3072, 768, (const char*)p + 8, p, p, p, p)) << "aligned";
-  check_matmul(8192, 64, 1024, true, true, 1.0f, rng);   // 512 tiles, k one block
-  check_matmul(2048, 768, 3072, false, true, 1.0f, rng);  // 384 tiles, no bias
-  check_matmul(4096, 1024, 192, true, false, 0.5f, rng, true, true);  // dgelu: 256 tiles, k 192
-#endif
 }
 
 // With tuning every candidate runs on the real operands first: results stay the reference's,
