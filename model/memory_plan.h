@@ -28,7 +28,7 @@
 // Each buffer is rounded up to 256 bytes. Not in the plan: the CUDA context, cuBLAS handles,
 // library code and the instantiated CUDA graphs of the forward and the backward (the measured
 // peak counts them; tests/gpu/test_model.cu MemoryPlanMatchesMeasured: the graphs 0-34 MiB at
-// d12 B 2 x T 2048 on an H200, the whole left-out part 0.01-2.05% of the plan there).
+// d12 B 2 x T 2048 on an H100 and an H200, the whole left-out part 0.01-2.05% of the plan).
 #pragma once
 #include <array>
 #include <cstddef>
