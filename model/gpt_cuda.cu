@@ -422,3 +422,9 @@ void cuda_model_write_past_end(Model& m, const std::string& name, size_t bytes) 
   CHECK(g != nullptr, "cuda_model_write_past_end: not a CUDA model");
   g->write_past_end(name, bytes);
 }
+
+long long cuda_model_graph_launches(const Model& m) {
+  const GptCuda* g = dynamic_cast<const GptCuda*>(&m);
+  CHECK(g != nullptr, "cuda_model_graph_launches: not a CUDA model");
+  return g->graph_launches();
+}

@@ -18,3 +18,6 @@ std::vector<std::string> cuda_model_guard_violations(const Model& m);
 // Tests of the guards themselves: writes `bytes` zero bytes right after buffer `name` (a line of
 // FLASHGPT_MODEL_BUFFERS, model/memory_plan.h), as a kernel overrunning it would.
 void cuda_model_write_past_end(Model& m, const std::string& name, size_t bytes);
+// Tests: how many times the model launched a CUDA graph of its forward or backward
+// (ModelOptions.cuda_graphs), so that a test of the graphs can see that they ran.
+long long cuda_model_graph_launches(const Model& m);

@@ -109,6 +109,7 @@ class GptCuda : public Model {
   // Tests: the guard bytes after every buffer (memory_plan.h).
   std::vector<std::string> guard_violations() const;
   void write_past_end(const std::string& name, size_t bytes);
+  long long graph_launches() const { return graph_launches_; }
   static constexpr unsigned char kGuardByte = 0xA5;
 
  private:
@@ -156,6 +157,7 @@ class GptCuda : public Model {
   };
   bool cuda_graphs_ = false;
   CapturedCall fwd_graph_, bwd_graph_;
+  long long graph_launches_ = 0;  // replays (and first launches) of either graph
   template <class Body>
   void run_captured(CapturedCall& g, int B, int T, float loss_scale, Body&& body);
   void drop_graph(CapturedCall& g);

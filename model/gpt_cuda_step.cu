@@ -91,6 +91,7 @@ void GptCuda::run_captured(CapturedCall& g, int B, int T, float loss_scale, Body
     CUDA_CHECK(err);
   }
   CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+  graph_launches_++;
 }
 
 void GptCuda::drop_graph(CapturedCall& g) {

@@ -406,6 +406,11 @@ void check_cuda_graphs_same_bits(ModelOptions o) {
     EXPECT_EQ(val[0], val[1]) << "step " << step;
     EXPECT_EQ(norm[0], norm[1]) << "step " << step;
   }
+  // Every call but the first of a shape launches its graph (the second captures it first), and a
+  // new shape starts over: forwards 9 - 1, 3 - 1, 9 - 1 over steps 1-3, 4, 5-7; backwards 6 - 1,
+  // 2 - 1, 6 - 1.
+  EXPECT_EQ(cuda_model_graph_launches(*eager), 0);
+  EXPECT_EQ(cuda_model_graph_launches(*graphs), 18 + 11) << "graph launches";
   std::vector<float> pe, pg;
   eager->get_params(pe);
   graphs->get_params(pg);
@@ -736,6 +741,8 @@ TEST_F(CudaModel, MemoryPlanMatchesMeasured) {
         m->optimizer_step(AdamWHyper{}, 1.0f, step);
         if (step == 1) eager_peak = m->peak_memory_bytes();
       }
+      // steps 2 and 3: the forward's and the backward's graphs each launched twice
+      EXPECT_EQ(cuda_model_graph_launches(*m), 4) << attn << " " << recompute_name(rc);
       std::printf("  after the eager step %.3f GiB, with the graphs %+.1f MiB\n",
                   eager_peak / double(1 << 30),
                   ((double)m->peak_memory_bytes() - (double)eager_peak) / (1 << 20));
