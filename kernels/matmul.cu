@@ -15,6 +15,13 @@ struct LtState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // A second stream's own workspace of the same size (matmul_init): products on two streams at
+  // once must not share one, cuBLASLt's split-K partials live there.
+  cudaStream_t second_stream = nullptr;
+  void* second_workspace = nullptr;
+  void* workspace_for(cudaStream_t st) const {
+    return second_stream != nullptr && st == second_stream ? second_workspace : workspace;
+  }
   // key -> algorithm (or "none found", has = false)
   struct Entry { bool has; cublasLtMatmulAlgo_t algo; };
   std::map<std::array<long long, 17>, Entry> cache;
@@ -67,7 +74,7 @@ int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_
   }
   auto launch = [&](int i) {
     return cublasLtMatmul(s.handle, op, &alpha, A, la, B, lb, &beta, Cm, ld, Dt, ld, &res[i].algo,
-                          s.workspace, s.workspace_bytes, stream);
+                          s.workspace_for(stream), s.workspace_bytes, stream);
   };
   std::vector<bool> runs(count);
   for (int i = 0; i < count; i++)  // warm-up; a candidate that fails to launch drops out
@@ -166,7 +173,8 @@ bool lt_matmul(void* D, cudaDataType_t dtype, const floatX* A, bool transA, cons
   bool ok = it->second.has;
   if (ok)
     CUBLAS_CHECK(cublasLtMatmul(s.handle, op, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld,
-                                &it->second.algo, s.workspace, s.workspace_bytes, stream));
+                                &it->second.algo, s.workspace_for(stream), s.workspace_bytes,
+                                stream));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
@@ -224,13 +232,16 @@ __global__ void scale_kernel(float* x, float s, int n) {
 
 }  // namespace
 
-void matmul_init(void* workspace, size_t bytes, bool tune) {
+void matmul_init(void* workspace, size_t bytes, bool tune, cudaStream_t second_stream,
+                 void* second_workspace) {
   LtState& s = lt();
   // algorithms were chosen for the old workspace size, or by the other rule
   if (bytes != s.workspace_bytes || tune != s.tune) s.cache.clear();
   s.workspace = workspace;
   s.workspace_bytes = bytes;
   s.tune = tune;
+  s.second_stream = second_workspace ? second_stream : nullptr;
+  s.second_workspace = second_workspace;
 }
 
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
@@ -271,22 +282,25 @@ void matmul_forward_gelu(floatX* out, floatX* pre_gelu, const floatX* inp, const
   gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
 }
 
-void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC, float* scratch,
-                     cudaStream_t stream, float dout_scale, const floatX* dinp_pre_gelu) {
+void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX* weight, int N, int C,
+                          int OC, cudaStream_t stream, float dout_scale,
+                          const floatX* dinp_pre_gelu) {
   // dinp^T (C x N) = weight^T-as-colmajor (C x OC) * dout^T (OC x N)
-  if (dinp) {
-    const bool fused = dinp_pre_gelu && aligned16(dinp_pre_gelu) && C % 8 == 0 &&
-                       lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC, C,
-                                 dout_scale, 0.0f, CUBLASLT_EPILOGUE_DGELU, nullptr,
-                                 dinp_pre_gelu, C, stream);
-    if (!fused) {
-      CHECK(lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC, C,
-                      dout_scale, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream),
-            "matmul_backward (dinp): cuBLASLt has no algorithm for N=%d C=%d OC=%d", N, C, OC);
-      if (dinp_pre_gelu) gelu_backward(dinp, dinp_pre_gelu, dinp, (size_t)N * C, stream);
-    }
+  const bool fused = dinp_pre_gelu && aligned16(dinp_pre_gelu) && C % 8 == 0 &&
+                     lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC, C,
+                               dout_scale, 0.0f, CUBLASLT_EPILOGUE_DGELU, nullptr, dinp_pre_gelu,
+                               C, stream);
+  if (!fused) {
+    CHECK(lt_matmul(dinp, kCudaFloatX, weight, false, dout, false, C, N, OC, C, OC, C, dout_scale,
+                    0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream),
+          "matmul_backward (dinp): cuBLASLt has no algorithm for N=%d C=%d OC=%d", N, C, OC);
+    if (dinp_pre_gelu) gelu_backward(dinp, dinp_pre_gelu, dinp, (size_t)N * C, stream);
   }
+}
+
+void matmul_backward_dweight(float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                             int N, int C, int OC, float* scratch, cudaStream_t stream,
+                             float dout_scale) {
   // dweight^T-as-colmajor (C x OC) += inp^T (C x N) * dout (N x OC)
   CHECK(lt_matmul(dweight, CUDA_R_32F, inp, false, dout, true, C, OC, N, C, OC, C, dout_scale,
                   1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream),
@@ -306,4 +320,11 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* d
     }
     reduce_partials(dbias, nullptr, scratch, G, OC, OC, stream);
   }
+}
+
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                     const floatX* inp, const floatX* weight, int N, int C, int OC, float* scratch,
+                     cudaStream_t stream, float dout_scale, const floatX* dinp_pre_gelu) {
+  if (dinp) matmul_backward_dinp(dinp, dout, weight, N, C, OC, stream, dout_scale, dinp_pre_gelu);
+  matmul_backward_dweight(dweight, dbias, dout, inp, N, C, OC, scratch, stream, dout_scale);
 }

@@ -48,7 +48,10 @@
 // the thread's handle); nullptr detaches. tune: time cuBLASLt's candidates on each product's
 // first call (its choice may differ between processes, so results are not bitwise
 // reproducible across runs); false takes the heuristic's first, the same in every process.
-void matmul_init(void* workspace, size_t bytes, bool tune = false);
+// second_stream, second_workspace (bytes too): products queued on that stream use the second
+// workspace, so that they may run beside those of another stream (the model's weight gradients).
+void matmul_init(void* workspace, size_t bytes, bool tune = false,
+                 cudaStream_t second_stream = nullptr, void* second_workspace = nullptr);
 
 void matmul_forward(floatX* out,           // (N, OC)
                     const floatX* inp,     // (N, C)
@@ -86,3 +89,17 @@ void matmul_backward(floatX* dinp,          // (N, C)  overwritten, or nullptr
                      float* scratch,        // matmul_backward_scratch_bytes(N, OC), if dbias
                      cudaStream_t stream, float dout_scale = 1.0f,
                      const floatX* dinp_pre_gelu = nullptr);
+// The two halves of matmul_backward, for callers that queue them on different streams (the
+// model's input gradients on the critical path, its weight gradients beside them).
+void matmul_backward_dinp(floatX* dinp,          // (N, C)  overwritten
+                          const floatX* dout,    // (N, OC)
+                          const floatX* weight,  // (OC, C)
+                          int N, int C, int OC, cudaStream_t stream, float dout_scale = 1.0f,
+                          const floatX* dinp_pre_gelu = nullptr);
+void matmul_backward_dweight(float* dweight,        // (OC, C) accumulates
+                             float* dbias,          // (OC) accumulates, or nullptr
+                             const floatX* dout,    // (N, OC)
+                             const floatX* inp,     // (N, C)
+                             int N, int C, int OC,
+                             float* scratch,        // matmul_backward_scratch_bytes(N, OC), if dbias
+                             cudaStream_t stream, float dout_scale = 1.0f);

@@ -114,6 +114,11 @@ void GptCuda::init(const ModelOptions& opt) {
   if (opt.time_attention) att_timer_ = std::make_unique<CudaEventTimer>(4 * cfg_.num_layers + 4);
 
   CUDA_CHECK(cudaStreamCreate(&stream_));
+  CUDA_CHECK(cudaStreamCreate(&wgrad_stream_));
+  for (int i = 0; i < 4; i++) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&chain_ready_[i], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&wgrad_done_[i], cudaEventDisableTiming));
+  }
   CUDA_CHECK(cudaEventCreateWithFlags(&inputs_copied_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&norm_copied_, cudaEventDisableTiming));
   size_t free_b = 0, total_b = 0;
@@ -195,6 +200,7 @@ void GptCuda::release() {
   }
   if (comm_ && !comm_->drain()) return;
   if (stream_) cudaStreamSynchronize(stream_);
+  if (wgrad_stream_) cudaStreamSynchronize(wgrad_stream_);
   drop_graph(fwd_graph_);
   drop_graph(bwd_graph_);
   ring_.reset();
@@ -206,9 +212,16 @@ void GptCuda::release() {
   if (h_rope_row_) cudaFreeHost(h_rope_row_);
   if (inputs_copied_) cudaEventDestroy(inputs_copied_);
   if (norm_copied_) cudaEventDestroy(norm_copied_);
+  for (int i = 0; i < 4; i++) {
+    if (chain_ready_[i]) cudaEventDestroy(chain_ready_[i]);
+    if (wgrad_done_[i]) cudaEventDestroy(wgrad_done_[i]);
+    chain_ready_[i] = wgrad_done_[i] = nullptr;
+  }
   att_timer_.reset();
   comm_.reset();
   if (stream_) cudaStreamDestroy(stream_);
+  if (wgrad_stream_) cudaStreamDestroy(wgrad_stream_);
+  wgrad_stream_ = nullptr;
   mem_ = nullptr;
   b_ = DeviceBuffers{};
   h_tokens_ = nullptr;

@@ -119,6 +119,19 @@ class GptCuda : public Model {
   std::string device_name_;
   std::unique_ptr<AttentionBackend> attn_;
   cudaStream_t stream_ = nullptr;
+  // The weight gradients (each product's dweight and dbias) run on wgrad_stream_, beside the
+  // chain of input gradients on stream_ that every later layer waits for: a product forks when
+  // its dout is ready (wgrad_fork: the chain's event i), and the chain waits for it
+  // (wgrad_join) before it overwrites what the product reads. Four forks at a time: one per
+  // product of a layer in the backward, one per classifier chunk in the forward.
+  cudaStream_t wgrad_stream_ = nullptr;
+  cudaEvent_t chain_ready_[4] = {}, wgrad_done_[4] = {};
+  void wgrad_fork(int i) {
+    CUDA_CHECK(cudaEventRecord(chain_ready_[i], stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(wgrad_stream_, chain_ready_[i], 0));
+  }
+  void wgrad_done(int i) { CUDA_CHECK(cudaEventRecord(wgrad_done_[i], wgrad_stream_)); }
+  void wgrad_join(int i) { CUDA_CHECK(cudaStreamWaitEvent(stream_, wgrad_done_[i], 0)); }
   cudaEvent_t inputs_copied_ = nullptr;
   cudaEvent_t norm_copied_ = nullptr;  // optimizer_step(): the norm is on the host
   std::unique_ptr<GradComm> comm_;  // multi-GPU gradient traffic (no-ops on one process)
@@ -239,7 +252,10 @@ class GptCuda : public Model {
   size_t maxN() const { return (size_t)maxB_ * maxT_; }
   floatX* param(int i) const { return b_.params + layout_.offsets[i]; }
   float* grad(int i) const { return b_.grads + layout_.offsets[i]; }
-  void attach() const { matmul_init(b_.workspace, matmul_workspace_bytes(), tune_matmul_); }
+  void attach() const {
+    matmul_init(b_.workspace, matmul_workspace_bytes(), tune_matmul_, wgrad_stream_,
+                b_.wgrad_workspace);
+  }
   void measure() const;
   void queue_grad_norm();  // the gradients' sum of squares into b_.norm, and its copy to h_norm_
   void download(std::vector<float>& out, const float* src, size_t n) const;

@@ -361,22 +361,41 @@ void GptCuda::backward(float loss_scale) {
     layernorm_backward(b_.dresidual, grad(P_LNFW), grad(P_LNFB), b_.dl_btc,
                        b_.residual3 + (L - 1) * NC, param(P_LNFW), b_.lnf_mean, b_.lnf_rstd, N, C,
                        ks, st);
+    // Each product's weight gradient (dweight, dbias) is off the critical path: it runs on
+    // wgrad_stream_ from when its dout is ready (fork) until the chain is about to overwrite its
+    // dout or input (join). Only the chain writes the shared buffers; every gradient tensor has
+    // one writer, so the bits are those of one stream.
+    cudaStream_t ws = wgrad_stream_;
+    float* wks = reinterpret_cast<float*>(b_.wgrad_scratch);
     for (int l = L - 1; l >= 0; l--) {
       recompute(l, B, T);
       const LayerActs a = acts(l);
       // dresidual holds d(residual3[l]); residual3 = residual2 + fcproj passes it to both.
+      wgrad_fork(0);
+      matmul_backward_dweight(grad(P_FCPROJW) + (size_t)l * C * 4 * C, grad(P_FCPROJB) + l * C,
+                              b_.dresidual, a.fch_gelu, N, 4 * C, C, wks, ws);
+      wgrad_done(0);
       // d(fch) = (dresidual @ fcprojw) * gelu'(fch): the GELU backward rides in the epilogue.
-      matmul_backward(b_.dl_bt4c, grad(P_FCPROJW) + (size_t)l * C * 4 * C,
-                      grad(P_FCPROJB) + l * C, b_.dresidual, a.fch_gelu,
-                      param(P_FCPROJW) + (size_t)l * C * 4 * C, N, 4 * C, C, ks, st, 1.0f, a.fch);
-      matmul_backward(b_.dl_btc, grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C,
-                      b_.dl_bt4c, a.ln2, param(P_FCW) + (size_t)l * 4 * C * C, N, C, 4 * C, ks, st);
+      matmul_backward_dinp(b_.dl_bt4c, b_.dresidual, param(P_FCPROJW) + (size_t)l * C * 4 * C, N,
+                           4 * C, C, st, 1.0f, a.fch);
+      wgrad_fork(1);
+      matmul_backward_dweight(grad(P_FCW) + (size_t)l * 4 * C * C, grad(P_FCB) + l * 4 * C,
+                              b_.dl_bt4c, a.ln2, N, C, 4 * C, wks, ws);
+      wgrad_done(1);
+      matmul_backward_dinp(b_.dl_btc, b_.dl_bt4c, param(P_FCW) + (size_t)l * 4 * C * C, N, C,
+                           4 * C, st);
       // dresidual += ln2 path: now d(residual2[l])
+      wgrad_join(0);
       layernorm_backward(b_.dresidual, grad(P_LN2W) + l * C, grad(P_LN2B) + l * C, b_.dl_btc,
                          a.residual2, param(P_LN2W) + l * C, a.ln2_mean, a.ln2_rstd, N, C, ks, st);
-      matmul_backward(b_.dl_btc, grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
-                      b_.dresidual, a.atty, param(P_ATTPROJW) + (size_t)l * C * C, N, C, C, ks, st);
+      wgrad_fork(2);
+      matmul_backward_dweight(grad(P_ATTPROJW) + (size_t)l * C * C, grad(P_ATTPROJB) + l * C,
+                              b_.dresidual, a.atty, N, C, C, wks, ws);
+      wgrad_done(2);
+      matmul_backward_dinp(b_.dl_btc, b_.dresidual, param(P_ATTPROJW) + (size_t)l * C * C, N, C,
+                           C, st);
       floatX* dqkv = b_.dl_bt4c;
+      wgrad_join(1);
       attention_timer(true);
       if (ring_) {
         ring_->backward(*attn_, dqkv, b_.att_scratch, b_.dl_btc, a.qkv, a.atty,
@@ -391,11 +410,17 @@ void GptCuda::backward(float loss_scale) {
       attention_timer(false);
       // qkv holds rotated Q, K: take dQ, dK back through the rotation.
       if (cfg_.rope) rope(dqkv, true, B, T);
-      matmul_backward(b_.dl_btc, grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv,
-                      a.ln1, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV, ks, st);
+      wgrad_fork(3);
+      matmul_backward_dweight(grad(P_QKVW) + (size_t)l * QKV * C, grad(P_QKVB) + l * QKV, dqkv,
+                              a.ln1, N, C, QKV, wks, ws);
+      wgrad_done(3);
+      matmul_backward_dinp(b_.dl_btc, dqkv, param(P_QKVW) + (size_t)l * QKV * C, N, C, QKV, st);
       // dresidual += ln1 path: d(residual3[l-1]) (or d(encoded) for l = 0)
+      wgrad_join(2);
       layernorm_backward(b_.dresidual, grad(P_LN1W) + l * C, grad(P_LN1B) + l * C, b_.dl_btc,
                          a.residual, param(P_LN1W) + l * C, a.ln1_mean, a.ln1_rstd, N, C, ks, st);
+      // The next layer's recompute and products overwrite ln1 and dqkv; layer l is complete.
+      wgrad_join(3);
       if (overlap) comm_->layer_done(l);  // layer l's gradients are final
     }
     if (cfg_.rope || !cp_) {

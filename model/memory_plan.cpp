@@ -56,6 +56,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   d.chunk = p.chunk_rows;
   d.att_saved = p.att_saved_per_layer, d.att_scratch = p.att_scratch_bytes;
   d.kscratch = in.kernel_scratch;
+  d.wgrad_scratch = in.wgrad_scratch;
   d.kv = p.kv_per_layer;
   d.decode_scratch = o.kv_cache > 0 ? in.decode_scratch : 0;
   d.rope = p.rope_rows * cfg.head_size();
@@ -77,6 +78,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                 (double)d.C4,    (double)d.Vp,       (double)d.K,
                                 (double)d.KA,    (double)d.KG,       (double)d.chunk,
                                 (double)d.att_saved, (double)d.att_scratch, (double)d.kscratch,
+                                (double)d.wgrad_scratch,
                                 (double)d.kv,    (double)d.decode_scratch, (double)d.rope,
                                 (double)d.rope_decode, (double)d.doc,
                                 (double)d.workspace, (double)d.cp_kv, (double)d.cp_dkv,
@@ -128,6 +130,7 @@ MemoryPlanInputs memory_plan_inputs_for(const ModelOptions& opt, size_t es,
                                 matmul_backward_scratch_bytes(N, OC),
                                 encoder_backward_scratch_bytes(opt.B, T, sort),
                                 global_norm_scratch_bytes()});
+  in.wgrad_scratch = matmul_backward_scratch_bytes(N, OC);
   in.workspace = matmul_workspace_bytes();
   in.decode_scratch = opt.kv_cache > 0 ? attention_decode_scratch_bytes(
                                              opt.kv_cache, c.num_heads, c.head_size())

@@ -50,6 +50,7 @@ struct BufferDimsOf {
   T chunk;    // classifier rows at once
   T att_saved, att_scratch;  // bytes: attention's saved state per layer, its scratch
   T kscratch;                // bytes: the reducing kernels' shared scratch
+  T wgrad_scratch;           // bytes: the weight-gradient stream's dbias partials
   T kv;                      // KV-cache elements per layer: positions * 2 * NKV * HS, or 0
   T decode_scratch;          // bytes: attention_decode's split-K partials, or 0
   T rope;                    // RoPE table floats: positions * HS (0: learned positions)
@@ -100,12 +101,14 @@ using BufferDims = BufferDimsOf<size_t>;
   X(dl_btc, "backward scratch", fx, 1, d.N * d.C)        /* (N, C) d(lnf) from the forward */   \
   X(dl_bt4c, "backward scratch", fx, 0, d.N * d.C4)      /* (N, 4C), also dqkv (N, QKV) */      \
   X(kscratch, "backward scratch", byte, 0, d.kscratch)   /* reducing kernels, one at a time */  \
+  X(wgrad_scratch, "backward scratch", byte, 0, d.wgrad_scratch) /* the wgrad stream's dbias */ \
   X(norm, "backward scratch", f64, 0, 1)                 /* (1) grad norm squared */            \
   X(kv_cache, "KV cache", fx, 0, d.L * d.kv)             /* (L, 2, positions, NKV, HS) */       \
   X(decode_scratch, "KV cache", byte, 0, d.decode_scratch)                                      \
   X(rope_table, "RoPE table", f32, 0, d.rope)            /* (positions, HS/2, 2) cos, sin */    \
   X(rope_decode, "RoPE table", f32, 0, d.rope_decode)    /* (HS/2, 2) decode()'s position */    \
   X(workspace, "cuBLASLt workspace", byte, 0, d.workspace)                                    \
+  X(wgrad_workspace, "cuBLASLt workspace", byte, 0, d.workspace) /* the wgrad stream's */      \
   X(cp_kv, "context parallel", fx, 0, d.cp_kv)       /* 2 x (B, Tl, 2*NKV, HS) K/V in flight */    \
   X(cp_dkv, "context parallel", f32, 0, d.cp_dkv)     /* 3 (4 at cp > 2) x (B, Tl, 2*NKV, HS) dK/dV */ \
   X(cp_o, "context parallel", f32, 0, d.cp_o)            /* (B, Tl, NH, HS) running O */
@@ -132,6 +135,7 @@ struct MemoryPlanInputs {
   size_t params_alloc = 0;        // parameter elements allocated (ZeRO padding); 0 = layout total
   size_t opt_size = 0;            // AdamW m (and v) elements; 0 = layout total
   size_t kernel_scratch = 0;      // shared reduction scratch (layernorm/matmul/encoder/norm)
+  size_t wgrad_scratch = 0;       // the weight-gradient stream's dbias partials
   size_t workspace = 0;           // cuBLASLt workspace
   size_t decode_scratch = 0;      // attention_decode's split-K partials (with a KV cache)
   // Tests: this many guard bytes after every buffer (past its 256-byte rounding), which the CUDA

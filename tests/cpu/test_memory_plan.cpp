@@ -84,6 +84,9 @@ TEST(MemoryPlan, SizesFromTheirSources) {
                       encoder_backward_scratch_bytes(2, 1024, encoder_sort_temp_bytes_estimate(2, 1024)),
                       global_norm_scratch_bytes()}));
   EXPECT_EQ(p.buffers[kBuf_workspace].bytes, matmul_workspace_bytes());
+  // The weight-gradient stream's own workspace and dbias partials (model/gpt_cuda_impl.cuh).
+  EXPECT_EQ(p.buffers[kBuf_wgrad_workspace].bytes, matmul_workspace_bytes());
+  EXPECT_EQ(p.buffers[kBuf_wgrad_scratch].bytes, matmul_backward_scratch_bytes((int)N, 4 * 768));
   EXPECT_EQ(p.buffers[kBuf_kscratch].bytes, in.kernel_scratch);
   // The FP32 build: floatX buffers double, fp32 ones stay.
   const MemoryPlan p4 = plan_memory(memory_plan_inputs_for(o, 4, 0));

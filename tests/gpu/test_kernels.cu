@@ -377,6 +377,51 @@ TEST_F(Kernels, MatmulTuned) {
   matmul_init(workspace_, matmul_workspace_bytes());
 }
 
+// The model's backward queues each product's dinp on its stream and the dweight and dbias on a
+// second one (matmul_init's second stream, with its own workspace), running at once: the bits
+// must be those of matmul_backward on one stream, itself checked against the reference above.
+// d12's fc shape with a deep k (the dweight product's k is N), where cuBLASLt uses its workspace.
+TEST_F(Kernels, MatmulBackwardOnTwoStreams) {
+  SEED_TRACE();
+  auto rng = test_rng();
+  const int N = 4096, C = 768, OC = 3072;
+  VecF inp = round_x(uniform((size_t)N * C, rng)), w = round_x(uniform((size_t)OC * C, rng));
+  VecF dout = round_x(uniform((size_t)N * OC, rng)), pre = round_x(uniform((size_t)N * C, rng));
+  VecF dw0 = uniform((size_t)OC * C, rng), db0 = uniform(OC, rng);
+  Own<floatX> d_inp(upload_x(inp)), d_w(upload_x(w)), d_dout(upload_x(dout)), d_pre(upload_x(pre));
+  Own<floatX> d_dinp(new Dev<floatX>((size_t)N * C));
+  Own<float> d_dw(upload(dw0)), d_db(upload(db0));
+  DevMem scratch(matmul_backward_scratch_bytes(N, OC)), second_ws(matmul_workspace_bytes());
+  matmul_backward(d_dinp->ptr, d_dw->ptr, d_db->ptr, d_dout->ptr, d_inp->ptr, d_w->ptr, N, C, OC,
+                  (float*)scratch.base, 0, 1.0f, d_pre->ptr);
+  const VecF want_dinp = download_x(d_dinp->ptr, (size_t)N * C);
+  const VecF want_dw = download(d_dw->ptr, dw0.size()), want_db = download(d_db->ptr, OC);
+
+  cudaStream_t chain, wgrad;
+  CUDA_CHECK(cudaStreamCreate(&chain));
+  CUDA_CHECK(cudaStreamCreate(&wgrad));
+  matmul_init(workspace_, matmul_workspace_bytes(), false, wgrad, second_ws.base);
+  for (int round = 0; round < 3; round++) {
+    CUDA_CHECK(cudaMemcpy(d_dw->ptr, dw0.data(), dw0.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_db->ptr, db0.data(), OC * 4, cudaMemcpyHostToDevice));
+    d_dinp->poison();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    matmul_backward_dweight(d_dw->ptr, d_db->ptr, d_dout->ptr, d_inp->ptr, N, C, OC,
+                            (float*)scratch.base, wgrad);
+    matmul_backward_dinp(d_dinp->ptr, d_dout->ptr, d_w->ptr, N, C, OC, chain, 1.0f, d_pre->ptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    expect_bitwise_equal("two streams: dinp", download_x(d_dinp->ptr, want_dinp.size()).data(),
+                         want_dinp.data(), want_dinp.size() * sizeof(float));
+    expect_bitwise_equal("two streams: dweight", download(d_dw->ptr, want_dw.size()).data(),
+                         want_dw.data(), want_dw.size() * sizeof(float));
+    expect_bitwise_equal("two streams: dbias", download(d_db->ptr, OC).data(), want_db.data(),
+                         OC * sizeof(float));
+  }
+  matmul_init(workspace_, matmul_workspace_bytes());
+  CUDA_CHECK(cudaStreamDestroy(chain));
+  CUDA_CHECK(cudaStreamDestroy(wgrad));
+}
+
 // ---- gelu, residual --------------------------------------------------------------------------
 
 TEST_F(Kernels, Gelu) {
