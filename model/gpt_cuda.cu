@@ -115,7 +115,7 @@ void GptCuda::init(const ModelOptions& opt) {
 
   CUDA_CHECK(cudaStreamCreate(&stream_));
   CUDA_CHECK(cudaStreamCreate(&wgrad_stream_));
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < kWgradForks; i++) {
     CUDA_CHECK(cudaEventCreateWithFlags(&chain_ready_[i], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&wgrad_done_[i], cudaEventDisableTiming));
   }
@@ -212,7 +212,7 @@ void GptCuda::release() {
   if (h_rope_row_) cudaFreeHost(h_rope_row_);
   if (inputs_copied_) cudaEventDestroy(inputs_copied_);
   if (norm_copied_) cudaEventDestroy(norm_copied_);
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < kWgradForks; i++) {
     if (chain_ready_[i]) cudaEventDestroy(chain_ready_[i]);
     if (wgrad_done_[i]) cudaEventDestroy(wgrad_done_[i]);
     chain_ready_[i] = wgrad_done_[i] = nullptr;
