@@ -19,6 +19,10 @@ struct LtState {
   // once must not share one, cuBLASLt's split-K partials live there.
   cudaStream_t second_stream = nullptr;
   void* second_workspace = nullptr;
+  // matmul_init's tuning scratch: where an accumulating product's candidates write (nullptr:
+  // allocated for the timing and freed)
+  void* tune_scratch = nullptr;
+  size_t tune_scratch_bytes = 0;
   void* workspace_for(cudaStream_t st) const {
     return second_stream != nullptr && st == second_stream ? second_workspace : workspace;
   }
@@ -55,9 +59,10 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T&
 
 // Index of the fastest of res[0, count) on these operands (0 when none beats res[0] by
 // kTuneMargin). An in-place accumulation (C = D, beta != 0) must reach D once only: there the
-// candidates write a scratch D that reads C (none is timed when it cannot be allocated). The
-// scratch is stream-ordered: cudaFree would wait for the whole device, and so for another
-// thread's rank on the same GPU whose stream waits for this one (the cp tests' virtual ranks).
+// candidates write a scratch D that reads C: matmul_init's tuning scratch, or without one a
+// stream-ordered allocation (cudaFree would wait for the whole device, and so for another
+// thread's rank on the same GPU whose stream waits for this one: the cp tests' virtual ranks).
+// None is timed where neither can be had.
 int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                       cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
                       const cublasLtMatmulHeuristicResult_t* res, int count, void* D,
@@ -65,9 +70,15 @@ int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_
                       const floatX* A, const floatX* B, const void* Cm, cudaStream_t stream) {
   void* Dt = D;
   const bool accumulates = beta != 0.0f && Cm == D;
+  bool allocated = false;
   if (accumulates) {
     const size_t bytes = (size_t)ldd * n * (dtype == CUDA_R_32F ? sizeof(float) : sizeof(floatX));
-    if (cudaMallocAsync(&Dt, bytes, stream) != cudaSuccess) {
+    if (s.tune_scratch) {
+      if (bytes > s.tune_scratch_bytes) return 0;
+      Dt = s.tune_scratch;
+    } else if (cudaMallocAsync(&Dt, bytes, stream) == cudaSuccess) {
+      allocated = true;
+    } else {
       (void)cudaGetLastError();
       return 0;
     }
@@ -96,7 +107,7 @@ int fastest_candidate(LtState& s, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_
     }
   }
   for (auto& x : ev) CUDA_CHECK(cudaEventDestroy(x));
-  if (accumulates) CUDA_CHECK(cudaFreeAsync(Dt, stream));
+  if (allocated) CUDA_CHECK(cudaFreeAsync(Dt, stream));
   int best = 0;
   for (int i = 1; i < count; i++)
     if (best_ms[i] < best_ms[best] && best_ms[i] < kTuneMargin * best_ms[0]) best = i;
@@ -233,7 +244,7 @@ __global__ void scale_kernel(float* x, float s, int n) {
 }  // namespace
 
 void matmul_init(void* workspace, size_t bytes, bool tune, cudaStream_t second_stream,
-                 void* second_workspace) {
+                 void* second_workspace, void* tune_scratch, size_t tune_scratch_bytes) {
   LtState& s = lt();
   // algorithms were chosen for the old workspace size, or by the other rule
   if (bytes != s.workspace_bytes || tune != s.tune) s.cache.clear();
@@ -242,6 +253,8 @@ void matmul_init(void* workspace, size_t bytes, bool tune, cudaStream_t second_s
   s.tune = tune;
   s.second_stream = second_workspace ? second_stream : nullptr;
   s.second_workspace = second_workspace;
+  s.tune_scratch = tune_scratch;
+  s.tune_scratch_bytes = tune_scratch ? tune_scratch_bytes : 0;
 }
 
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,

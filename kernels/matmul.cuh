@@ -19,10 +19,10 @@
 // medians of 3 alternating rounds on each of two H100s: 571,884 -> 578,677 and 572,948 ->
 // 579,761 tokens/s (+1.2% both; single runs +0.2% to +2.8%, as each process times afresh);
 // lm-head forward 3975 -> 3410 us, backward 7202 -> 6790, fc forward (GELU_AUX_BIAS) 380 -> 285,
-// fcproj backward 466 -> 438. Off by default: timings pick differently in another process, so a resumed run would not
-// repeat its forward bit for bit. Its scratch: an accumulating product's candidates write a copy
-// of D (at most the lm-head's dweight, C x Vp fp32: 154 MB at d12), allocated for the first step
-// and freed, outside the memory plan; the heuristic's first choice stands where it cannot be had.
+// fcproj backward 466 -> 438. Off by default: timings pick differently in another process, so a
+// resumed run would not repeat its forward bit for bit. Its scratch: an accumulating product's candidates write a copy
+// of D (at most the lm-head's dweight, C x Vp fp32: 154 MB at d12), which the model plans with
+// its memory (matmul_init's tune_scratch); the heuristic's first choice stands where none fits.
 // Fallbacks: when the bias or GELU epilogue has no algorithm for a shape/alignment (ragged
 // test shapes), a plain matmul plus add_bias / gelu_forward kernels compute the same thing.
 // dbias: blocks of 32 lanes x 8 warps; each lane owns 8 columns (one 128-bit load per row),
@@ -50,8 +50,11 @@
 // reproducible across runs); false takes the heuristic's first, the same in every process.
 // second_stream, second_workspace (bytes too): products queued on that stream use the second
 // workspace, so that they may run beside those of another stream (the model's weight gradients).
+// tune_scratch (matmul_tune_scratch_bytes, matmul.h): where tuning times an accumulating
+// product; without one, tuning allocates it for the timing and frees it.
 void matmul_init(void* workspace, size_t bytes, bool tune = false,
-                 cudaStream_t second_stream = nullptr, void* second_workspace = nullptr);
+                 cudaStream_t second_stream = nullptr, void* second_workspace = nullptr,
+                 void* tune_scratch = nullptr, size_t tune_scratch_bytes = 0);
 
 void matmul_forward(floatX* out,           // (N, OC)
                     const floatX* inp,     // (N, C)

@@ -9,7 +9,9 @@
 //   workspace: cuBLASLt's, 32 MiB as llm.c uses on Hopper (cuBLASLt's larger Hopper kernels want
 //     more than 4 MiB);
 //   backward scratch: the dbias reduction's fp32 partial rows of OC, one per block-row of
-//     ceil(N / 8) blocks, at most kMatmulBiasRowBlocks.
+//     ceil(N / 8) blocks, at most kMatmulBiasRowBlocks;
+//   tuning scratch (matmul_init's `tune` only): an accumulating product's candidates are timed
+//     into a copy of D, the largest D being the widest product's fp32 dweight (max_OC x C).
 constexpr size_t kMatmulWorkspaceBytes = 32ull << 20;
 constexpr int kMatmulBiasRowBlocks = 256;
 inline size_t matmul_workspace_bytes() { return kMatmulWorkspaceBytes; }
@@ -18,6 +20,9 @@ inline int matmul_bias_row_blocks(int N) {
 }
 inline size_t matmul_backward_scratch_bytes(int N, int OC) {
   return (size_t)matmul_bias_row_blocks(N) * OC * sizeof(float);
+}
+inline size_t matmul_tune_scratch_bytes(int C, int max_OC) {
+  return (size_t)C * max_OC * sizeof(float);
 }
 template <typename real>
 void matmul_forward_ref(real* out,           // (N, OC)

@@ -256,7 +256,7 @@ class GptCuda : public Model {
   float* grad(int i) const { return b_.grads + layout_.offsets[i]; }
   void attach() const {
     matmul_init(b_.workspace, matmul_workspace_bytes(), tune_matmul_, wgrad_stream_,
-                b_.wgrad_workspace);
+                b_.wgrad_workspace, b_.tune_scratch, plan_.buffers[kBuf_tune_scratch].bytes);
   }
   void measure() const;
   void queue_grad_norm();  // the gradients' sum of squares into b_.norm, and its copy to h_norm_

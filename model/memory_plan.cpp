@@ -63,6 +63,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   d.rope_decode = cfg.rope && o.kv_cache > 0 ? cfg.head_size() : 0;
   d.doc = o.mask.kind == MaskKind::kDocument ? (size_t)o.B * o.T : 0;
   d.workspace = in.workspace;
+  d.tune_scratch = in.tune_scratch;
   if (o.cp > 1) {
     const CpRingElems e = cp_ring_elems(CpLayout(o.cp, o.T), o.B, cfg.num_heads,
                                         cfg.num_kv_heads, cfg.head_size());
@@ -81,7 +82,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                 (double)d.wgrad_scratch,
                                 (double)d.kv,    (double)d.decode_scratch, (double)d.rope,
                                 (double)d.rope_decode, (double)d.doc,
-                                (double)d.workspace, (double)d.cp_kv, (double)d.cp_dkv,
+                                (double)d.workspace, (double)d.tune_scratch,
+                                (double)d.cp_kv, (double)d.cp_dkv,
                                 (double)d.cp_o};
   const size_t fx = in.es, f32 = 4, f64 = 8, i32 = 4, byte = 1;
   auto too_big = [&]() {
@@ -132,6 +134,10 @@ MemoryPlanInputs memory_plan_inputs_for(const ModelOptions& opt, size_t es,
                                 global_norm_scratch_bytes()});
   in.wgrad_scratch = matmul_backward_scratch_bytes(N, OC);
   in.workspace = matmul_workspace_bytes();
+  // The widest accumulating product: the lm head's d(wte) (Vp x C) or a layer's dweight.
+  in.tune_scratch = opt.tune_matmul
+                        ? matmul_tune_scratch_bytes(c.channels, std::max(c.padded_vocab_size, OC))
+                        : 0;
   in.decode_scratch = opt.kv_cache > 0 ? attention_decode_scratch_bytes(
                                              opt.kv_cache, c.num_heads, c.head_size())
                                        : 0;

@@ -57,6 +57,7 @@ struct BufferDimsOf {
   T rope_decode;             // RoPE floats of decode()'s one position: HS (0: none)
   T doc;                     // document starts: B * T of the whole sequence (0: no document mask)
   T workspace;               // bytes: cuBLASLt workspace
+  T tune_scratch;            // bytes: --tune-matmul's timing of accumulating products, or 0
   T cp_kv, cp_dkv, cp_o;     // context parallel (--cp > 1, else 0): elements of the two K/V
                              // blocks in flight, of all dK/dV buffers, of the running O
                              // (cp_ring_elems)
@@ -109,6 +110,7 @@ using BufferDims = BufferDimsOf<size_t>;
   X(rope_decode, "RoPE table", f32, 0, d.rope_decode)    /* (HS/2, 2) decode()'s position */    \
   X(workspace, "cuBLASLt workspace", byte, 0, d.workspace)                                    \
   X(wgrad_workspace, "cuBLASLt workspace", byte, 0, d.workspace) /* the wgrad stream's */      \
+  X(tune_scratch, "cuBLASLt workspace", byte, 0, d.tune_scratch) /* --tune-matmul's timing */  \
   X(cp_kv, "context parallel", fx, 0, d.cp_kv)       /* 2 x (B, Tl, 2*NKV, HS) K/V in flight */    \
   X(cp_dkv, "context parallel", f32, 0, d.cp_dkv)     /* 3 (4 at cp > 2) x (B, Tl, 2*NKV, HS) dK/dV */ \
   X(cp_o, "context parallel", f32, 0, d.cp_o)            /* (B, Tl, NH, HS) running O */
@@ -137,6 +139,7 @@ struct MemoryPlanInputs {
   size_t kernel_scratch = 0;      // shared reduction scratch (layernorm/matmul/encoder/norm)
   size_t wgrad_scratch = 0;       // the weight-gradient stream's dbias partials
   size_t workspace = 0;           // cuBLASLt workspace
+  size_t tune_scratch = 0;        // --tune-matmul: where accumulating products are timed
   size_t decode_scratch = 0;      // attention_decode's split-K partials (with a KV cache)
   // Tests: this many guard bytes after every buffer (past its 256-byte rounding), which the CUDA
   // model fills with a pattern and checks (cuda_model_guard_violations): a buffer planned too

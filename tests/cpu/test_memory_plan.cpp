@@ -88,6 +88,15 @@ TEST(MemoryPlan, SizesFromTheirSources) {
   EXPECT_EQ(p.buffers[kBuf_wgrad_workspace].bytes, matmul_workspace_bytes());
   EXPECT_EQ(p.buffers[kBuf_wgrad_scratch].bytes, matmul_backward_scratch_bytes((int)N, 4 * 768));
   EXPECT_EQ(p.buffers[kBuf_kscratch].bytes, in.kernel_scratch);
+  // --tune-matmul times accumulating products into a planned copy of the widest one: the lm
+  // head's d(wte), Vp x C fp32 (154 MB at d12); nothing without it.
+  EXPECT_EQ(p.buffers[kBuf_tune_scratch].bytes, 0u);
+  ModelOptions tuned = o;
+  tuned.tune_matmul = true;
+  const MemoryPlan pt = plan_memory(memory_plan_inputs_for(tuned, 2, 0));
+  EXPECT_EQ(pt.buffers[kBuf_tune_scratch].bytes,
+            (size_t)o.config.padded_vocab_size * C * sizeof(float));
+  EXPECT_EQ(pt.buffers[kBuf_tune_scratch].bytes, matmul_tune_scratch_bytes(768, 50304));
   // The FP32 build: floatX buffers double, fp32 ones stay.
   const MemoryPlan p4 = plan_memory(memory_plan_inputs_for(o, 4, 0));
   EXPECT_EQ(p4.buffers[kBuf_ln1].bytes, 2 * p.buffers[kBuf_ln1].bytes);

@@ -364,7 +364,8 @@ TEST_F(Kernels, MatmulGelu) {
 }
 
 // With tuning every candidate runs on the real operands first: results stay the reference's,
-// and an accumulating product (dweight +=, beta = 1 into D) still adds once.
+// and an accumulating product (dweight +=, beta = 1 into D) still adds once, its candidates
+// timed into an allocation of their own or into the scratch the model plans.
 TEST_F(Kernels, MatmulTuned) {
   SEED_TRACE();
   auto rng = test_rng();
@@ -374,6 +375,22 @@ TEST_F(Kernels, MatmulTuned) {
   check_matmul(256, 768, 3072, true, true, 1.0f, rng);                // fc: GELU_AUX_BIAS
   check_matmul(64, 96, 1024, false, false, 0.25f, rng);               // lm-head shape
   check_matmul(37, 100, 300, true, false, 1.0f, rng);                 // ragged
+  // With the model's planned tuning scratch (matmul_init's tune_scratch): the accumulating
+  // products' candidates are timed there, so it must have been written; one too small for the
+  // product leaves the heuristic's choice, still correct. (A change of `tune` empties the
+  // algorithm cache, so that the products are timed again.)
+  DevMem scratch(matmul_tune_scratch_bytes(768, 2304));
+  scratch.poison();
+  matmul_init(workspace_, matmul_workspace_bytes());
+  matmul_init(workspace_, matmul_workspace_bytes(), true, nullptr, nullptr, scratch.ptr,
+              scratch.bytes());
+  check_matmul(256, 768, 2304, true, false, 1.0f, rng);
+  const std::vector<char> host = scratch.download();
+  EXPECT_FALSE(std::all_of(host.begin(), host.end(), [](char b) { return b == (char)0xff; }))
+      << "the accumulating product was not timed in the tuning scratch";
+  matmul_init(workspace_, matmul_workspace_bytes());
+  matmul_init(workspace_, matmul_workspace_bytes(), true, nullptr, nullptr, scratch.ptr, 64);
+  check_matmul(256, 3072, 768, true, false, 1.0f, rng);
   matmul_init(workspace_, matmul_workspace_bytes());
 }
 
