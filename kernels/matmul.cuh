@@ -20,9 +20,10 @@
 // 579,761 tokens/s (+1.2% both; single runs +0.2% to +2.8%, as each process times afresh);
 // lm-head forward 3975 -> 3410 us, backward 7202 -> 6790, fc forward (GELU_AUX_BIAS) 380 -> 285,
 // fcproj backward 466 -> 438. Off by default: timings pick differently in another process, so a
-// resumed run would not repeat its forward bit for bit. Its scratch: an accumulating product's candidates write a copy
-// of D (at most the lm-head's dweight, C x Vp fp32: 154 MB at d12), which the model plans with
-// its memory (matmul_init's tune_scratch); the heuristic's first choice stands where none fits.
+// resumed run would not repeat its forward bit for bit. Its scratch: an accumulating product's
+// candidates write a copy of D (at most the lm-head's dweight, C x Vp fp32: 154 MB at d12), which
+// the model plans with its memory (matmul_init's tune_scratch); the heuristic's first choice
+// stands where none fits.
 // Fallbacks: when the bias or GELU epilogue has no algorithm for a shape/alignment (ragged
 // test shapes), a plain matmul plus add_bias / gelu_forward kernels compute the same thing.
 // dbias: blocks of 32 lanes x 8 warps; each lane owns 8 columns (one 128-bit load per row),
