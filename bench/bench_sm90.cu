@@ -4,12 +4,15 @@
 //     one accumulator per warpgroup, then a wait for them (operands fixed in shared memory, or
 //     A in registers: the RS form), with 1, 2 and 3 warpgroups per SM, alone and in the
 //     forward's mix (per K/V tile, S = Q K^T and O += P V issued together);
-//   * MUFU.EX2 (ex2.approx.ftz.f32), 8 independent chains per thread.
+//   * MUFU.EX2, 8 independent chains per thread: ex2.approx.ftz.f32, and the packed f16x2 and
+//     bf16x2 forms (two exponentials an instruction), counted in exponentials.
 // Each rate is reported in TFLOP/s (or Gop/s) from CUDA events and per SM and clock from
 // clock64() inside the kernel (the H100's dense bf16 peak: 4096 FLOP and 16 EX2 per SM per
 // clock). No memory traffic, no softmax, no barriers: what the tensor pipe and MUFU give a kernel
 // that only feeds them. docs/notes/flash3.md reads the forward's numbers against these.
 #include "bench/bench_sm90.h"
+
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -118,19 +121,38 @@ __global__ void __launch_bounds__(MAXT, 1)
   finish(t0, sum, clocks, sink);
 }
 
-// 8 independent chains of x = 2^-x per thread.
+// 8 independent chains of x = 2^-x per thread, in one of three forms:
+//   kF32    ex2.approx.ftz.f32: one exponential an instruction (the flash kernels' form);
+//   kF16x2  ex2.approx.f16x2:   two halves an instruction;
+//   kBF16x2 ex2.approx.ftz.bf16x2 (sm_90): two bf16 an instruction, the P V operand's type.
+// The packed forms would halve the softmax's MUFU instructions if MUFU took two an op.
+enum class Ex2Form { kF32, kF16x2, kBF16x2 };
+template <Ex2Form FORM>
 __global__ void __launch_bounds__(1024) ex2_rate_kernel(int iters, long long* clocks, float* sink) {
-  float x[8];
+  uint32_t x[8];  // one fp32, or two 16-bit values, per chain
 #pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = 0.001f * (threadIdx.x + i);
+  for (int i = 0; i < 8; ++i) {
+    const float v = 0.001f * (threadIdx.x + i);
+    if constexpr (FORM == Ex2Form::kF32) x[i] = __float_as_uint(v);
+    if constexpr (FORM == Ex2Form::kF16x2) x[i] = __half_as_ushort(__float2half(v)) * 0x10001u;
+    if constexpr (FORM == Ex2Form::kBF16x2) x[i] = flash::pack_bf16(v, v);
+  }
   __syncthreads();
   const long long t0 = clock64();
   for (int it = 0; it < iters; ++it)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = flash::fast_exp2(-x[i]);
+    for (int i = 0; i < 8; ++i) {
+      if constexpr (FORM == Ex2Form::kF32)
+        x[i] = __float_as_uint(flash::fast_exp2(-__uint_as_float(x[i])));
+      // the sign bits set: 2^-x keeps the chain in (0, 1]
+      if constexpr (FORM == Ex2Form::kF16x2)
+        asm volatile("ex2.approx.f16x2 %0, %1;" : "=r"(x[i]) : "r"(x[i] | 0x80008000u));
+      if constexpr (FORM == Ex2Form::kBF16x2)
+        asm volatile("ex2.approx.ftz.bf16x2 %0, %1;" : "=r"(x[i]) : "r"(x[i] | 0x80008000u));
+    }
   float sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) sum += x[i];
+  for (int i = 0; i < 8; ++i) sum += __uint_as_float(x[i]);
   finish(t0, sum, clocks, sink);
 }
 
@@ -168,15 +190,17 @@ Rate wgmma_rate(int nwg, int sms) {
 }
 
 // One block of 1024 threads per SM (32 warps, 8 chains each: MUFU never waits on a result).
+// Work: exponentials (two an instruction in the packed forms).
+template <Ex2Form FORM>
 Rate ex2_rate(int sms) {
   const int iters = 20000, threads = 1024;
   DeviceAllocs mem;
   return time_rate(
       [&](long long* clocks, float* sink) {
-        ex2_rate_kernel<<<sms, threads>>>(iters, clocks, sink);
+        ex2_rate_kernel<FORM><<<sms, threads>>>(iters, clocks, sink);
         CUDA_CHECK_LAUNCH();
       },
-      8.0 * iters * threads, sms, mem);
+      8.0 * iters * threads * (FORM == Ex2Form::kF32 ? 1 : 2), sms, mem);
 }
 
 // The attention kernels' products (flash3.cu, flash3_bwd.cu).
@@ -210,8 +234,11 @@ void bench_sm90_rates() {
       row("HS 128 forward mix (S, then P V)", nwg, wgmma_rate<S128, PV128, true, 256>(nwg, sms));
     }
   }
-  const Rate e = ex2_rate(sms);
-  std::printf("  %-52s %3s %9.1f %11.2f %6.1f%%   (Gop/s; ops per SM and clock against 16)\n",
-              "MUFU.EX2 (ex2.approx.ftz.f32)", "-", e.per_s / 1e9, e.per_clock,
-              100.0 * e.per_clock / 16.0);
+  auto ex2_row = [&](const char* what, Rate e) {
+    std::printf("  %-52s %3s %9.1f %11.2f %6.1f%%   (Gop/s; exponentials per SM and clock against "
+                "16)\n", what, "-", e.per_s / 1e9, e.per_clock, 100.0 * e.per_clock / 16.0);
+  };
+  ex2_row("MUFU.EX2 (ex2.approx.ftz.f32)", ex2_rate<Ex2Form::kF32>(sms));
+  ex2_row("MUFU.EX2 f16x2 (ex2.approx.f16x2)", ex2_rate<Ex2Form::kF16x2>(sms));
+  ex2_row("MUFU.EX2 bf16x2 (ex2.approx.ftz.bf16x2)", ex2_rate<Ex2Form::kBF16x2>(sms));
 }

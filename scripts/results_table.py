@@ -873,7 +873,22 @@ NCU_METRICS = {"gpu__time_duration.sum": "duration_us",
                "sm__cycles_elapsed.avg.per_second": "clock_ghz",
                "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
                "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": "mufu_pct",
-               "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue_pct"}
+               "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue_pct",
+               "smsp__warps_eligible.avg.per_cycle_active": "eligible_warps",
+               "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed":
+                   "smem_pct"}
+# Where the warps wait: cycles stalled per issued instruction, by reason (ncu's warp states; the
+# column names of the claim's data.csv, then its table's headings).
+NCU_STALLS = [("wait", "stall_wait", "fixed-latency dependency"),
+              ("long_scoreboard", "stall_long_sb", "long scoreboard"),
+              ("barrier", "stall_barrier", "barrier"),
+              ("dispatch_stall", "stall_dispatch", "dispatch"),
+              ("mio_throttle", "stall_mio", "MIO throttle"),
+              ("short_scoreboard", "stall_short_sb", "short scoreboard"),
+              ("gmma", "stall_gmma", "wgmma"),
+              ("not_selected", "stall_not_selected", "not selected")]
+NCU_METRICS.update({"smsp__average_warps_issue_stalled_%s_per_issue_active.ratio" % m: key
+                    for m, key, _ in NCU_STALLS})
 
 
 def read_ncu_metrics(path):
@@ -934,7 +949,9 @@ def collect_attention_ceilings(raws, env):
             rows.append({"kind": "kernel", "what": "flash3 " + ("forward" if m[1] == "fwd" else "backward"),
                          "hs": m[2], "duration_us": "%.1f" % v["duration_us"],
                          "clock_ghz": "%.3f" % v["clock_ghz"], "tensor_pct": v["tensor_pct"],
-                         "mufu_pct": v["mufu_pct"], "issue_pct": v["issue_pct"]})
+                         "mufu_pct": v["mufu_pct"], "issue_pct": v["issue_pct"],
+                         "eligible_warps": v["eligible_warps"], "smem_pct": v["smem_pct"],
+                         **{key: v[key] for _, key, _ in NCU_STALLS}})
         else:
             sys.exit("results_table.py: attention-ceilings takes tensor=FILE and ncu=FILE, not '%s'" % label)
     return stamp(rows, env)
@@ -978,6 +995,16 @@ def render_attention_ceilings(rows, T=16384, B=1):
                    "TFLOP/s by DESIGN.md's count, the causal half, at that clock):\n" % (kt(T), B))
         out.append(md_table(["kernel", "HS", "us", "GHz", "TFLOP/s", "of the tensor peak",
                              "tensor pipe busy", "MUFU busy", "issue slots busy"], body))
+        out.append("\nWhere their warps wait (the same profiles): warps eligible to issue per "
+                   "scheduler and cycle, the shared-memory pipe's wavefronts against its peak, "
+                   "and the cycles a warp stalls per issued instruction by reason (ncu's warp "
+                   "states, every warp counted: the producers' waits for free stages too):\n")
+        out.append(md_table(["kernel", "HS", "eligible warps", "shared-memory pipe"] +
+                            [title for _, _, title in NCU_STALLS],
+                            [[r["what"], r["hs"], fmt(num(r["eligible_warps"]), ".2f"),
+                              fmt(num(r["smem_pct"])) + "%"] +
+                             [fmt(num(r[key]), ".2f") for _, key, _ in NCU_STALLS]
+                             for r in kernels]))
     return "\n".join(out)
 
 

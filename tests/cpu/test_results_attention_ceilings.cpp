@@ -1,9 +1,10 @@
 // test_results_attention_ceilings — the attention-ceilings claim's collector and renderer in
 // scripts/results_table.py, on a small `bench-kernels --only tensor` log and an ncu CSV written
 // here: each rate row read (warpgroups, rate, per SM and clock, share of peak; MUFU's in Gop/s
-// with no warpgroup count), the median over two rounds, the kernel's pass and HS from its name,
-// its duration in base units turned into us, its TFLOP/s by DESIGN.md's count at ncu's clock, and
-// one error line for a file with neither.
+// with no warpgroup count, the packed form's too), the median over two rounds, the kernel's pass
+// and HS from its name, its duration in base units turned into us, its TFLOP/s by DESIGN.md's
+// count at ncu's clock, its eligible warps, shared-memory pipe and stall reasons in their own
+// table, and one error line for a file with neither.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,7 +24,9 @@ void write_tensor_log(const std::string& path, const char* tflops) {
        "  S = Q K^T, HS 64 (m64n128k16 SS x 4)                   2     " << tflops
     << "        4096  100.0%\n"
        "  MUFU.EX2 (ex2.approx.ftz.f32)                          -    3000.0       16.00  100.0%"
-       "   (Gop/s; ops per SM and clock against 16)\n";
+       "   (Gop/s; exponentials per SM and clock against 16)\n"
+       "  MUFU.EX2 bf16x2 (ex2.approx.ftz.bf16x2)                -    2900.0       15.50   96.9%"
+       "   (Gop/s; exponentials per SM and clock against 16)\n";
 }
 
 // One forward kernel at HS 64: 1,000,000 ns at 1.5e9 cycles per second.
@@ -44,6 +47,15 @@ void write_ncu_csv(const std::string& path) {
   row("sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active", "%", "61.5");
   row("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "%", "58.25");
   row("smsp__issue_active.avg.pct_of_peak_sustained_active", "%", "55.5");
+  row("smsp__warps_eligible.avg.per_cycle_active", "warp", "1.06");
+  row("l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed", "%", "39.0");
+  const char* stalls[][2] = {{"wait", "1.51"},         {"long_scoreboard", "0.47"},
+                             {"barrier", "0.31"},      {"dispatch_stall", "0.80"},
+                             {"mio_throttle", "0.39"}, {"short_scoreboard", "0.17"},
+                             {"gmma", "0.08"},         {"not_selected", "0.90"}};
+  for (const auto& st : stalls)
+    row(("smsp__average_warps_issue_stalled_" + std::string(st[0]) + "_per_issue_active.ratio").c_str(),
+        "", st[1]);
 }
 
 TEST(ResultsTable, AttentionCeilings) {
@@ -63,7 +75,9 @@ TEST(ResultsTable, AttentionCeilings) {
        {"| S = Q K^T, HS 64 (m64n128k16 SS x 4) | 2 | 850.0 TFLOP/s | 4096 | 100.0% |",
         "| MUFU.EX2 (ex2.approx.ftz.f32) | - | 3000.0 Gop/s | 16.00 | 100.0% |",
         "medians of 2 rounds",
-        "| flash3 forward | 64 | 1000.0 | 1.50 | 412.3 | 67.1% | 58.2% | 61.5% | 55.5% |"})
+        "| flash3 forward | 64 | 1000.0 | 1.50 | 412.3 | 67.1% | 58.2% | 61.5% | 55.5% |",
+        "| MUFU.EX2 bf16x2 (ex2.approx.ftz.bf16x2) | - | 2900.0 Gop/s | 15.50 | 96.9% |",
+        "| flash3 forward | 64 | 1.06 | 39.0% | 1.51 | 0.47 | 0.31 | 0.80 | 0.39 | 0.17 | 0.08 | 0.90 |"})
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
 
   std::ofstream(d / "other.log") << "nothing here\n";
