@@ -67,9 +67,9 @@
 //     The masked HS 128 kernels keep it too: with the lazy max, T 32K B 4 under ncu, documents of
 //     1K / 4K and a 4K window took +1.3 / +2.3 / +3.2% time (fewer instructions, tensor pipe
 //     64.6 -> 63.5%, 75.7 -> 74.0%, 74.8 -> 73.2% busy).
-//   - what bounds it (ncu, T 16K): at HS 64 the tensor pipe is 59% busy and MUFU 61%, at HS 128
-//     79% and 39%, where each reaches 100% alone (bench/results/attention-ceilings): the limit is
-//     how much of the softmax runs under the products, not a unit's rate.
+//   - what bounds it (ncu, T 16K; bench/results/attention-ceilings): tensor pipe, MUFU and issue
+//     slots 59/61/56% busy at HS 64 (each ~500 cycles per K/V tile and scheduler), 79/39/41% at
+//     HS 128: no unit's rate limits, but how much of the softmax runs under the products.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
 // Bench: ./build/flashgpt bench-attention --backends flash,flash3
