@@ -71,7 +71,7 @@
 //     ncu T 16K 2.6% less time (tensor pipe 78.7 -> 80.7% busy), timed +1.9..+3.5% at T 4K-64K.
 //     At HS 64 the same form cut 4.6% of the instructions and took 2.9% longer: built per k-step.
 //   - what bounds it (ncu, T 16K; bench/results/attention-ceilings): tensor pipe, MUFU and issue
-//     slots 59/61/56% busy at HS 64 (each ~500 cycles per K/V tile and scheduler), 79/39/41% at
+//     slots 59/61/56% busy at HS 64 (each ~500 cycles per K/V tile and scheduler), 81/41/39% at
 //     HS 128: no unit's rate limits, but how much of the softmax runs under the products.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
