@@ -28,9 +28,9 @@
 //           softmax (online_softmax.cuh) while P V runs; wait P V; release V_{j+1}; O_i *= alpha
 //         O_i += P V_0
 //       causal HS 128 (mainloop_lazy, FlashAttention-4's lazy rescaling): after the first
-//         tile, P_j = exp2(S_j - m_i) against the running max, S_j's row max taken in the same
-//         pass, into a second P buffer; l_i += rowsum(P_j) and no rescale of O_i unless a row's
-//         max rose by more than 8 log2 units (P_j <= 2^8 in bf16) or the row saw its first key:
+//         tile, P_j = exp2(S_j - m_i) against the running max, with no pass for S_j's row max,
+//         into a second P buffer; l_i += rowsum(P_j) and no rescale of O_i unless some P_j of
+//         the warp exceeds 2^8 (the largest of its bf16 halves) or a row is still at m_i = -inf:
 //         then the warp redoes the tile with the exact online-softmax step
 //       epilogue (fwd_epilogue.cuh): O_i / l_i -> bf16 via smem, 16-byte stores of rows < T;
 //         LSE_i (or the ring's merge)
@@ -418,13 +418,16 @@ struct Fwd3Consumer {
     }
   }
   // LAZY_MAX: the exponentials of S_j against each row's running max m_i from the earlier tiles,
-  // taken in the same pass as S_j's row max instead of after it, into P' (bf16, the next P V's
-  // A) with their row sums rs; S_j is left as it is. P' may exceed 1 where S_j holds a larger
-  // score. Returns false when every row of the warp may keep its m_i: no row's max rose by more
-  // than kLazyRise in log2 units (P' <= 2^8: then l_i += rs, and O_i needs no rescale), and no
-  // row saw its first key (m_i = -inf exponentiates against 0, giving P' = 0 for a row that has
-  // still seen none). Otherwise the caller redoes the tile with the exact online softmax from S_j.
-  static constexpr float kLazyRise = 8.f;
+  // with no pass for S_j's row max first, into P' (bf16, the next P V's A) with their row sums
+  // rs; S_j is left as it is. P' may exceed 1 where S_j holds a larger score. Returns false when
+  // every row of the warp may keep its m_i: no P' above 2^kLazyRise (then no row's max rose by
+  // more than kLazyRise log2 units: l_i += rs, and O_i needs no rescale), and no row still at
+  // m_i = -inf (it exponentiated against 0). Otherwise the caller redoes the tile with the exact
+  // online softmax from S_j. The test is on P' itself, the largest of its bf16 halves (3 halves
+  // an instruction, and no quad reduction: the decision is the warp's), not on S_j's fp32 max
+  // (2 FMNMX a pair, then the quad's).
+  static constexpr int kLazyRise = 8;
+  static constexpr uint32_t kLazyLimitBf16 = (127u + kLazyRise) << 7;  // 2^kLazyRise in bf16
   __device__ __forceinline__ bool softmax_lazy(const float (&s)[NS], uint32_t (&p)[KP][4],
                                                const float (&m_i)[2], float (&rs)[2],
                                                float scale_log2) const {
@@ -432,20 +435,21 @@ struct Fwd3Consumer {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float ref = m_i[r] == -INFINITY ? 0.f : m_i[r] * scale_log2;
-      float m = m_i[r], sum = 0.f;
+      float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < NS / 4; ++n) {  // 8-column tile n: pack_p's p[n / 2][2 (n % 2) + r]
-        const float a = s[4 * n + 2 * r], b = s[4 * n + 2 * r + 1];
-        m = fmaxf(m, fmaxf(a, b));
-        const float p0 = flash::fast_exp2(fmaf(a, scale_log2, -ref));
-        const float p1 = flash::fast_exp2(fmaf(b, scale_log2, -ref));
+        const float p0 = flash::fast_exp2(fmaf(s[4 * n + 2 * r], scale_log2, -ref));
+        const float p1 = flash::fast_exp2(fmaf(s[4 * n + 2 * r + 1], scale_log2, -ref));
         p[n / 2][2 * (n % 2) + r] = flash::pack_bf16(p0, p1);
         sum += p0 + p1;
       }
       rs[r] = sum;
-      const float mx = flash::quad_max(m);
-      move |= mx > m_i[r] && (m_i[r] == -INFINITY || (mx - m_i[r]) * scale_log2 > kLazyRise);
+      move |= m_i[r] == -INFINITY;
     }
+    uint32_t p_max = 0u;  // bf16x2; P' >= +0
+#pragma unroll
+    for (int w = 0; w < 4 * KP; ++w) p_max = flash::max_bf16x2(p_max, p[w / 4][w % 4]);
+    move |= (p_max & 0xffffu) > kLazyLimitBf16 || (p_max >> 16) > kLazyLimitBf16;
     return __any_sync(0xffffffffu, move);
   }
 

@@ -85,6 +85,14 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
   return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
 }
 
+// max of two bf16x2 words, half by half (max.bf16x2; ptxas fuses a chain of them into 3-input
+// VHMNMX, three halves a pair per instruction).
+__device__ __forceinline__ uint32_t max_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("max.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
 // 2^x, MUFU.EX2 (ex2.approx: relative error ~2^-22, 2^-inf = +0). One instruction, versus the
 // range-reduced sequence that exp2f compiles to without --use_fast_math.
 __device__ __forceinline__ float fast_exp2(float x) {
