@@ -27,7 +27,7 @@
 //           (P from registers); wait S; release K_j; mask (diagonal tiles only); online
 //           softmax (online_softmax.cuh) while P V runs; wait P V; release V_{j+1}; O_i *= alpha
 //         O_i += P V_0
-//       causal HS 128 (mainloop_lazy, FlashAttention-4's lazy rescaling): after the first
+//       HS 128 (mainloop_lazy, FlashAttention-4's lazy rescaling): after the first
 //         tile, P_j = exp2(S_j - m_i) against the running max, with no pass for S_j's row max,
 //         into a second P buffer; l_i += rowsum(P_j) and no rescale of O_i unless some P_j of
 //         the warp exceeds 2^8 (the largest of its bf16 halves) or a row is still at m_i = -inf:
@@ -59,19 +59,21 @@
 //     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
 //     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills; producer 24 registers.
-//   - the lazy max at HS 128: ncu T 4K/16K/32K/64K -1.6/-2.4/-3.5/-3.1% time (4.4% fewer
-//     instructions, barrier stalls halved, tensor pipe 76.5 -> 78.7% busy at 16K); timed
-//     x1.006/1.023/1.020/1.017 (622 TFLOP/s at 16K, 643 at 32K). At HS 64 its
-//     second P buffer does not fit 3 warpgroups' registers (spills, serialized wgmma), and the
-//     HS 64 kernels keep a mainloop of their own: sharing one moved their code and cost 2-2.6%.
-//     The masked HS 128 kernels keep it too: with the lazy max, T 32K B 4 under ncu, documents of
-//     1K / 4K and a 4K window took +1.3 / +2.3 / +3.2% time (fewer instructions, tensor pipe
-//     64.6 -> 63.5%, 75.7 -> 74.0%, 74.8 -> 73.2% busy).
+//   - the lazy max at HS 128: against the exact step, ncu T 16K -2.4% time (tensor pipe 76.5 ->
+//     78.7% busy) with S_j's fp32 row max taken in the exponentials' pass; then the rise tested
+//     on P' instead (the largest bf16 half: 16 3-way VHMNMX a thread and tile, no FMNMX over S_j,
+//     no quad reduction): -9% time, -12% instructions, tensor pipe 80.7 -> 88.5%; timed forward
+//     x1.05..1.07 at T 4K/16K, x1.04 at 32K (655 TFLOP/s at 16K, 667 at 64K). The masked
+//     kernels too: T 32K, HS 128, documents of 4K and a 4K window x1.07, 1K documents x1.00-1.04
+//     (with the fp32 max in the pass they had been 1-3% slower than the exact step). At HS 64
+//     the second P buffer does not fit 3 warpgroups' registers, and an in-place form cut 17.7%
+//     of the instructions and no time (docs/notes/flash3.md); the HS 64 kernels keep a mainloop
+//     of their own: sharing one moved their code and cost 2-2.6%.
 //   - wgmma descriptors built once per product and stepped (causal HS 128): 8% fewer instructions,
 //     ncu T 16K 2.6% less time (tensor pipe 78.7 -> 80.7% busy), timed +1.9..+3.5% at T 4K-64K.
 //     At HS 64 the same form cut 4.6% of the instructions and took 2.9% longer: built per k-step.
 //   - what bounds it (ncu, T 16K; bench/results/attention-ceilings): tensor pipe, MUFU and issue
-//     slots 59/61/56% busy at HS 64 (each ~500 cycles per K/V tile and scheduler), 81/41/39% at
+//     slots 59/61/56% busy at HS 64 (each ~500 cycles per K/V tile and scheduler), 88/44/37% at
 //     HS 128: no unit's rate limits, but how much of the softmax runs under the products.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
@@ -291,13 +293,14 @@ struct Fwd3RowMask {
 template <class K, bool RING, bool MASKED>
 struct Fwd3Consumer {
   static constexpr int NS = K::NS, NO = K::NO, KQ = K::KQ, KP = K::KP;
-  // The exponentials against each row's running max, its new max taken in the same pass
-  // (softmax_lazy, mainloop_lazy): the causal HS 128 kernels only. At HS 64 the second P buffer
-  // does not fit; the masked kernels ran 1-3% slower with it (see the tuning notes).
-  static constexpr bool LAZY_MAX = K::HS == 128 && !MASKED;
+  // The exponentials against each row's running max, with no pass for the tile's row max first
+  // (softmax_lazy, mainloop_lazy): the HS 128 kernels, causal and masked. At HS 64 the second P
+  // buffer does not fit (see the tuning notes).
+  static constexpr bool LAZY_MAX = K::HS == 128;
   // The operands' wgmma descriptors: built once per product and stepped by each k-step's offset
-  // (gmma_desc_at) in the LAZY_MAX kernels, built per k-step in the others (the tuning notes).
-  static constexpr bool STEPPED_DESC = LAZY_MAX;
+  // (gmma_desc_at) in the causal HS 128 kernels, built per k-step in the others (the tuning
+  // notes; the masked kernels were not measured with it).
+  static constexpr bool STEPPED_DESC = K::HS == 128 && !MASKED;
   const Fwd3Smem<K>& sm;
   int c, wq, g, t4, ctid;
   uint32_t aQ;                       // this warpgroup's rows in each Q panel
@@ -563,7 +566,7 @@ struct Fwd3Consumer {
     last_pv(o, p, prev, lane);
   }
 
-  // ---- mainloop with LAZY_MAX (causal HS 128): mainloop's schedule, the tiles after the first made by
+  // ---- mainloop with LAZY_MAX (HS 128): mainloop's schedule, the tiles after the first made by
   // softmax_lazy into a second P buffer (P_j while P V_{j+1} still reads the other), the exact
   // online-softmax step from S_j where a row's max rose. A loop of its own, sharing mainloop's
   // pieces (tile_start, pv_done, last_pv): one loop for both moved the HS 64 kernels' code
