@@ -19,6 +19,10 @@ suites+=("bf16=$OUT/test_gpu.log")
 compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$ragged:*flash3*T4097*:Flash3.*" \
   > "$OUT/memcheck.log" 2>&1 || true
 suites+=("memcheck, flash3 ragged=$OUT/memcheck.log")
+# The HS 128 forwards' lazy max: the masked kernels and the scores that rise across the thresholds.
+compute-sanitizer --tool memcheck build/test_gpu \
+  --gtest_filter='AttentionMaskGpu/*HS128:*flash3_jumps*HS128' > "$OUT/memcheck_masks128.log" 2>&1 || true
+suites+=("memcheck, HS 128 masks and jump scores=$OUT/memcheck_masks128.log")
 for tool in synccheck initcheck; do
   compute-sanitizer --tool "$tool" build/test_gpu --gtest_filter="$ragged" > "$OUT/$tool.log" 2>&1 || true
   suites+=("$tool, flash3 ragged=$OUT/$tool.log")
