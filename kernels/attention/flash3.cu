@@ -34,8 +34,9 @@
 //         then the warp redoes the tile with the exact online-softmax step
 //       epilogue (fwd_epilogue.cuh): O_i / l_i -> bf16 via smem, 16-byte stores of rows < T;
 //         LSE_i (or the ring's merge)
-//     The consumer warpgroups take turns, round the ring, to issue their GEMMs (named
-//     barriers), so that each softmax runs under the other warpgroups' GEMMs.
+//     At HS 64 the consumer warpgroups take turns, round the ring, to issue their GEMMs (named
+//     barriers), so that each softmax runs under the other warpgroups' GEMMs; at HS 128 (the
+//     lazy max's short softmax) the two issue freely.
 // Only tiles that cross the diagonal are masked (with Br 192 the first two of a row; a
 // warpgroup whose rows all precede a tile's keys computes it masked whole: P = 0).
 // Masks (mask.h: documents, a sliding window; the MASKED kernels, the causal ones untouched):
@@ -54,7 +55,9 @@
 // variants: docs/notes/flash3.md):
 //   - 3 consumer warpgroups at HS 64: +8..+19% forward over 2 (T 1K-64K); at HS 128 the
 //     consumers' 240 registers (O 64 + S 64 + 2 x P 32 per thread) do not fit the 160 that 3 leave.
-//   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups.
+//   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups. At HS 128,
+//     with the lazy max, none: ncu T 16K -1.8% time (tensor pipe 88.6 -> 90.0% busy, barrier
+//     stalls 0.58 -> 0.31 per instruction), timed forward x1.018 / x1.013 at T 16K / 32K.
 //   - the atomic-counter scheduler: +6..+12% over the static stride; head-major order once the
 //     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
@@ -69,11 +72,12 @@
 //     the second P buffer does not fit 3 warpgroups' registers, and an in-place form cut 17.7%
 //     of the instructions and no time (docs/notes/flash3.md); the HS 64 kernels keep a mainloop
 //     of their own: sharing one moved their code and cost 2-2.6%.
-//   - wgmma descriptors built once per product and stepped (causal HS 128): 8% fewer instructions,
-//     ncu T 16K 2.6% less time (tensor pipe 78.7 -> 80.7% busy), timed +1.9..+3.5% at T 4K-64K.
+//   - wgmma descriptors built once per product and stepped (HS 128): 8% fewer instructions,
+//     ncu T 16K 2.6% less time (tensor pipe 78.7 -> 80.7% busy), timed +1.9..+3.5% at T 4K-64K;
+//     the masked kernels, T 32K: documents of 1K / 4K and a 4K window x1.04 forward.
 //     At HS 64 the same form cut 4.6% of the instructions and took 2.9% longer: built per k-step.
 //   - what bounds it (ncu, T 16K; bench/results/attention-ceilings): tensor pipe, MUFU and issue
-//     slots 59/61/56% busy at HS 64 (each ~500 cycles per K/V tile and scheduler), 88/44/37% at
+//     slots 59/61/56% busy at HS 64 (each ~500 cycles per K/V tile and scheduler), 90/44/37% at
 //     HS 128: no unit's rate limits, but how much of the softmax runs under the products.
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:Hopper*'  (ring pairs: '*RingAttention*flash3*')
@@ -298,9 +302,11 @@ struct Fwd3Consumer {
   // buffer does not fit (see the tuning notes).
   static constexpr bool LAZY_MAX = K::HS == 128;
   // The operands' wgmma descriptors: built once per product and stepped by each k-step's offset
-  // (gmma_desc_at) in the causal HS 128 kernels, built per k-step in the others (the tuning
-  // notes; the masked kernels were not measured with it).
-  static constexpr bool STEPPED_DESC = K::HS == 128 && !MASKED;
+  // (gmma_desc_at) in the HS 128 kernels, built per k-step at HS 64 (the tuning notes).
+  static constexpr bool STEPPED_DESC = K::HS == 128;
+  // Turns (turn_begin / turn_end) at HS 64 only; the HS 128 warpgroups issue freely (the tuning
+  // notes).
+  static constexpr bool TURNS = !LAZY_MAX;
   const Fwd3Smem<K>& sm;
   int c, wq, g, t4, ctid;
   uint32_t aQ;                       // this warpgroup's rows in each Q panel
@@ -311,10 +317,14 @@ struct Fwd3Consumer {
         aQ(sm_.q + c * 64 * 128), bar_turn_mine(kBarTurn0 + c),
         bar_turn_next(kBarTurn0 + (c + 1) % K::NWG) {}
 
-  // The consumer warpgroups take turns, round the ring, to issue their GEMMs, so that one's
-  // softmax runs under the others' GEMMs.
-  __device__ __forceinline__ void turn_begin() const { sm90::named_bar_sync(bar_turn_mine, 256); }
-  __device__ __forceinline__ void turn_end() const { sm90::named_bar_arrive(bar_turn_next, 256); }
+  // TURNS: the consumer warpgroups take turns, round the ring, to issue their GEMMs, so that
+  // one's softmax runs under the others' GEMMs.
+  __device__ __forceinline__ void turn_begin() const {
+    if constexpr (TURNS) sm90::named_bar_sync(bar_turn_mine, 256);
+  }
+  __device__ __forceinline__ void turn_end() const {
+    if constexpr (TURNS) sm90::named_bar_arrive(bar_turn_next, 256);
+  }
   // Lane 0 of each consumer warp releases a stage (K::CONSUMER_WARPS arrivals).
   template <int STAGES, class Use>
   __device__ __forceinline__ void release(const sm90::StageBarriers<STAGES>& bars, const Use& s,
@@ -711,7 +721,9 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   } else {
     sm90::setmaxnreg_inc<K::CONSUMER_REGS>();
     const Fwd3Consumer<K, RING, MASKED> cons(sm, wg, warp, lane, tid);
-    if (cons.c == K::NWG - 1) sm90::named_bar_arrive(kBarTurn0, 256);  // warpgroup 0 issues first
+    using Consumer = Fwd3Consumer<K, RING, MASKED>;
+    // warpgroup 0 issues first
+    if (Consumer::TURNS && cons.c == K::NWG - 1) sm90::named_bar_arrive(kBarTurn0, 256);
     sm90::PipelineState<K::STAGES> kv;
     for (sm90::PipelineState<1> qs;; qs.advance()) {
       sm.q_bars.consumer_wait(qs);
@@ -730,7 +742,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
         cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       cons.epilogue(o, m_i, l_i, t, a, a.Tq);
     }
-    if (cons.c == 0) sm90::named_bar_sync(kBarTurn0, 256);  // the last warpgroup's last turn_end
+    // the last warpgroup's last turn_end
+    if (Consumer::TURNS && cons.c == 0) sm90::named_bar_sync(kBarTurn0, 256);
   }
 }
 
