@@ -57,7 +57,7 @@
 //     consumers' 240 registers (O 64 + S 64 + 2 x P 32 per thread) do not fit the 160 that 3 leave.
 //   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups. At HS 128,
 //     with the lazy max, none: ncu T 16K -1.8% time (tensor pipe 88.6 -> 90.0% busy, barrier
-//     stalls 0.58 -> 0.31 per instruction), timed forward x1.018 / x1.013 at T 16K / 32K.
+//     stalls 0.58 -> 0.31 per instruction), timed forward +1.3..+2.8% at T 16K and 32K.
 //   - the atomic-counter scheduler: +6..+12% over the static stride; head-major order once the
 //     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
