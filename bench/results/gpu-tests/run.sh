@@ -19,6 +19,10 @@ suites+=("bf16=$OUT/test_gpu.log")
 compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$ragged:*flash3*T4097*:Flash3.*" \
   > "$OUT/memcheck.log" 2>&1 || true
 suites+=("memcheck, flash3 ragged=$OUT/memcheck.log")
+# More work tiles than SMs: each persistent flash3 block runs several, one after another.
+tiles='*flash3_B4_T257*'
+compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$tiles" > "$OUT/memcheck_tiles.log" 2>&1 || true
+suites+=("memcheck, more work tiles than SMs=$OUT/memcheck_tiles.log")
 # The HS 128 forwards' lazy max: the masked kernels and the scores that rise across the thresholds.
 compute-sanitizer --tool memcheck build/test_gpu \
   --gtest_filter='AttentionMaskGpu/*HS128:*flash3_jumps*HS128' > "$OUT/memcheck_masks128.log" 2>&1 || true
@@ -50,6 +54,9 @@ if [ -z "${SKIP_BUILDS:-}" ]; then
   compute-sanitizer --tool racecheck "$OUT/build-racecheck/test_gpu" --gtest_filter="$ragged" \
     > "$OUT/racecheck.log" 2>&1 || true
   suites+=("racecheck, racecheck build=$OUT/racecheck.log")
+  compute-sanitizer --tool racecheck "$OUT/build-racecheck/test_gpu" --gtest_filter="$tiles" \
+    > "$OUT/racecheck_tiles.log" 2>&1 || true
+  suites+=("racecheck, more work tiles than SMs=$OUT/racecheck_tiles.log")
   make -j"$(nproc)" PRECISION=FP32 BUILD="$OUT/build-fp32" "$OUT/build-fp32/test_gpu" > "$OUT/build-fp32.log" 2>&1
   "$OUT/build-fp32/test_gpu" > "$OUT/test_gpu_fp32.log" 2>&1 || true
   suites+=("fp32 build=$OUT/test_gpu_fp32.log")
