@@ -720,8 +720,8 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     if (warp == 0 && lane == 0) fwd_load<K, MASKED>(sm, tile_slot, sched, tm_q, tm_k, tm_v, a, mk);
   } else {
     sm90::setmaxnreg_inc<K::CONSUMER_REGS>();
-    const Fwd3Consumer<K, RING, MASKED> cons(sm, wg, warp, lane, tid);
     using Consumer = Fwd3Consumer<K, RING, MASKED>;
+    const Consumer cons(sm, wg, warp, lane, tid);
     // warpgroup 0 issues first
     if (Consumer::TURNS && cons.c == K::NWG - 1) sm90::named_bar_arrive(kBarTurn0, 256);
     sm90::PipelineState<K::STAGES> kv;
@@ -736,7 +736,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                            a.Tq, a.Tk);
       float o[K::NO], s[K::NS], m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f}, alpha[2];
       uint32_t p[K::KP][4];
-      if constexpr (Fwd3Consumer<K, RING, MASKED>::LAZY_MAX)
+      if constexpr (Consumer::LAZY_MAX)
         cons.mainloop_lazy(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       else
         cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);

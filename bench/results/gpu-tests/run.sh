@@ -21,7 +21,8 @@ compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$ragged:*flash3
 suites+=("memcheck, flash3 ragged=$OUT/memcheck.log")
 # More work tiles than SMs: each persistent flash3 block runs several, one after another.
 tiles='*flash3_B4_T257*'
-compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$tiles" > "$OUT/memcheck_tiles.log" 2>&1 || true
+compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$tiles" \
+  > "$OUT/memcheck_tiles.log" 2>&1 || true
 suites+=("memcheck, more work tiles than SMs=$OUT/memcheck_tiles.log")
 # The HS 128 forwards' lazy max: the masked kernels and the scores that rise across the thresholds.
 compute-sanitizer --tool memcheck build/test_gpu \
