@@ -144,8 +144,8 @@ __device__ __forceinline__ void bwd_store_dk_dv(FragK dk, FragV dv, float scale,
                    : "=r"(vv.x), "=r"(vv.y), "=r"(vv.z), "=r"(vv.w)
                    : "r"(sV + swz<HS>(row, c))
                    : "memory");
-      *reinterpret_cast<uint4*>(gdK + (size_t)row * ld + c * 8) = vk;
-      *reinterpret_cast<uint4*>(gdV + (size_t)row * ld + c * 8) = vv;
+      st_global_v4(gdK + (size_t)row * ld + c * 8, vk);
+      st_global_v4(gdV + (size_t)row * ld + c * 8, vv);
     }
   }
 }

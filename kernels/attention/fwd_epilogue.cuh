@@ -55,7 +55,7 @@ __device__ __forceinline__ void epilogue_store_rows(int tid, int row0, SmemAt&& 
     const int row = row0 + idx / CHUNKS, ch = idx % CHUNKS;
     if (valid(row)) {
       const uint4 v = ld_shared_v4(smem_at(row, ch));
-      *reinterpret_cast<uint4*>(dst(row) + ch * 8) = v;
+      st_global_v4(dst(row) + ch * 8, v);
     }
   }
 }
