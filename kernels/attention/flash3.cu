@@ -153,7 +153,11 @@ struct Fwd3Tile {
   // The masked kernels' (flash3_fwd_kernel MASKED) K/V tile range of each Q phase (Fwd3Range),
   // after the slots: SMEM + RANGE_BYTES.
   static constexpr int OFF_RANGE = OFF_SLOT + 8, RANGE_BYTES = 2 * 4 * 4;
-  static constexpr int CONSUMER_WARPS = 4 * NWG;  // arrivals that release a stage (lane 0 of each)
+  static constexpr int CONSUMER_WARPS = 4 * NWG;
+  // Arrivals that release a stage: lane 0 of each consumer warp (every consumer thread in the
+  // racecheck build: flash3.cuh kEveryThreadReleases).
+  static constexpr int RELEASE_ARRIVALS =
+      kEveryThreadReleases ? 32 * CONSUMER_WARPS : CONSUMER_WARPS;
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
   static_assert(Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
   static_assert(NWG == 2 || (NWG == 3 && HS == 64), "2 consumer warpgroups, or 3 at HS 64 (registers)");
@@ -325,11 +329,13 @@ struct Fwd3Consumer {
   __device__ __forceinline__ void turn_end() const {
     if constexpr (TURNS) sm90::named_bar_arrive(bar_turn_next, 256);
   }
-  // Lane 0 of each consumer warp releases a stage (K::CONSUMER_WARPS arrivals).
+  // Lane 0 of each consumer warp releases a stage (K::RELEASE_ARRIVALS arrivals); the other
+  // lanes' reads of it (wgmma operands, the work-tile slot) precede it through the warp's
+  // .sync.aligned wgmma and waits.
   template <int STAGES, class Use>
   __device__ __forceinline__ void release(const sm90::StageBarriers<STAGES>& bars, const Use& s,
                                           int lane) const {
-    if (lane == 0) bars.consumer_release(s);
+    if (kEveryThreadReleases || lane == 0) bars.consumer_release(s);
   }
   // S = Q_c K^T from K stage st (k-steps over the head dim; the first overwrites S).
   __device__ __forceinline__ void issue_s(float (&s)[NS], uint32_t st) const {
@@ -704,12 +710,12 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const FwdScheduler<K::Br, K::Bc> sched(a.B, a.NH, a.NKV, a.Tq, a.Tk, a.head_major, causal);
 
   if (tid == 0) {
-    sm.q_bars.init_stage(0, 1, K::CONSUMER_WARPS);
+    sm.q_bars.init_stage(0, 1, K::RELEASE_ARRIVALS);
     for (int st = 0; st < K::STAGES; ++st) {
       sm90::mbar_init(sm.k_bars.full_bar(st), 1);
       sm90::mbar_init(sm.v_bars.full_bar(st), 1);
-      sm90::mbar_init(sm.k_bars.empty_bar(st), K::CONSUMER_WARPS);
-      sm90::mbar_init(sm.v_bars.empty_bar(st), K::CONSUMER_WARPS);
+      sm90::mbar_init(sm.k_bars.empty_bar(st), K::RELEASE_ARRIVALS);
+      sm90::mbar_init(sm.v_bars.empty_bar(st), K::RELEASE_ARRIVALS);
     }
     sm90::mbar_init_fence();
   }

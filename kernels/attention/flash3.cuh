@@ -12,6 +12,19 @@ std::unique_ptr<AttentionBackend> make_flash3_attention();
 // The kernels behind the backend, bf16, causal or the mask given (mask.h, doc_start on the
 // device), scale 1/sqrt(HS), HS 64 or 128.
 namespace flash3 {
+// Every consumer (math) thread arrives on a stage's empty barrier, forward and backward, in a
+// build for compute-sanitizer racecheck, else lane 0 of each consumer warp: racecheck models an
+// mbarrier hand-off only for the threads that arrive (flash3_bwd.cu's release_stage says more).
+// The environment's NVCCFLAGS, which the Makefile extends, in a build folder of its own (make
+// does not rebuild for changed flags):
+//   NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make -j BUILD=build-racecheck
+//     build-racecheck/test_gpu   (one command line; docs/testing.md, "Sanitizers", has it)
+#ifdef FLASHGPT_FLASH3_RACECHECK
+constexpr bool kEveryThreadReleases = true;
+#else
+constexpr bool kEveryThreadReleases = false;
+#endif
+
 // out (B, T, NH, HS), lse (B, NH, T) fp32, qkv (B, T, NH + 2*NKV, HS); scratch of at least
 // kFwdScratchBytes (its first int is the work-tile counter).
 void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bfloat16* qkv,

@@ -140,17 +140,6 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   static_assert(Br % 32 == 0, "LSE/D rows: whole passes of the loader warp");
 };
 
-// Every math thread arrives on empty[s] (the kernel's release_stage says why) in a build for
-// compute-sanitizer racecheck (the environment's NVCCFLAGS, which the Makefile extends, in a build
-// folder of its own: make does not rebuild for changed flags), else lane 0 of each math warp:
-//   NVCCFLAGS="-O3 -g -lineinfo -DFLASHGPT_FLASH3_RACECHECK" make -j BUILD=build-racecheck
-//     build-racecheck/test_gpu   (one command line; docs/testing.md, "Sanitizers", has it)
-#ifdef FLASHGPT_FLASH3_RACECHECK
-constexpr bool kEveryThreadReleases = true;
-#else
-constexpr bool kEveryThreadReleases = false;
-#endif
-
 // Named barrier ids (0 is __syncthreads): the math warpgroups' dS^T exchange and epilogue, and
 // per dQ staging buffer its full (math -> writer) and empty (writer -> math) signals.
 constexpr int kBarDs = 1, kBarEpilogue = 2, kBarDqFull0 = 3, kBarDqEmpty0 = 5;
