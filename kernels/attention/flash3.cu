@@ -61,7 +61,9 @@
 //   - the atomic-counter scheduler: +6..+12% over the static stride; head-major order once the
 //     K/V of all heads outgrow L2: +2.5..+10% at HS 128 (flash3_tiles.h kv_outgrows_l2).
 //   - stages: HS 128 has 2 K/V stages (Q 32 KB + 2 x 64 KB + O staging 32 KB = 192 KB of 227);
-//     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). No spills; producer 24 registers.
+//     HS 64 has 4 (Q 24 KB + 4 x 32 KB + O 24 KB = 176 KB). A third at HS 128, in the O staging's
+//     place (O stored from the registers), read no faster: ncu T 16K 1.62 ms either way. The
+//     causal kernels spill nothing, the masked HS 128 ones 40-48 bytes; producer 24 registers.
 //   - the lazy max at HS 128: against the exact step, ncu T 16K -2.4% time (tensor pipe 76.5 ->
 //     78.7% busy) with S_j's fp32 row max taken in the exponentials' pass; then the rise tested
 //     on P' instead (the largest bf16 half: 16 3-way VHMNMX a thread and tile, no FMNMX over S_j,
