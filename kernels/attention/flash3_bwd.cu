@@ -26,6 +26,8 @@
 //       P^T; dV_c += P^T dO_i; dS^T -> smem
 //       meet the other math warpgroup (named barrier: dS^T of all 128 keys is in smem)
 //       issue dQ_i part = dS_ij K_j, then dK_c += dS^T Q_i; wait for dQ
+//         [HS 64 from T 4096 (kDqLag): no meeting; before storing dS^T, wait until the other
+//          warpgroup has finished the step before; issue the step before's dQ part instead]
 //       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout (under dK); signal dQ_full
 //       [HS 64: wait for dK; release stage s (empty[s])]
 //     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
@@ -53,6 +55,11 @@
 //     not share: the loop carries dK across the back edge, zeroes by immediates
 //     (sm90::zero_acc) and computes every step (bwd_step_dkdv_pre). Check the ptxas -v output
 //     for C751x lines after any change here.
+//   - kDqLag (HS 64, T >= 4096; flash3_tiles.h kBwdDqLag): without the per-step meeting the
+//     backward runs x1.02 / x1.04 / x1.05 at T 4K / 16K / 64K (ncu T 16K: barrier stalls 0.71 ->
+//     0.34 per instruction, tensor pipe 50.6 -> 54.5% busy), x0.97 at T 1K; on kSdpNext at
+//     HS 128 x0.98. Only with one dQ-empty barrier per math warpgroup: a shared one is a meeting
+//     too (x0.96-0.98 at every shape with it).
 //   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
 //     all pairs; the first partial of each dQ tile stores (no zeroing in the D kernel): +2.8% at
 //     HS 128 4K.
@@ -101,8 +108,10 @@ using flash::smem_u32;
 // kDqFirst issues dQ before dK so that dQ's staging runs under dK; kSdpNext (HS 128 only: at
 // HS 64 the registers are not there and ptxas serializes the wgmmas) is kDqFirst with each
 // step's S^T and dP^T issued while the step before's dK still runs, so that the tensor pipe does
-// not drain between steps. The same variant runs with --deterministic.
-enum class BwdVariant { kDqFirst, kSdpNext };
+// not drain between steps. kDqLag (HS 64 at long T: flash3_tiles.h kBwdDqLag) is kDqFirst without
+// the meeting: step it issues dQ_{it-1}, whose dS^T both warpgroups stored a step ago. The same
+// variant runs with --deterministic.
+enum class BwdVariant { kDqFirst, kSdpNext, kDqLag };
 
 // Compile-time traits: flash's step sizes (flash::BwdTileWG) plus this kernel's shared memory.
 template <int HS_, int Br_, BwdVariant V_>
@@ -144,6 +153,13 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
 // per dQ staging buffer its full (math -> writer) and empty (writer -> math) signals.
 constexpr int kBarDs = 1, kBarEpilogue = 2, kBarDqFull0 = 3, kBarDqEmpty0 = 5;
 constexpr int kDqBarThreads = 256 + 32;  // the math warpgroups and the writer warp
+// kDqLag: staging buffer d free again for math warpgroup c, id kBarDqEmptyWg0 + 2 d + c (the
+// writer arrives on both: a shared one would make the warpgroups meet there each step); math
+// warpgroup c has finished step it (its dS^T_it stored, its dQ_{it-1} read), id kBarStepDone0 +
+// 2 c + it % 2 (c arrives, the other warpgroup syncs; with two ids c arrives on one again only
+// after the other has synced on it).
+constexpr int kBarDqEmptyWg0 = 7, kBarStepDone0 = 11;
+constexpr int kDqEmptyWgThreads = 128 + 32;  // one math warpgroup and the writer warp
 // A dQ ticket (dq_sem, kArrival): the low bits count the blocks that came to the tile, this bit
 // says its first partial is stored (released after the bulk store completes).
 constexpr int kDqStored = 1 << 30;
@@ -336,7 +352,14 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         }
       }
       __syncwarp();
-      if (it + DQS < steps) sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+      if (it + DQS < steps) {
+        if constexpr (K::V == BwdVariant::kDqLag) {
+          sm90::named_bar_arrive(kBarDqEmptyWg0 + 2 * d + 0, kDqEmptyWgThreads);
+          sm90::named_bar_arrive(kBarDqEmptyWg0 + 2 * d + 1, kDqEmptyWgThreads);
+        } else {
+          sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
+        }
+      }
   }
   if (lane == 0) {
     sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
@@ -410,7 +433,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
           flash::bwd_step_dkdv_pre<K, true, MASKED>(st, dpt, dk, dv, aK, aV, sQb, sdOb,
                                                     sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
                                                     key_wg, key_row, kw, causal, scale_log2, as,
-                                                    /*issue_dk=*/false, msk...);
+                                                    /*issue_dk=*/false, flash::NoOp{}, msk...);
         };
         if constexpr (MASKED) step(step_mask(s, q0, key_wg, key_row));
         else step();
@@ -428,39 +451,72 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
       }
       sm90::wgmma_wait<0>();  // the last dK
-    } else  // kDqFirst: each step waits for its own dK
-    for (int it = 0; it < total; ++it) {
-      const sm90::PipelineState<2> ps(it);
-      const int s = ps.index();
-      int hq, q0;
-      step_tile(it, hq, q0);
-      stages.consumer_wait(ps);
-      const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
-      uint32_t as[K::QK][4];
-      const bool active = flash::bwd_step_dkdv<K, MASKED>(
-          dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
-          key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false,
-          step_mask(s, q0, key_wg, key_row));
-      // ---- both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all keys ----
-      const int d = it % DQS;
-      sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-      sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
-      float dq[32];
-      flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
-      // dK runs while dQ is staged
-      if (active) {
-        flash::bwd_issue_dk<K>(dk, as, sQb);
-        sm90::wgmma_wait<1>();  // dQ (and dV)
-      } else {
-        sm90::wgmma_wait<0>();
+    } else {  // kDqFirst, kDqLag: each step waits for its own dK
+      // kDqLag: no meeting. Step it issues dQ_{it-1} from the dS^T buffer of step it - 1, which
+      // both warpgroups stored before they finished that step. Before storing dS^T_it (over
+      // dS^T_{it-2}, which the other warpgroup's dQ_{it-2} read in its step it - 1), a warpgroup
+      // waits until the other has finished step it - 1 (wait_other); at the end of each step it
+      // says so (step_done). So one warpgroup's exponentials run while the other finishes its
+      // products. Step 0 issues a dQ too (on dS^T buffer 1, dropped): a wgmma issued under a
+      // branch that its wait does not share makes ptxas serialize every wgmma (C7518).
+      constexpr bool LAG = K::V == BwdVariant::kDqLag;
+      auto wait_other = [&](int it) {  // the other warpgroup has finished step it - 1
+        if (LAG && it > 0)
+          sm90::named_bar_sync(kBarStepDone0 + 2 * (1 - c) + ((it - 1) & 1), K::MATH_THREADS);
+      };
+      // dQ_n -> staging buffer n % DQS, once the writer has added what was there; then the
+      // writer may add it.
+      auto stage_dq = [&](int n, const float(&dq)[32]) {
+        const int d = n % DQS;
+        if (n >= DQS) {
+          if constexpr (LAG) sm90::named_bar_sync(kBarDqEmptyWg0 + 2 * d + c, kDqEmptyWgThreads);
+          else sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+        }
+        flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
+        sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+        sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+      };
+      for (int it = 0; it < total; ++it) {
+        const sm90::PipelineState<2> ps(it);
+        const int s = ps.index();
+        int hq, q0;
+        step_tile(it, hq, q0);
+        stages.consumer_wait(ps);
+        const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
+        uint32_t as[K::QK][4];
+        const bool active = flash::bwd_step_dkdv<K, MASKED>(
+            dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb,
+            q0, key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false,
+            step_mask(s, q0, key_wg, key_row), [&] { wait_other(it); });
+        sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
+        // ---- kDqFirst: both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all
+        // keys. kDqLag: its half of dQ_{it-1} ----
+        if constexpr (!LAG) sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
+        float dq[32];
+        flash::bwd_issue_dq<K>(dq, adS + (LAG ? s ^ 1 : s) * K::DS_BYTES, aKt);
+        // dK runs while dQ is staged
+        if (active) {
+          flash::bwd_issue_dk<K>(dk, as, sQb);
+          sm90::wgmma_wait<1>();  // dQ (and dV)
+        } else {
+          sm90::wgmma_wait<0>();
+        }
+        reg_fence(dq);
+        if (!LAG || it > 0) stage_dq(LAG ? it - 1 : it, dq);
+        sm90::wgmma_wait<0>();  // dK
+        release_stage(ps);
+        if constexpr (LAG)  // step_done
+          sm90::named_bar_arrive(kBarStepDone0 + 2 * c + (it & 1), K::MATH_THREADS);
       }
-      reg_fence(dq);
-      if (it >= DQS) sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
-      flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-      sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-      sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
-      sm90::wgmma_wait<0>();  // dK
-      release_stage(ps);
+      // kDqLag: the last step's dQ, once the other warpgroup has stored its dS^T.
+      if (LAG && total > 0) {
+        wait_other(total);
+        float dq[32];
+        flash::bwd_issue_dq<K>(dq, adS + ((total - 1) & 1) * K::DS_BYTES, aKt);
+        sm90::wgmma_wait<0>();
+        reg_fence(dq);
+        stage_dq(total - 1, dq);
+      }
     }
     flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
                                [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p,
@@ -554,7 +610,16 @@ using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
 template <int HS, bool MASKED>
 void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
-  using K = Bwd3TileFor<HS, kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst>;
+  constexpr BwdVariant V = kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst;
+  if constexpr (V == BwdVariant::kDqFirst) {
+    if (kBwdDqLag(HS, p.Tq)) {
+      using K = Bwd3TileFor<HS, BwdVariant::kDqLag>;
+      if (deterministic) launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, stream);
+      else launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, stream);
+      return;
+    }
+  }
+  using K = Bwd3TileFor<HS, V>;
   if (deterministic)
     launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, stream);
   else

@@ -258,7 +258,12 @@ __device__ __forceinline__ BwdStepMask bwd_step_mask(uint32_t ds, int q_g0, int 
 // the products been issued outside the branch that reads them, ptxas would serialize every wgmma
 // of the kernel (C7518).
 // MASKED: the mask of the step (bwd_step_mask) in place of `causal`.
-template <class K, bool PRE_ISSUED, bool MASKED = false>
+// before_store(): runs just before dS^T is stored (flash3's backward waits there until the other
+// warpgroup has finished its step before, whose dQ read this buffer).
+struct NoOp {
+  __device__ __forceinline__ void operator()() const {}
+};
+template <class K, bool PRE_ISSUED, bool MASKED = false, class BeforeStore = NoOp>
 __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dpt)[K::NS],
                                                   float (&dk)[K::NA], float (&dv)[K::NA],
                                                   uint32_t aK, uint32_t aV, uint32_t sQb,
@@ -266,6 +271,7 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
                                                   uint32_t sdSb, int q0, int key_wg, int key_row,
                                                   int kw, bool causal, float scale_log2,
                                                   uint32_t (&as)[K::QK][4], bool issue_dk,
+                                                  const BeforeStore& before_store,
                                                   const BwdStepMask& msk = {}) {
   constexpr int Br = K::Br, QK = K::QK, NS = K::NS;
   const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -347,6 +353,7 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
 #pragma unroll
       for (int e = 0; e < 4; ++e) as[kq][e] = 0u;
   }
+  before_store();
   // dS^T (bf16) -> smem: rows = this warp's keys, 8-query chunk qt = 2 kq + (e / 2) of panel
   // qt / 8 (as[kq][e]: row g + 8 (e % 2), queries 16 kq + 8 (e / 2) + 2 t). K::DS_STMATRIX
   // (flash3's tiles): one stmatrix.x4 per kq (as[kq][e] is matrix e's fragment; lane l addresses
@@ -375,17 +382,18 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
   return active;
 }
 // The step with its own S^T and dP^T (flash's kernel, flash3's kDkFirst and kDqFirst).
-template <class K, bool MASKED = false>
+template <class K, bool MASKED = false, class BeforeStore = NoOp>
 __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K::NA], uint32_t aK,
                                               uint32_t aV, uint32_t sQb, uint32_t sdOb,
                                               uint32_t Lb, uint32_t Db, uint32_t sdSb, int q0,
                                               int key_wg, int key_row, int kw, bool causal,
                                               float scale_log2, uint32_t (&as)[K::QK][4],
-                                              bool issue_dk = true, const BwdStepMask& msk = {}) {
+                                              bool issue_dk = true, const BwdStepMask& msk = {},
+                                              const BeforeStore& before_store = {}) {
   float st[K::NS], dpt[K::NS];
   return bwd_step_dkdv_pre<K, false, MASKED>(st, dpt, dk, dv, aK, aV, sQb, sdOb, Lb, Db, sdSb, q0,
                                              key_wg, key_row, kw, causal, scale_log2, as,
-                                             issue_dk, msk);
+                                             issue_dk, before_store, msk);
 }
 
 // dQ_i's part of one warpgroup, issued and committed (the caller waits): dq = dS_ij K_j over

@@ -277,6 +277,10 @@ const RingCase kRingCases[] = {
     {"flash3", 2, 1, 1000, 4, 1, 128}, {"flash3", 2, 2, 4097, 2, 2, 128},
     {"flash3", 2, 1, 4, 2, 2, 64},     {"flash3", 3, 2, 1001, 4, 2, 64},
     {"flash3", 3, 1, 6, 2, 1, 128},    {"flash3", 4, 1, 2051, 4, 4, 128},
+    // T 8200 at cp 2 (chunks of 2050): rank 1's full problem over both its Q chunks (4100
+    // rows) runs flash3's HS 64 backward with dQ lagging a step (flash3_tiles.h kBwdDqLag), the
+    // other pairs the step-by-step one.
+    {"flash3", 2, 1, 8200, 2, 1, 64},
     // Masks (ring_attention.cuh: one problem per chunk pair the mask leaves, at global
     // positions): documents of mean 1 (every token its own: only the diagonal pairs run), 50,
     // 100, 300; windows of 1, 64, 256 and one longer than T; both together.
