@@ -55,11 +55,9 @@
 //     not share: the loop carries dK across the back edge, zeroes by immediates
 //     (sm90::zero_acc) and computes every step (bwd_step_dkdv_pre). Check the ptxas -v output
 //     for C751x lines after any change here.
-//   - kDqLag (HS 64, T >= 4096; flash3_tiles.h kBwdDqLag): without the per-step meeting the
-//     backward runs x1.02 / x1.04 / x1.05 at T 4K / 16K / 64K (ncu T 16K: barrier stalls 0.71 ->
-//     0.34 per instruction, tensor pipe 50.6 -> 54.5% busy), x0.97 at T 1K; on kSdpNext at
-//     HS 128 x0.98. Only with one dQ-empty barrier per math warpgroup: a shared one is a meeting
-//     too (x0.96-0.98 at every shape with it).
+//   - kDqLag (HS 64, T >= 4096): the rule and its numbers are flash3_tiles.h kBwdDqLag's. It
+//     pays only with one dQ-empty barrier per math warpgroup: a shared one is a meeting too
+//     (x0.96-0.98 at every shape with it).
 //   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
 //     all pairs; the first partial of each dQ tile stores (no zeroing in the D kernel): +2.8% at
 //     HS 128 4K.

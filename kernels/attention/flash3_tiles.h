@@ -26,10 +26,11 @@ constexpr int kFwdBc = 128;  // keys per K/V tile
 // (ptxas serializes the wgmmas), dQ is issued before dK and staged under it (kDqFirst).
 constexpr bool kBwdSdpNext(int HS) { return HS == 128; }
 // At HS 64 from T = 4096 on, dQ lags a step and the math warpgroups do not meet each step
-// (kDqLag): on an H100, backward x1.018 / x1.040 / x1.053 at T 4K / 16K / 64K (ncu T 16K: 2.63 ->
-// 2.45 ms, tensor pipe 50.6 -> 54.5% busy, barrier stalls 0.71 -> 0.34 per instruction), but
-// x0.966 at T 1K, where a block's few steps pay the extra dQ at its end; at HS 128 (on kSdpNext)
-// x0.978-0.983 at T 4K-32K. Tq: the problem's query rows (a ring pair's chunk).
+// (kDqLag): on an H100, same run, 3 rounds, backward x1.056 / x1.054 / x1.056 at T 4K / 16K / 64K
+// (--deterministic x1.041 at 16K; ncu T 16K: 2.63 -> 2.45 ms, tensor pipe 50.6 -> 54.5% busy,
+// barrier stalls 0.71 -> 0.34 per instruction). Run at every T it read x0.966 at T 1K, where a
+// block's few steps pay the extra dQ at its end, and at HS 128 (on kSdpNext) x0.978-0.983 at
+// T 4K-32K. Tq: the problem's query rows (a ring pair's chunk).
 constexpr bool kBwdDqLag(int HS, long long Tq) { return HS == 64 && Tq >= 4096; }
 // Work order of the forward's tiles (sm90/scheduler.cuh FwdScheduler): row-major (the longest rows of every
 // head first) while the K and V of all B x NKV heads fit the L2 cache; head-major (one head at a
