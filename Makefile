@@ -69,9 +69,17 @@ $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
+# ptxas reports wgmma instructions it had to serialize, or waits it injected (C7510-C7519), as
+# "info" and builds on; kernels that hit them measured 13-33% slower
+# (docs/notes/attention-experiments.md). So such a build fails, naming the file.
 $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	@rm -f $@.ptxas
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@ 2> $@.ptxas || { cat $@.ptxas >&2; rm -f $@.ptxas; exit 1; }
+	@cat $@.ptxas >&2; if grep -q '(C751[0-9])' $@.ptxas; then rm -f $@ $@.ptxas; \
+	  echo "error: $<: ptxas serialized wgmma or injected a wait (the C751x lines above);" \
+	    "restructure the kernel (docs/notes/attention-experiments.md)" >&2; exit 1; fi; \
+	  rm -f $@.ptxas
 
 $(BUILD)/cuda/%.o: %.cpp
 	@mkdir -p $(@D)

@@ -53,8 +53,8 @@
 //     flight across the loop's back edge is read by ordinary instructions, a register is zeroed
 //     by copying an accumulator register, or a wgmma is issued under a branch its consumer does
 //     not share: the loop carries dK across the back edge, zeroes by immediates
-//     (sm90::zero_acc) and computes every step (bwd_step_dkdv_pre). Check the ptxas -v output
-//     for C751x lines after any change here.
+//     (sm90::zero_acc) and computes every step (bwd_step_dkdv_pre). The build fails on those
+//     lines (Makefile).
 //   - kDqLag (HS 64, T >= 4096): the rule and its numbers are flash3_tiles.h kBwdDqLag's. It
 //     pays only with one dQ-empty barrier per math warpgroup: a shared one is a meeting too
 //     (x0.96-0.98 at every shape with it).
