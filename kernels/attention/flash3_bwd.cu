@@ -407,6 +407,20 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       if (kEveryThreadReleases || lane == 0) stages.consumer_release(ps);
     };
     sm90::mbar_wait(bar_kv, 0);
+    // dQ_n -> staging buffer n % DQS, once the writer has added what was there; then the writer
+    // may add it (kDqLag: each warpgroup waits on its own empty barrier).
+    auto stage_dq = [&](int n, const float(&dq)[32]) {
+      const int d = n % DQS;
+      if (n >= DQS) {
+        if constexpr (K::V == BwdVariant::kDqLag)
+          sm90::named_bar_sync(kBarDqEmptyWg0 + 2 * d + c, kDqEmptyWgThreads);
+        else
+          sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
+      }
+      flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
+      sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
+      sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+    };
     if constexpr (K::V == BwdVariant::kSdpNext) {
       // Each step issues its S^T and dP^T while the step before's dK still runs, and ends with
       // its own dK in flight: the loop's back edge carries dK, whose accumulators only wgmma
@@ -435,7 +449,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         };
         if constexpr (MASKED) step(step_mask(s, q0, key_wg, key_row));
         else step();
-        const int d = it % DQS;
         sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
         sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
         float dq[32];
@@ -443,10 +456,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         flash::bwd_issue_dk<K>(dk, as, sQb);
         sm90::wgmma_wait<1>();  // dQ (and dV); dK runs on into the next step
         reg_fence(dq);
-        if (it >= DQS) sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
-        flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-        sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-        sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
+        stage_dq(it, dq);
       }
       sm90::wgmma_wait<0>();  // the last dK
     } else {  // kDqFirst, kDqLag: each step waits for its own dK
@@ -461,18 +471,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       auto wait_other = [&](int it) {  // the other warpgroup has finished step it - 1
         if (LAG && it > 0)
           sm90::named_bar_sync(kBarStepDone0 + 2 * (1 - c) + ((it - 1) & 1), K::MATH_THREADS);
-      };
-      // dQ_n -> staging buffer n % DQS, once the writer has added what was there; then the
-      // writer may add it.
-      auto stage_dq = [&](int n, const float(&dq)[32]) {
-        const int d = n % DQS;
-        if (n >= DQS) {
-          if constexpr (LAG) sm90::named_bar_sync(kBarDqEmptyWg0 + 2 * d + c, kDqEmptyWgThreads);
-          else sm90::named_bar_sync(kBarDqEmpty0 + d, kDqBarThreads);
-        }
-        flash::bwd_stage_dq<K>(dq, sdQ + d * K::DQ_BYTES, c, dq_sw);
-        sm90::fence_proxy_async_smem();  // staging stores, before the copy engine reads them
-        sm90::named_bar_arrive(kBarDqFull0 + d, kDqBarThreads);
       };
       for (int it = 0; it < total; ++it) {
         const sm90::PipelineState<2> ps(it);
