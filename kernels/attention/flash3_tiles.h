@@ -30,7 +30,9 @@ constexpr bool kBwdSdpNext(int HS) { return HS == 128; }
 // (--deterministic x1.041 at 16K; ncu T 16K: 2.63 -> 2.45 ms, tensor pipe 50.6 -> 54.5% busy,
 // barrier stalls 0.71 -> 0.34 per instruction). Run at every T it read x0.966 at T 1K, where a
 // block's few steps pay the extra dQ at its end, and at HS 128 (on kSdpNext) x0.978-0.983 at
-// T 4K-32K. Tq: the problem's query rows (a ring pair's chunk).
+// T 4K-32K. From T 2048 instead (same run, 3 rounds): x0.992 / x0.994 at T 2K / 3K, where the
+// unchanged kernels at 1K / 4K read x0.992 / x1.009, and x0.974 with --deterministic at 2K; so
+// 4096 stays. Tq: the problem's query rows (a ring pair's chunk).
 constexpr bool kBwdDqLag(int HS, long long Tq) { return HS == 64 && Tq >= 4096; }
 // Work order of the forward's tiles (sm90/scheduler.cuh FwdScheduler): row-major (the longest rows of every
 // head first) while the K and V of all B x NKV heads fit the L2 cache; head-major (one head at a
