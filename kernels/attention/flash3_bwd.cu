@@ -445,8 +445,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
           flash::bwd_step_dkdv_pre<K, true, MASKED>(st, dpt, dk, dv, aK, aV, sQb, sdOb,
                                                     sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
                                                     key_wg, key_row, kw, causal, scale_log2, as,
-                                                    /*issue_dk=*/false, flash::NoOp{},
-                                                    flash::NoOp{}, msk...);
+                                                    /*issue_dk=*/false, flash::NoOp{}, msk...);
         };
         if constexpr (MASKED) step(step_mask(s, q0, key_wg, key_row));
         else step();
@@ -460,64 +459,19 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         stage_dq(it, dq);
       }
       sm90::wgmma_wait<0>();  // the last dK
-    } else if constexpr (K::V == BwdVariant::kDqLag) {
-      // No meeting. Step it issues dQ_{it-1} from the dS^T buffer of step it - 1, which both
-      // warpgroups stored before they finished that step, just after its dV: so dQ_{it-1} runs
-      // while dS^T_it is computed and stored. Before that issue (and before storing dS^T_it over
+    } else {  // kDqFirst, kDqLag: each step waits for its own dK
+      // kDqLag: no meeting. Step it issues dQ_{it-1} from the dS^T buffer of step it - 1, which
+      // both warpgroups stored before they finished that step. Before storing dS^T_it (over
       // dS^T_{it-2}, which the other warpgroup's dQ_{it-2} read in its step it - 1), a warpgroup
       // waits until the other has finished step it - 1 (wait_other); at the end of each step it
       // says so (step_done). So one warpgroup's exponentials run while the other finishes its
-      // products. Every step computes (PRE_ISSUED: S^T and dP^T issued here, a step that no
-      // query sees gets P^T = 0), and step 0 issues a dQ too (on dS^T buffer 1, dropped): a wgmma
-      // issued under a branch that its wait does not share makes ptxas serialize (C7518).
+      // products. Step 0 issues a dQ too (on dS^T buffer 1, dropped): a wgmma issued under a
+      // branch that its wait does not share makes ptxas serialize every wgmma (C7518).
+      constexpr bool LAG = K::V == BwdVariant::kDqLag;
       auto wait_other = [&](int it) {  // the other warpgroup has finished step it - 1
-        if (it > 0)
+        if (LAG && it > 0)
           sm90::named_bar_sync(kBarStepDone0 + 2 * (1 - c) + ((it - 1) & 1), K::MATH_THREADS);
       };
-      for (int it = 0; it < total; ++it) {
-        const sm90::PipelineState<2> ps(it);
-        const int s = ps.index();
-        int hq, q0;
-        step_tile(it, hq, q0);
-        const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES,
-                       sdOb = sdO + s * K::QT_BYTES;
-        stages.consumer_wait(ps);
-        float st[K::NS], dpt[K::NS];
-        flash::bwd_issue_fresh<K>(st, aK, sQb);
-        flash::bwd_issue_fresh<K>(dpt, aV, sdOb);
-        uint32_t as[K::QK][4];
-        float dq[32];
-        auto issue_dq_before = [&] {  // dQ_{it-1}, after dV_it
-          wait_other(it);
-          flash::bwd_issue_dq<K>(dq, adS + (s ^ 1) * K::DS_BYTES, aKt);
-        };
-        auto step = [&](const auto&... msk) {
-          flash::bwd_step_dkdv_pre<K, true, MASKED, flash::NoOp, decltype(issue_dq_before), 1>(
-              st, dpt, dk, dv, aK, aV, sQb, sdOb, sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
-              key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false, flash::NoOp{},
-              issue_dq_before, msk...);
-        };
-        if constexpr (MASKED) step(step_mask(s, q0, key_wg, key_row));
-        else step();
-        sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-        sm90::wgmma_wait<0>();           // dV, dQ_{it-1} (done reading buffer s ^ 1)
-        reg_fence(dq);
-        sm90::named_bar_arrive(kBarStepDone0 + 2 * c + (it & 1), K::MATH_THREADS);  // step_done
-        flash::bwd_issue_dk<K>(dk, as, sQb);  // dK runs while dQ_{it-1} is staged
-        if (it > 0) stage_dq(it - 1, dq);
-        sm90::wgmma_wait<0>();  // dK
-        release_stage(ps);
-      }
-      // the last step's dQ, once the other warpgroup has stored its dS^T
-      if (total > 0) {
-        wait_other(total);
-        float dq[32];
-        flash::bwd_issue_dq<K>(dq, adS + ((total - 1) & 1) * K::DS_BYTES, aKt);
-        sm90::wgmma_wait<0>();
-        reg_fence(dq);
-        stage_dq(total - 1, dq);
-      }
-    } else {  // kDqFirst: each step waits for its own dK
       for (int it = 0; it < total; ++it) {
         const sm90::PipelineState<2> ps(it);
         const int s = ps.index();
@@ -529,12 +483,13 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         const bool active = flash::bwd_step_dkdv<K, MASKED>(
             dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb,
             q0, key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false,
-            step_mask(s, q0, key_wg, key_row));
+            step_mask(s, q0, key_wg, key_row), [&] { wait_other(it); });
         sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
-        // ---- both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all keys ----
-        sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
+        // ---- kDqFirst: both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all
+        // keys. kDqLag: its half of dQ_{it-1} ----
+        if constexpr (!LAG) sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
         float dq[32];
-        flash::bwd_issue_dq<K>(dq, adS + s * K::DS_BYTES, aKt);
+        flash::bwd_issue_dq<K>(dq, adS + (LAG ? s ^ 1 : s) * K::DS_BYTES, aKt);
         // dK runs while dQ is staged
         if (active) {
           flash::bwd_issue_dk<K>(dk, as, sQb);
@@ -543,9 +498,20 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
           sm90::wgmma_wait<0>();
         }
         reg_fence(dq);
-        stage_dq(it, dq);
+        if (!LAG || it > 0) stage_dq(LAG ? it - 1 : it, dq);
         sm90::wgmma_wait<0>();  // dK
         release_stage(ps);
+        if constexpr (LAG)  // step_done
+          sm90::named_bar_arrive(kBarStepDone0 + 2 * c + (it & 1), K::MATH_THREADS);
+      }
+      // kDqLag: the last step's dQ, once the other warpgroup has stored its dS^T.
+      if (LAG && total > 0) {
+        wait_other(total);
+        float dq[32];
+        flash::bwd_issue_dq<K>(dq, adS + ((total - 1) & 1) * K::DS_BYTES, aKt);
+        sm90::wgmma_wait<0>();
+        reg_fence(dq);
+        stage_dq(total - 1, dq);
       }
     }
     flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },

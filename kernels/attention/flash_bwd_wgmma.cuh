@@ -260,14 +260,10 @@ __device__ __forceinline__ BwdStepMask bwd_step_mask(uint32_t ds, int q_g0, int 
 // MASKED: the mask of the step (bwd_step_mask) in place of `causal`.
 // before_store(): runs just before dS^T is stored (flash3's backward waits there until the other
 // warpgroup has finished its step before, whose dQ read this buffer).
-// after_dv(): runs just after dV is issued and commits AFTER_DV_GROUPS more wgmma groups, which
-// run on while dS^T is computed (flash3's kDqLag issues the step before's dQ there). PRE_ISSUED
-// only: a wgmma issued under the `active` branch would make ptxas serialize (C7518).
 struct NoOp {
   __device__ __forceinline__ void operator()() const {}
 };
-template <class K, bool PRE_ISSUED, bool MASKED = false, class BeforeStore = NoOp,
-          class AfterDv = NoOp, int AFTER_DV_GROUPS = 0>
+template <class K, bool PRE_ISSUED, bool MASKED = false, class BeforeStore = NoOp>
 __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dpt)[K::NS],
                                                   float (&dk)[K::NA], float (&dv)[K::NA],
                                                   uint32_t aK, uint32_t aV, uint32_t sQb,
@@ -276,9 +272,7 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
                                                   int kw, bool causal, float scale_log2,
                                                   uint32_t (&as)[K::QK][4], bool issue_dk,
                                                   const BeforeStore& before_store,
-                                                  const AfterDv& after_dv,
                                                   const BwdStepMask& msk = {}) {
-  static_assert(AFTER_DV_GROUPS == 0 || PRE_ISSUED, "after_dv's wgmma needs PRE_ISSUED");
   constexpr int Br = K::Br, QK = K::QK, NS = K::NS;
   const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   // Some query of the tile sees some key of this warpgroup (warpgroup-uniform).
@@ -337,8 +331,7 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
 #pragma unroll
     for (int kq = 0; kq < QK; ++kq) sm90::wgmma_rs<1>(dv, ap[kq], ddO.at(kq * 2048));
     sm90::wgmma_commit();
-    after_dv();
-    sm90::wgmma_wait<1 + AFTER_DV_GROUPS>();  // dP^T (dV, after_dv's groups may still run)
+    sm90::wgmma_wait<1>();  // dP^T (dV may still run)
     sm90::reg_fence(dpt);
     // dS^T = P^T o (dP^T - D), with the bf16 P^T of dV (as a bf16 framework would)
 #pragma unroll
@@ -400,7 +393,7 @@ __device__ __forceinline__ bool bwd_step_dkdv(float (&dk)[K::NA], float (&dv)[K:
   float st[K::NS], dpt[K::NS];
   return bwd_step_dkdv_pre<K, false, MASKED>(st, dpt, dk, dv, aK, aV, sQb, sdOb, Lb, Db, sdSb, q0,
                                              key_wg, key_row, kw, causal, scale_log2, as,
-                                             issue_dk, before_store, NoOp{}, msk);
+                                             issue_dk, before_store, msk);
 }
 
 // dQ_i's part of one warpgroup, issued and committed (the caller waits): dq = dS_ij K_j over
