@@ -484,9 +484,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
             dk, dv, aK, aV, sQb, sdO + s * K::QT_BYTES, sL + s * Br * 4, sD + s * Br * 4, sdSb,
             q0, key_wg, key_row, kw, causal, scale_log2, as, /*issue_dk=*/false,
             step_mask(s, q0, key_wg, key_row), [&] { wait_other(it); });
-        // dS^T stores, before the wgmma of dQ reads them. kDqLag from step 1 on: this step's dQ
-        // reads the other buffer, and stage_dq's fence orders these stores before step_done.
-        if (!LAG || it == 0) sm90::fence_proxy_async_smem();
+        sm90::fence_proxy_async_smem();  // dS^T stores, before the wgmma of dQ reads them
         // ---- kDqFirst: both warpgroups' dS^T in smem; this warpgroup's half of dQ_i over all
         // keys. kDqLag: its half of dQ_{it-1} ----
         if constexpr (!LAG) sm90::named_bar_sync(kBarDs, K::MATH_THREADS);
