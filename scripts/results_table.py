@@ -653,6 +653,9 @@ def render_gpu_tests(rows):
 DONE_LINE = re.compile(r"^done: (\d+) steps, (\d+) tokens/s, peak memory ([\d.]+) (\w+)", re.M)
 START_LINE = re.compile(r"^model: L=(\d+) .*?\n.*?\| attention: ([^|]*)\|.*?batch (\d+) x (\d+)",
                         re.M | re.S)
+# run.sh's first line of each training log, so that a run that fails before its opening lines
+# still names its row.
+POINT_LINE = re.compile(r"^point: T (\d+), --mask (\w+)", re.M)
 
 
 def collect_document_masks(raws, env):
@@ -669,14 +672,16 @@ def collect_document_masks(raws, env):
         elif label == "train":
             text = open(path, errors="replace").read()
             done, start = DONE_LINE.search(text), START_LINE.search(text)
+            point = POINT_LINE.search(text)
             docs = re.search(r"tokens per document: mean ([\d.]+)", text)
             left = re.search(r"leaves ([\d.]+)% of causal attention's work", text)
-            T = int(start[4]) if start else 0
+            T = int(start[4]) if start else (int(point[1]) if point else "")
             tok = int(done[2]) if done else 0
+            mask = ("document" if "document" in start[2] else "causal") if start else (
+                point[2] if point else "")
             last_train = {"kind": "train", "layers": start[1] if start else "",
-                          "mask": "document" if start and "document" in start[2] else "causal",
-                          "batch": start[3] if start else "", "seq_len": T,
-                          "tokens_per_s": tok,
+                          "mask": mask, "batch": start[3] if start else "", "seq_len": T,
+                          "tokens_per_s": tok or "",
                           "ms_per_step": "%.1f" % (1e3 * int(start[3]) * T / tok) if done and start else "",
                           "peak_gib": "%.2f" % gib(done[3], done[4]) if done else "",
                           "doc_mean": docs[1] if docs else "",
@@ -726,7 +731,8 @@ def render_document_masks(rows):
                       "FA2 varlen", "flash3 / Flex", "flash3 / varlen", "flash3 masked / causal"],
                      out, ["---", "---:", "---:", "---"] + ["---:"] * 7)
     if train:
-        tout = [[kt(r["seq_len"]), r["mask"], r["doc_mean"], r["work_left_percent"] + "%",
+        tout = [[kt(r["seq_len"]) if r["seq_len"] else "-", r["mask"] or "-", r["doc_mean"] or "-",
+                 r["work_left_percent"] + "%" if r["work_left_percent"] else "-",
                  fmt(num(r["ms_per_step"]), ",.0f"), "**%s**" % fmt(num(r["tokens_per_s"]), ",.0f"),
                  r["attention_share_percent"] and r["attention_share_percent"] + "%",
                  r["peak_gib"], r["status"]] for r in train]

@@ -34,7 +34,8 @@ train=(build/flashgpt train --train-pattern "$data/train_*.bin" --tokenizer "$da
 for point in "131072 causal 8" "131072 document 8" "1048576 document 4"; do
   read -r T mask steps <<<"$point"
   log="$OUT/train_T${T}_$mask.log"
-  "${train[@]}" --seq-len "$T" --mask "$mask" --steps "$steps" > "$log" 2>&1 || true
+  echo "point: T $T, --mask $mask" > "$log"  # names the row even if the run fails at once
+  "${train[@]}" --seq-len "$T" --mask "$mask" --steps "$steps" >> "$log" 2>&1 || true
   mean=$(sed -nE 's/.*tokens per document: mean ([0-9]+).*/\1/p' "$log" | head -n 1)
   share="$OUT/attention_T${T}_$mask.log"
   docs=(); [ "$mask" = document ] && docs=(--doc-len "${mean:-2800}")
