@@ -655,7 +655,7 @@ START_LINE = re.compile(r"^model: L=(\d+) .*?\n.*?\| attention: ([^|]*)\|.*?batc
                         re.M | re.S)
 # run.sh's first line of each training log, so that a run that fails before its opening lines
 # still names its row.
-POINT_LINE = re.compile(r"^point: T (\d+), --mask (\w+)", re.M)
+POINT_LINE = re.compile(r"^point: T (\d+), --mask (\w+)(?:, --window (\d+))?(?:, --cp (\d+))?", re.M)
 
 
 def collect_document_masks(raws, env):
@@ -750,12 +750,18 @@ def collect_masked_cp(raws, env):
     for label, path in map(labelled, raws):
         text = open(path, errors="replace").read()
         done, start = DONE_LINE.search(text), START_LINE.search(text)
+        point = POINT_LINE.search(text)
         cp = re.search(r"context parallel: cp=(\d+)", text)
         balance = re.search(r"busiest / mean ([\d.]+)", text)
-        window = re.search(r"window (\d+)", start[2]) if start else None
-        rows.append({"schedule": label, "mask": "document" if start and "document" in start[2] else "causal",
-                     "window": window[1] if window else "0", "seq_len": start[4] if start else "",
-                     "cp": cp[1] if cp else "1", "tokens_per_s": done[2] if done else "",
+        if start:
+            window = re.search(r"window (\d+)", start[2])
+            mask, window, T = ("document" if "document" in start[2] else "causal",
+                               window[1] if window else "0", start[4])
+        else:  # failed before its opening lines: the point run.sh wrote first
+            mask, window, T = (point[2], point[3] or "0", point[1]) if point else ("", "", "")
+        rows.append({"schedule": label, "mask": mask, "window": window, "seq_len": T,
+                     "cp": cp[1] if cp else ((point[4] or "1") if point else "1"),
+                     "tokens_per_s": done[2] if done else "",
                      "peak_gib": "%.2f" % gib(done[3], done[4]) if done else "",
                      "busiest_over_mean": balance[1] if balance else "",
                      "status": run_status(done, text)})
@@ -766,7 +772,8 @@ def render_masked_cp(rows):
     tok = {(r["schedule"], r["mask"], r["window"], r["seq_len"], r["cp"]): num(r["tokens_per_s"])
            for r in rows if r["status"] == "ok"}
     out = []
-    for mask, window, T, cp in sorted({(r["mask"], r["window"], r["seq_len"], r["cp"]) for r in rows},
+    points = {(r["mask"], r["window"], r["seq_len"], r["cp"]) for r in rows if r["seq_len"]}
+    for mask, window, T, cp in sorted(points,
                                       key=lambda k: (k[0], int(k[1]), int(k[2]), int(k[3]))):
         if cp == "1":
             continue
@@ -780,7 +787,7 @@ def render_masked_cp(rows):
         out.append([name, kt(int(T)), cp, fmt(one, ",.0f"), "**%s**" % fmt(st, ",.0f"),
                     "%.0f%%" % (100 * st / (int(cp) * one)) if st and one else "-",
                     fmt(ring, ",.0f"), "**%.2fx**" % (st / ring) if st and ring else "-",
-                    bal[0] if bal else "-", peak[0] if peak else "-"])
+                    bal[0] if bal else "-", peak[0] if peak and peak[0] else "-"])
     text = ("tokens/s of `train` (the `done:` line); efficiency = tokens/s at cp N / (N x tokens/s "
             "on one GPU); ring = the same run with the baseline binary, whose masked ring passed "
             "every K/V block round; busiest / mean: the start line's load balance of the mask's "

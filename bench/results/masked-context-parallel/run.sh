@@ -17,10 +17,12 @@ export NCCL_NVLS_ENABLE=0
 raws=()
 point() {  # schedule binary cp T mask window steps
   local log="$OUT/$1_$5_w$6_T$4_cp$3.log"
+  # The point first: it names the row even if the run fails before its opening lines.
+  echo "point: T $4, --mask $5, --window $6, --cp $3" > "$log"
   FLASHGPT=$2 scripts/launch.sh --gpus "$3" -- --train-pattern "$data/train_*.bin" \
     --tokenizer "$data/tokenizer.bin" --model d12 --pos rope --batch 1 \
     --recompute layer-but-attn --attn flash3 --warmup 2 --eval-every 0 --sample-every 0 \
-    --seq-len "$4" --mask "$5" --window "$6" --steps "$7" --cp "$3" > "$log" 2>&1 || true
+    --seq-len "$4" --mask "$5" --window "$6" --steps "$7" --cp "$3" >> "$log" 2>&1 || true
   raws+=("$1=$log")
 }
 for T in 131072 1048576; do
