@@ -817,9 +817,13 @@ def collect_long_context_2m(raws, env):
             rows.append({"kind": "step", "run": label, "step": st, "loss": loss, "ms": ms,
                          "tokens_per_s": tok})
         ms, tok = [num(x[3]) for x in steps], [num(x[4]) for x in steps]
-        rows.append({"kind": "run", "run": label,
-                     "mask": "document" if start and "document" in start[2] else "causal",
-                     "seq_len": start[4] if start else "", "cp": cp[1] if cp else "1",
+        point = POINT_LINE.search(text)  # run.sh's first line: the run even if it failed at once
+        if start:
+            mask, T = "document" if "document" in start[2] else "causal", start[4]
+        else:
+            mask, T = (point[2], point[1]) if point else ("", "")
+        rows.append({"kind": "run", "run": label, "mask": mask, "seq_len": T,
+                     "cp": cp[1] if cp else ((point[4] or "1") if point else "1"),
                      "steps": str(len(steps)), "loss_first": steps[0][2] if steps else "",
                      "loss_last": steps[-1][2] if steps else "",
                      # the first step also pays the start-up (cuBLAS heuristics, first touches)

@@ -1,8 +1,9 @@
 // test_results_long_context_2m — the long-context-2m claim's collector in
-// scripts/results_table.py, on two small `flashgpt train` logs written here: each run's mask,
+// scripts/results_table.py, on small `flashgpt train` logs written here: each run's mask,
 // T and cp from its own lines, the loss of its first and last step, ms/step and tokens/s as the
 // median of the steps after the first (the only step when there is one), the measured peak and
-// the plan's total, and a run with no `done:` line reported as failed with its last line.
+// the plan's total, a run with no `done:` line reported as failed with its last line, and a run
+// that failed before its opening lines named by run.sh's `point:` line (T and cp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -44,10 +45,14 @@ TEST(ResultsTable, LongContext2m) {
                    true);
     std::ofstream x(d / "oom.log");
     x << train_log("causal mask", "", false) << "error: cudaMalloc of 40.00 GiB failed\n";
+    // failed before its opening lines: run.sh's point line names T and cp
+    std::ofstream e(d / "early.log");
+    e << "point: T 2097152, --mask document, --cp 2\n"
+         "flashgpt: error: --train-pattern: no shard matches\n";
   }
   ASSERT_EQ(run_results_table(d, "long-context-2m",
                               "documents=" + (d / "doc.log") + " causal=" + (d / "causal.log") +
-                                  " oom=" + (d / "oom.log")),
+                                  " oom=" + (d / "oom.log") + " early=" + (d / "early.log")),
             0)
       << read_text(d / "log");
   const std::string table = read_text(d / "table.md");
@@ -56,6 +61,8 @@ TEST(ResultsTable, LongContext2m) {
        {"| documents | 2M | 2 | 3 | 8.3400 -> 7.1000 | 3,100 | **677,204** | 102.61 | 101.75 | ok |",
         "| causal | 2M | 2 | 1 | 8.3500 -> 8.3500 | 340,000 | **6,168** | 102.61 | 101.75 | ok |",
         "| oom | 2M | 2 | 0 | - | - | **-** | - | 101.75 | failed: error: cudaMalloc of 40.00 GiB failed |",
+        "| early | 2M | 2 | 0 | - | - | **-** | - | - | failed: flashgpt: error: --train-pattern: no "
+        "shard matches |",
         "| documents | 2 | 7.9000 | 3,000 | 699,050 |"})
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
 }

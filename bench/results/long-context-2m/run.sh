@@ -14,10 +14,12 @@ data=${DATA:-$OUT/data}
 [ -f "$data/tokenizer.bin" ] || CAP=32768 scripts/prepare_long_documents.sh "$data" > "$OUT/prepare.log"
 export NCCL_NVLS_ENABLE=0
 run() {  # name mask steps
+  # The point first: it names the run even if it fails before its opening lines.
+  echo "point: T 2097152, --mask $2, --cp 2" > "$OUT/$1.log"
   scripts/launch.sh --gpus 2 -- --train-pattern "$data/train_*.bin" --tokenizer "$data/tokenizer.bin" \
     --model d12 --pos rope --batch 1 --seq-len 2097152 --cp 2 --recompute layer-but-attn \
     --attn flash3 --mask "$2" --steps "$3" --warmup 2 --eval-every 0 --sample-every 0 \
-    --log "$OUT/$1.jsonl" > "$OUT/$1.log" 2>&1 || true
+    --log "$OUT/$1.jsonl" >> "$OUT/$1.log" 2>&1 || true
 }
 run document document 20
 run causal causal 1
