@@ -24,6 +24,7 @@ suites+=("memcheck, flash3 ragged=$OUT/memcheck.log")
 tiles='*flash3_B4_T257*'
 # The HS 64 backward with dQ lagging a step (from T 4096 on: kBwdDqLag in flash3_tiles.h).
 lag='*flash3_B1_T4096_NH2_NKV2_HS64*:*flash3_B1_T4097_NH3_NKV1_HS64*'
+lag+=':AttentionMaskGpu/Whole.Matches/random_W0_B1_T4097_NH2_NKV1_HS64'
 compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$tiles" \
   > "$OUT/memcheck_tiles.log" 2>&1 || true
 suites+=("memcheck, more work tiles than SMs=$OUT/memcheck_tiles.log")
@@ -32,7 +33,7 @@ compute-sanitizer --tool memcheck build/test_gpu \
   --gtest_filter='AttentionMaskGpu/*HS128:*flash3_jumps*HS128' > "$OUT/memcheck_masks128.log" 2>&1 || true
 suites+=("memcheck, HS 128 masks and jump scores=$OUT/memcheck_masks128.log")
 compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$lag" > "$OUT/memcheck_lag.log" 2>&1 || true
-suites+=("memcheck, flash3 HS 64 T 4096-4097 (backward with dQ lagging)=$OUT/memcheck_lag.log")
+suites+=("memcheck, flash3 HS 64 T 4096-4097, causal and documents (backward with dQ lagging)=$OUT/memcheck_lag.log")
 for tool in synccheck initcheck; do
   compute-sanitizer --tool "$tool" build/test_gpu --gtest_filter="$ragged" > "$OUT/$tool.log" 2>&1 || true
   suites+=("$tool, flash3 ragged=$OUT/$tool.log")
@@ -65,7 +66,7 @@ if [ -z "${SKIP_BUILDS:-}" ]; then
   suites+=("racecheck, more work tiles than SMs=$OUT/racecheck_tiles.log")
   compute-sanitizer --tool racecheck "$OUT/build-racecheck/test_gpu" --gtest_filter="$lag" \
     > "$OUT/racecheck_lag.log" 2>&1 || true
-  suites+=("racecheck, flash3 HS 64 T 4096-4097 (backward with dQ lagging)=$OUT/racecheck_lag.log")
+  suites+=("racecheck, flash3 HS 64 T 4096-4097, causal and documents (backward with dQ lagging)=$OUT/racecheck_lag.log")
   make -j"$(nproc)" PRECISION=FP32 BUILD="$OUT/build-fp32" "$OUT/build-fp32/test_gpu" > "$OUT/build-fp32.log" 2>&1
   "$OUT/build-fp32/test_gpu" > "$OUT/test_gpu_fp32.log" 2>&1 || true
   suites+=("fp32 build=$OUT/test_gpu_fp32.log")
