@@ -46,6 +46,17 @@ inline int run_results_table(const TempDir& d, const std::string& claim, const s
   return WEXITSTATUS(std::system(cmd.c_str()));
 }
 
+// The first lines of a d12 `flashgpt train` log at batch 1 x T (rotary, flash3, layer-but-attn),
+// as the results_table.py collectors read them; mask is the device line's ("document mask").
+inline std::string train_log_opening(long T, const char* mask) {
+  const std::string t = std::to_string(T);
+  return "model: L=12 C=768 NH=12 NKV=12 HS=64 V=4096 (padded 4096) maxT=" + t +
+         ", rotary positions, 88.20M parameters\n"
+         "device: Fake GPU | attention: flash3, " + std::string(mask) +
+         " | recompute: layer-but-attn | batch 1 x " + t + ", 1 micro-steps -> " + t +
+         " tokens/step\n";
+}
+
 struct Argv {
   std::vector<std::string> args;
   std::vector<char*> ptrs;

@@ -17,12 +17,8 @@ TEST(ResultsTable, DocumentMasksTraining) {
   TempDir d;
   {
     std::ofstream t(d / "train.log");
-    t << "point: T 131072, --mask document\n"
-         "model: L=12 C=768 NH=12 NKV=12 HS=64 V=4096 (padded 4096) maxT=131072, rotary "
-         "positions, 88.20M parameters\n"
-         "device: Fake GPU | attention: flash3, document mask | recompute: layer-but-attn | "
-         "batch 1 x 131072, 1 micro-steps -> 131072 tokens/step\n"
-         "documents: 685 documents in 1917955 tokens; tokens per document: mean 2799.9, p50 "
+    t << "point: T 131072, --mask document\n" << train_log_opening(131072, "document mask")
+      << "documents: 685 documents in 1917955 tokens; tokens per document: mean 2799.9, p50 "
          "2320, p90 5366, max 6829; the document mask leaves 3.0% of causal attention's work at "
          "T 131072\n"
          "step     8/8 | loss 6.4835 | lr 6.00e-05 | norm 1.6771 | 290.4 ms | 451363 tok/s | "

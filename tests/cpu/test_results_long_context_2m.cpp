@@ -18,9 +18,7 @@ namespace {
 // line, the plan's total), then `steps` step lines with the given losses and times.
 std::string train_log(const char* mask, const std::string& steps, bool done) {
   std::string s =
-      "model: L=12 C=768 NH=12 NKV=12 HS=64 V=4096 (padded 4096) maxT=2097152, rotary positions\n"
-      "device: cuda | attention: flash3, " + std::string(mask) +
-      " | recompute: layer-but-attn | batch 1 x 2097152, 1 micro-steps -> 2097152 tokens/step\n"
+      train_log_opening(2097152, mask) +
       "context parallel: cp=2 dp=1 (rank 0: cp index 0, chunks 0 and 3)\n"
       "memory plan:\n"
       "  parameters               168.75 MiB\n"

@@ -16,11 +16,8 @@ TEST(ResultsTable, MaskedContextParallelFailedPoint) {
   {
     std::ofstream one(d / "one.log");
     one << "point: T 1048576, --mask document, --window 0, --cp 1\n"
-           "model: L=12 C=768 NH=12 NKV=12 HS=64 V=4096 (padded 4096) maxT=1048576, rotary "
-           "positions, 88.20M parameters\n"
-           "device: Fake GPU | attention: flash3, document mask | recompute: layer-but-attn | "
-           "batch 1 x 1048576, 1 micro-steps -> 1048576 tokens/step\n"
-           "done: 5 steps, 450000 tokens/s, peak memory 74.54 GiB\n";
+        << train_log_opening(1048576, "document mask")
+        << "done: 5 steps, 450000 tokens/s, peak memory 74.54 GiB\n";
     std::ofstream two(d / "two.log");
     two << "point: T 1048576, --mask document, --window 0, --cp 2\n"
            "flashgpt: error: --train-pattern: shard train_000000.bin has 840042 tokens\n";
