@@ -23,8 +23,9 @@
 # --gtest_filter=<test>` repeats it alone. Exit status non-zero on any failure.
 # DATA=<prepared corpus>: afterwards, scripts/test_multigpu.sh (dp and cp sections) on it, logs
 # in $STRESS_OUT/multigpu (needs >= 2 GPUs).
-# Environment: SEEDS (50), PROCS_PER_GPU (2), STRESS_SEED (first seed; default random),
-# LIMIT_S (each process's time limit, 600), STRESS_OUT (runs/gpu_stress), DATA (unset).
+# Environment: SEEDS (50), SUITES (the suites to run, of "attention ring model"; default all three),
+# PROCS_PER_GPU (2), STRESS_SEED (first seed; default random), LIMIT_S (each process's time
+# limit, 600), STRESS_OUT (runs/gpu_stress), DATA (unset).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${STRESS_OUT:-runs/gpu_stress}  # not the generic OUT (a caller's own)
@@ -34,6 +35,13 @@ LIMIT_S=${LIMIT_S:-600}
 BIN=build/test_gpu
 [ -x "$BIN" ] || { echo "gpu_stress.sh: $BIN is missing; run make first" >&2; exit 2; }
 case $SEEDS in '' | *[!0-9]* | 0) echo "gpu_stress.sh: SEEDS=$SEEDS must be a positive integer" >&2; exit 2 ;; esac
+SUITES=${SUITES:-attention ring model}
+for suite in $SUITES; do
+  case $suite in attention | ring | model) ;;
+    *) echo "gpu_stress.sh: SUITES names '$suite'; choose among: attention ring model" >&2; exit 2 ;;
+  esac
+done
+[ -n "${SUITES// /}" ] || { echo "gpu_stress.sh: SUITES is empty; choose among: attention ring model" >&2; exit 2; }
 if [ -n "${DATA:-}" ] && [ ! -f "$DATA/tokenizer.bin" ]; then
   echo "gpu_stress.sh: DATA=$DATA is not a prepared corpus (no tokenizer.bin); see scripts/prepare_other_corpus.sh" >&2
   exit 2
@@ -58,15 +66,21 @@ RING_NCCL='RingShapes/RingAttentionGpu.Nccl/*'
 RING_BIG='*_T4097_*:*_T2051_*'
 MODEL='CudaModel.*:CudaModelCp.*'
 MODEL_OUT='CudaModel.MemoryPlanMatchesMeasured'
-SINGLE="$ATTN:$RING_LOCAL:$MODEL-$RING_BIG:$MODEL_OUT"
+chosen() { [[ " $SUITES " == *" $1 "* ]]; }
+SINGLE=""
+chosen attention && SINGLE="$SINGLE:$ATTN"
+chosen ring && SINGLE="$SINGLE:$RING_LOCAL"
+chosen model && SINGLE="$SINGLE:$MODEL"
+SINGLE="${SINGLE#:}-$RING_BIG:$MODEL_OUT"
 
 first=${STRESS_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 procs=$((NGPU * PROCS_PER_GPU))
 iters=$(((SEEDS + procs - 1) / procs))
 threads=$(($(nproc) / (procs + 1)))
 [ "$threads" -ge 1 ] || threads=1
-echo "gpu_stress.sh: $NGPU GPU(s), $procs single-GPU processes x $iters seeds (+ NCCL ring x $SEEDS)," \
-  "$threads threads each, first seed $first; logs in $OUT"
+echo "gpu_stress.sh: suites $SUITES; $NGPU GPU(s), $procs single-GPU processes x $iters seeds" \
+  "(+ NCCL ring x $SEEDS with 2 GPUs and the ring suite), $threads threads each, first seed $first;" \
+  "logs in $OUT"
 t0=$(date +%s)
 pids=()
 p=0
@@ -78,7 +92,9 @@ for g in $(seq 0 $((NGPU - 1))); do
     p=$((p + 1))
   done
 done
-if [ "$NGPU" -ge 2 ]; then
+if ! chosen ring; then
+  :
+elif [ "$NGPU" -ge 2 ]; then
   OMP_NUM_THREADS=$threads FLASHGPT_SEED=$((first + p)) timeout "$LIMIT_S" "$BIN" \
     --gtest_filter="$RING_NCCL-$RING_BIG" --gtest_repeat="$SEEDS" >"$OUT/stress_nccl.log" 2>&1 &
   pids+=($!)
@@ -91,12 +107,13 @@ t1=$(date +%s)
 
 # One line per suite from the logs: each iteration's seed ("[ seed     ] FLASHGPT_SEED=<n>"),
 # each test's end ("[       OK ]" / "[  FAILED  ]") and its share of tolerance ("[ tol      ]").
-python3 - "$OUT" "$((t1 - t0))" "$rc" <<'PY' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$((t1 - t0))" "$rc" "$SUITES" <<'PY' | tee "$OUT/summary.txt"
 import glob, re, sys
-out, seconds, rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, seconds, rc, chosen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split()
 suites = {"attention": ("AttentionGpu/", "FlashShapes/", "AttentionMaskGpu/", "DocumentStartsGpu.",
                         "AttentionDecodeGpu.Ring"), "ring": ("RingShapes/",),
           "model": ("CudaModel.", "CudaModelCp.")}
+suites = {name: prefixes for name, prefixes in suites.items() if name in chosen}
 def suite_of(test):
     for name, prefixes in suites.items():
         if test.startswith(prefixes): return name
