@@ -218,9 +218,33 @@ TEST_F(CudaModel, FlashGqaForwardBackwardMatchesCpu) {
   check_forward_backward(o);
 }
 
+// rel_l2 of the parameters, with the key biases left out: their gradient is exactly zero
+// (softmax is invariant to adding q.bk to a whole row), so both models see rounding noise
+// there, and AdamW turns noise into ~lr-sized steps of random sign. Those entries do not affect
+// the loss.
+double params_rel_l2(const GPTConfig& c, std::vector<float> gpu, std::vector<float> cpu) {
+  ParamLayout layout(c);
+  const int QKV = c.qkv_channels(), qc = c.num_heads * c.head_size(),
+            kc = c.num_kv_heads * c.head_size();
+  for (int l = 0; l < c.num_layers; l++)
+    for (int j = qc; j < qc + kc; j++) {
+      const size_t at = layout.offsets[P_QKVB] + (size_t)l * QKV + j;
+      gpu[at] = cpu[at] = 0.0f;
+    }
+  return rel_l2(gpu.data(), cpu.data(), cpu.size());
+}
+
 // 10 AdamW steps of both models from the same init on a pool of two batches (inputs with
-// end-of-text tokens at rate eot_rate): each step's loss and grad norm, then the parameters.
+// end-of-text tokens at rate eot_rate): each step's loss, gradient norm and parameters.
+// Steps 1-3 run free, each model from its own state, as two training runs would: two AdamW
+// updates cannot amplify the bf16 rounding past the tolerances, and steps 2 and 3 use the
+// moments that each model's steps before stored. Later, bf16 training and
+// the double-precision oracle drift apart wherever the trajectory turns sharp: on one seed in
+// 60, the gradient norms 1.30 (GPU) and 1.07 at step 7 and the losses 0.54% apart at step 8,
+// where step 1 had agreed to 2e-5. So from step 4 on the oracle takes the GPU's parameters and
+// moments before each step, and the step is compared from the same state.
 void check_training(const ModelOptions& o, double eot_rate = 0) {
+  constexpr int kFreeSteps = 3;
   auto cpu = make_cpu_oracle(o);
   auto gpu = make_cuda_model(o);
   std::mt19937_64 rng(base_seed() + 1);
@@ -236,7 +260,15 @@ void check_training(const ModelOptions& o, double eot_rate = 0) {
     tgt.push_back(random_tokens((size_t)B * T, V, rng));
   }
   float first = 0, last = 0;
+  std::vector<float> pc, pg, mg, vg;
   for (int step = 1; step <= 10; step++) {
+    const bool same_state = step == 1 || step > kFreeSteps;
+    if (step > kFreeSteps) {
+      gpu->get_params(pg);
+      gpu->get_adam_state(mg, vg);
+      cpu->set_params(pg);
+      cpu->set_adam_state(mg, vg);
+    }
     float loss[2], norm[2];
     Model* models[2] = {cpu.get(), gpu.get()};
     for (int m = 0; m < 2; m++) {
@@ -252,53 +284,36 @@ void check_training(const ModelOptions& o, double eot_rate = 0) {
       loss[m] = l;
     }
     const double e = std::fabs(loss[1] - loss[0]) / std::fabs(loss[0]);
-    std::printf("step %2d loss cpu %.6f gpu %.6f rel err %.2e (tol %.0e)  norm cpu %.5f gpu %.5f\n",
-                step, loss[0], loss[1], e, kLossTol, norm[0], norm[1]);
+    const double ne = std::fabs(norm[1] - norm[0]) / norm[0];
+    cpu->get_params(pc);
+    gpu->get_params(pg);
+    const double pe = params_rel_l2(o.config, pg, pc);
+    std::printf("step %2d (%s) loss cpu %.6f gpu %.6f rel err %.2e (tol %.0e)  norm cpu %.5f "
+                "gpu %.5f  parameters rel_l2 %.2e (tol %.0e)\n",
+                step, step > kFreeSteps ? "same start" : "free", loss[0], loss[1], e, kLossTol,
+                norm[0], norm[1], pe, kParamTol);
     EXPECT_WITHIN(e, kLossTol) << "step " << step;
-    // The gradient norm is compared where both models hold the same weights (step 1): there the
-    // two differ only by the bf16 arithmetic of one forward and backward. After AdamW's first
-    // steps the weights differ by ~1e-3 (its normalised update turns rounding noise in small
-    // gradients into lr-sized steps), and the norm, a sharp function of the weights, amplifies
-    // that: 5.7% apart at step 10 for one seed in 56. The losses (smooth) and the parameters
-    // after 10 steps keep checking the trajectory.
-    if (step == 1) EXPECT_WITHIN(std::fabs(norm[1] - norm[0]) / norm[0], kGradTol) << "step 1";
-    if (step == 1) first = loss[0];
-    last = loss[0];
+    // The gradient norm, a sharp function of the weights, is compared where both models hold
+    // the same ones: in free steps after the first, AdamW's normalised update has turned rounding
+    // noise in small gradients into lr-sized differences (the norms were 5.7% apart at step 10
+    // of a free run, on one seed in 56).
+    if (same_state) EXPECT_WITHIN(ne, kGradTol) << "step " << step;
+    EXPECT_WITHIN(pe, kParamTol) << "parameters after step " << step;
+    if (step == 1) first = loss[1];
+    last = loss[1];
   }
   EXPECT_LT(last, first) << "the loss should fall on a repeated pool of two batches";
-  std::vector<float> pc, pg, mc, vc, mg, vg;
-  cpu->get_params(pc);
-  gpu->get_params(pg);
-  // The key bias has an exactly zero gradient (softmax is invariant to adding q.bk to a whole
-  // row), so both models see rounding noise there, and AdamW turns noise into ~lr-sized steps
-  // of random sign. Those entries do not affect the loss; leave them out of the comparison.
-  std::vector<float> pc_m = pc, pg_m = pg;
-  {
-    ParamLayout layout(o.config);
-    const int C = o.config.channels, QKV = o.config.qkv_channels();
-    const int qc = o.config.num_heads * o.config.head_size(),
-              kc = o.config.num_kv_heads * o.config.head_size();
-    for (int l = 0; l < o.config.num_layers; l++)
-      for (int j = qc; j < qc + kc; j++) {
-        const size_t at = layout.offsets[P_QKVB] + (size_t)l * QKV + j;
-        pc_m[at] = pg_m[at] = 0.0f;
-      }
-    (void)C;
-  }
-  const double pe = rel_l2(pg_m.data(), pc_m.data(), pc_m.size());
-  std::printf("parameters after 10 steps (key biases left out): rel_l2 %.2e (tol %.0e)\n", pe,
-              kParamTol);
-  EXPECT_WITHIN(pe, kParamTol);
   // Round trip of the optimizer state and the parameters through the host (checkpoints).
-  gpu->get_adam_state(mg, vg);
-  gpu->set_adam_state(mg, vg);
+  std::vector<float> mg1, vg1;
+  gpu->get_adam_state(mg1, vg1);
+  gpu->set_adam_state(mg1, vg1);
   gpu->set_params(pg);
   std::vector<float> pg2, mg2, vg2;
   gpu->get_params(pg2);
   gpu->get_adam_state(mg2, vg2);
   EXPECT_EQ(pg, pg2);
-  EXPECT_EQ(mg, mg2);
-  EXPECT_EQ(vg, vg2);
+  EXPECT_EQ(mg1, mg2);
+  EXPECT_EQ(vg1, vg2);
 }
 
 TEST_F(CudaModel, TrainingMatchesCpu) {
