@@ -35,7 +35,8 @@ WARMUP=${WARMUP:-1}
 STEPS=${STEPS:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-1200}  # seconds per run
 BIN=${FLASHGPT:-build/flashgpt}
-mkdir -p "$OUT"
+source scripts/log_folder.sh
+log_folder bench_cp.sh "$OUT" BENCH_CP_OUT || exit 1
 export NCCL_NVLS_ENABLE=0
 [ -x "$BIN" ] || { echo "bench_cp.sh: '$BIN' not found; run make first" >&2; exit 1; }
 COMMON=(--bench --model "$MODEL" --pos rope --batch "$B" --attn "$ATTN" --bench-warmup "$WARMUP"

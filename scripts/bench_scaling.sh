@@ -13,7 +13,9 @@ LOGS=${LOGS:-runs/bench_scaling}
 STEPS=${STEPS:-20}
 SEQ=${SEQ:-1024}     # SEQ=8192 BATCH=4 TAG=t8192: a long-context setting
 BATCH=${BATCH:-32}
-mkdir -p "$RESULTS_DIR" "$LOGS"
+source scripts/log_folder.sh
+log_folder bench_scaling.sh "$LOGS" LOGS || exit 2
+mkdir -p "$RESULTS_DIR"
 export NCCL_NVLS_ENABLE=0
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 NGPU=$(nvidia-smi -L | grep -c '^GPU')

@@ -11,7 +11,8 @@ DATA=${DATA:-runs/data/fortunes}
 GPUS=${GPUS:-4}
 B=${B:-4}
 STEPS=${STEPS:-200}
-mkdir -p "$OUT"
+source scripts/log_folder.sh
+log_folder curve_multigpu.sh "$OUT" CURVE_OUT || exit 2
 export NCCL_NVLS_ENABLE=0
 COMMON=(--data "$DATA" --model d12 --seq-len 1024 --steps "$STEPS" --lr 6e-4 --warmup 20
         --eval-every 50 --eval-steps 4 --sample-every 0 --seed 1337 --attn flash)

@@ -11,7 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${GPU_CHECK_OUT:-runs/gpu_check}  # not the generic OUT (a caller's own)
 DATA=${DATA:-runs/data/fortunes}
-mkdir -p "$OUT"
+source scripts/log_folder.sh
+log_folder gpu_check.sh "$OUT" GPU_CHECK_OUT || exit 2
 steps=${*:-tests sanitize train bench-train bench-attention}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 summary=()

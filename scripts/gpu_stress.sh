@@ -48,7 +48,8 @@ if [ -n "${DATA:-}" ] && [ ! -f "$DATA/tokenizer.bin" ]; then
 fi
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "${NGPU:-0}" -ge 1 ] || { echo "gpu_stress.sh: no GPU (nvidia-smi -L lists none)" >&2; exit 2; }
-mkdir -p "$OUT"
+source scripts/log_folder.sh
+log_folder gpu_stress.sh "$OUT" STRESS_OUT || exit 2
 rm -f "$OUT"/stress_*.log
 export NCCL_NVLS_ENABLE=0
 

@@ -45,7 +45,8 @@ SECTIONS=${SECTIONS:-dp cp}
 CP_T=${CP_T:-1024}        # cp section: --seq-len
 CP_B=${CP_B:-2}           # cp section: --batch
 CP_ATTN=${CP_ATTN:-auto}  # cp section: --attn (a backend that saves only the LSE)
-mkdir -p "$OUT"
+source scripts/log_folder.sh
+log_folder test_multigpu.sh "$OUT" MULTIGPU_OUT || exit 2
 export NCCL_NVLS_ENABLE=0
 BIN=${FLASHGPT:-build/flashgpt}  # FLASHGPT: a stand-in, as for launch.sh
 COMMON=(--data "$DATA" --model d12 --seq-len 256 --steps 10 --lr 6e-4 --warmup 2 --eval-every 0

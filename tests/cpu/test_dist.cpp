@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -327,6 +328,16 @@ TEST(Dist, BenchCpScriptTableAndEfficiency) {
   ASSERT_EQ(WEXITSTATUS(rc), 0) << read(d / "log");
   struct stat st;
   EXPECT_NE(stat(foreign.c_str(), &st), 0) << "bench_cp.sh wrote into the caller's OUT";
+  // A BENCH_CP_OUT that holds someone else's files: refused before any run, nothing written.
+  const std::string theirs = d / "theirs";
+  mkdir(theirs.c_str(), 0755);
+  { std::ofstream(theirs + "/runs.csv") << "their own table\n"; }
+  rc = std::system(("FLASHGPT=" + fake + " TS=131072 BENCH_CP_OUT=" + theirs +
+                    " scripts/bench_cp.sh > " + d.path + "/log_theirs 2>&1").c_str());
+  EXPECT_NE(WEXITSTATUS(rc), 0);
+  EXPECT_NE(read(d / "log_theirs").find("bench_cp.sh: BENCH_CP_OUT=" + theirs), std::string::npos)
+      << read(d / "log_theirs");
+  EXPECT_EQ(read(theirs + "/runs.csv"), "their own table\n");
   // Calls: cp 2 at every T; one GPU at 128K, 256K (layer-but-attn, then the fallback), 512K
   // (both modes fail), none at 1M (above CP1_MAX_T).
   EXPECT_EQ(read(d / "calls"),
@@ -364,6 +375,48 @@ TEST(Dist, BenchCpScriptTableAndEfficiency) {
   // 1048576 / 119.9727 s = 8740 tok/s; / 223.390 s = 4694; 8740 / (2 x 4694) = 93.1%.
   EXPECT_NE(merged.find("| 1M | 4694 | 8740 | 93.1% | 74.50 | 49.57 | - | real run (1 steps) / real run (3 steps) |"),
             std::string::npos) << merged;
+}
+
+// scripts/log_folder.sh, which the scripts that keep their logs in a folder of their own call
+// (bench_cp.sh, gpu_stress.sh, ...): it makes a new folder or takes an empty one, or one it made
+// before (its marker), and refuses a folder someone else filled or a file, with one line that
+// names the variable, writing nothing there.
+TEST(Dist, LogFolderTakesOnlyAFolderOfItsOwn) {
+  if (access("scripts/log_folder.sh", R_OK) != 0) GTEST_SKIP() << "run from the repository root";
+  TempDir d;
+  auto take = [&](const std::string& dir) {
+    const int rc = std::system(("bash -c 'source scripts/log_folder.sh && log_folder demo.sh \"" +
+                                dir + "\" DEMO_OUT' 2> " + d.path + "/err").c_str());
+    return WEXITSTATUS(rc);
+  };
+  struct stat st;
+  const std::string fresh = d / "a/b";
+  EXPECT_EQ(take(fresh), 0);
+  EXPECT_EQ(stat((fresh + "/.flashgpt-demo").c_str(), &st), 0) << "no marker in the folder it made";
+  { std::ofstream(fresh + "/summary.txt") << "an earlier run's\n"; }
+  EXPECT_EQ(take(fresh), 0) << "its own folder, from an earlier run: " << read_text(d / "err");
+  mkdir((d / "empty").c_str(), 0755);
+  EXPECT_EQ(take(d / "empty"), 0) << read_text(d / "err");
+
+  const std::string foreign = d / "mine";
+  mkdir(foreign.c_str(), 0755);
+  { std::ofstream(foreign + "/summary.txt") << "the user's own notes\n"; }
+  EXPECT_EQ(take(foreign), 1);
+  const std::string err = read_text(d / "err");
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("demo.sh: DEMO_OUT=" + foreign + " holds files that demo.sh did not make"),
+            std::string::npos) << err;
+  EXPECT_EQ(read_text(foreign + "/summary.txt"), "the user's own notes\n");
+  EXPECT_NE(stat((foreign + "/.flashgpt-demo").c_str(), &st), 0) << "it marked a folder it refused";
+  // Another script's folder is not this one's either.
+  EXPECT_EQ(take(fresh), 0);
+  const int rc = std::system(("bash -c 'source scripts/log_folder.sh && log_folder other.sh \"" +
+                              fresh + "\" OTHER_OUT' 2> /dev/null").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 1);
+
+  { std::ofstream(d / "afile") << "x\n"; }
+  EXPECT_EQ(take(d / "afile"), 1);
+  EXPECT_NE(read_text(d / "err").find("DEMO_OUT=" + d / "afile" + " is a file"), std::string::npos);
 }
 
 TEST(Dist, FailureMarkerNamesTheRank) {
