@@ -7,7 +7,8 @@
 //   test_rng()      a generator per test: the seed mixed with the test's name (so a test's
 //                   inputs do not depend on which tests ran before it).
 //   iteration_rng() a generator shared by a file's helpers (fresh inputs for every check),
-//                   re-seeded at the start of every iteration.
+//                   re-seeded at the start of every test, from the seed and the test's name
+//                   (so FLASHGPT_SEED=<n> --gtest_filter=<test> repeats a test's inputs alone).
 //   bf16_round      float -> the nearest bf16 (ties to even), as __float2bfloat16_rn; NaN stays.
 //   qkv_heads       the elements of a qkv-shaped array (dqkv) of some heads (dQ, dK or dV).
 //   expect_close    relative L2 error and max error (relative to max|ref|) against tolerances,
@@ -73,23 +74,31 @@ inline void start_iteration(int iteration) {
 inline uint64_t base_seed() { return test_seed::current(); }
 #define SEED_TRACE() SCOPED_TRACE("FLASHGPT_SEED=" + std::to_string(base_seed()))
 
-inline std::mt19937_64 test_rng() {
+// The running test's full name ("" outside a test).
+inline std::string current_test_name() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  return std::mt19937_64(base_seed() ^ std::hash<std::string>{}(name));
+  return info ? std::string(info->test_suite_name()) + "." + info->name() : std::string();
 }
 
-// One generator per salt, seeded with base_seed() ^ salt and re-seeded whenever a seed is set
-// (each --gtest_repeat iteration), so an iteration's inputs are those of a run with its seed.
+inline std::mt19937_64 test_rng() {
+  return std::mt19937_64(base_seed() ^ std::hash<std::string>{}(current_test_name()));
+}
+
+// One generator per salt, seeded with base_seed() ^ salt ^ hash(the test's name) at the first
+// draw of each test and whenever a seed is set (each --gtest_repeat iteration): a test's inputs
+// are those of a run with its seed, whichever tests ran before it.
 inline std::mt19937_64& iteration_rng(uint64_t salt) {
   struct Seeded {
     uint64_t generation = 0;  // 0: never seeded (test_seed::set counts from 1)
+    const ::testing::TestInfo* test = nullptr;
     std::mt19937_64 gen;
   };
   static std::map<uint64_t, Seeded> gens;
   Seeded& g = gens[salt];
-  if (g.generation != test_seed::generation())
-    g = {test_seed::generation(), std::mt19937_64(base_seed() ^ salt)};
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (g.generation != test_seed::generation() || g.test != test)
+    g = {test_seed::generation(), test,
+         std::mt19937_64(base_seed() ^ salt ^ std::hash<std::string>{}(current_test_name()))};
   return g.gen;
 }
 

@@ -15,6 +15,8 @@
 //   TestSeeds.IterationSeedRepeatsInputs  what --gtest_repeat relies on (tests/main.cpp): each
 //       iteration's seed is new, and iteration_rng() and test_rng() give the inputs a run
 //       started with that seed (FLASHGPT_SEED) would give.
+//   TestSeeds.SharedGeneratorStartsFreshInEachTest*  iteration_rng() starts each test from the
+//       seed and the test's name, whatever the tests before it drew.
 //
 // Flash's rounding points (kernels/attention/flash*.cu; FlashAttention-2, Dao 2023): S in fp32,
 // the un-normalised P~ = exp(S - m) rounded to bf16 for P~V, O = (P~V) / l rounded to bf16 with
@@ -279,5 +281,17 @@ TEST(TestSeeds, IterationSeedRepeatsInputs) {
   EXPECT_NE(first, second) << "a new iteration must draw new inputs";
   EXPECT_EQ(first, again) << "the seed alone must repeat an iteration's inputs";
 }
+
+// iteration_rng(salt) seeds itself from the seed, the salt and the running test's name, so a
+// test's inputs do not depend on the tests before it, and FLASHGPT_SEED=<n>
+// --gtest_filter=<test> repeats them alone. Two tests of one salt, in this order: the second
+// fails if the first one's draws carried over.
+void expect_fresh_shared_generator() {
+  std::mt19937_64 expect(base_seed() ^ 0x5eed2 ^ std::hash<std::string>{}(current_test_name()));
+  std::mt19937_64& g = iteration_rng(0x5eed2);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(g(), expect()) << "draw " << i;
+}
+TEST(TestSeeds, SharedGeneratorStartsFreshInEachTest1) { expect_fresh_shared_generator(); }
+TEST(TestSeeds, SharedGeneratorStartsFreshInEachTest2) { expect_fresh_shared_generator(); }
 
 }  // namespace
