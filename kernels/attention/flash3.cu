@@ -122,14 +122,18 @@ using sm90::wgmma_wait;
 template <int HS_, bool DYNAMIC_>
 struct Fwd3Tile {
   static constexpr int NWG = kFwdConsumerWGs(HS_);  // consumer warpgroups, 64 query rows each
-  static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc;
+  static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc(HS_);
   // K/V stages: as many as fit beside Q and the O staging (at most 4)
   static constexpr int STAGE_FIT = (227 * 1024 - 2 * Br * HS * 2 - 2048) / (2 * Bc * HS * 2);
-  static constexpr int STAGES = STAGE_FIT > 4 ? 4 : STAGE_FIT;
+  static constexpr int STAGE_CAP = 4 * 128 / Bc;  // 512 keys in flight
+  static constexpr int STAGES = STAGE_FIT > STAGE_CAP ? STAGE_CAP : STAGE_FIT;
   static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
   static constexpr int NTHREADS = 128 * (1 + NWG);  // producer warpgroup + the consumers
-  // setmaxnreg: the producer's registers go to the consumers (65536 per SM, 1 block).
-  static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = NWG == 2 ? 240 : 160;
+  // setmaxnreg: the producer's registers go to the consumers (65536 per SM, 1 block). Every
+  // thread starts at the launch cap (65536 / NTHREADS, a multiple of 8), and setmaxnreg.inc
+  // takes only registers that the block's setmaxnreg.dec released (more waits forever).
+  static constexpr int LAUNCH_REGS = (65536 / NTHREADS) & ~7, PRODUCER_REGS = 24,
+                       CONSUMER_REGS = LAUNCH_REGS + (((LAUNCH_REGS - PRODUCER_REGS) / NWG) & ~7);
   static_assert(STAGES >= 2, "K/V ring");
   // TMA box rows: one box shape for Q, K and V (one tensor map): a tile when Br = Bc, else
   // 64-row boxes (Br / 64 of them for Q_i, Bc / 64 for K_j and V_j).
@@ -161,16 +165,18 @@ struct Fwd3Tile {
   static constexpr int RELEASE_ARRIVALS =
       kEveryThreadReleases ? 32 * CONSUMER_WARPS : CONSUMER_WARPS;
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-  static_assert(Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
-  static_assert(NWG == 2 || (NWG == 3 && HS == 64), "2 consumer warpgroups, or 3 at HS 64 (registers)");
+  static_assert(Bc == 128 || Bc == 64, "S = Q K^T is one m64n128 or m64n64 wgmma per k-step");
+  static_assert(NWG == 2 || HS == 64, "2 consumer warpgroups, or more at HS 64 (registers)");
   static_assert(128 * (PRODUCER_REGS + NWG * CONSUMER_REGS) <= 65536, "register file");
+  static_assert(NWG * (CONSUMER_REGS - LAUNCH_REGS) <= LAUNCH_REGS - PRODUCER_REGS,
+                "setmaxnreg.inc beyond what the producer released");
   static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "panels on 1024-byte boundaries");
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
 };
 
-// Named barrier ids (0 is __syncthreads): per consumer warpgroup (up to 3) one for the epilogue
-// (1-3) and one for its turn (4-6).
-constexpr int kBarEpilogue0 = 1, kBarTurn0 = 4;
+// Named barrier ids (0 is __syncthreads): per consumer warpgroup (up to 4) one for the epilogue
+// (1-4) and one for its turn (5-8).
+constexpr int kBarEpilogue0 = 1, kBarTurn0 = 5;
 
 // Shared memory (Fwd3Tile's offsets from the 1024-aligned base): Q_i | K_j x STAGES | V_j x
 // STAGES | O staging | mbarriers | the work-tile slots.
