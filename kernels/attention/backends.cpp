@@ -89,7 +89,7 @@ size_t flash3_scratch(const AttnShape& s, size_t) {
   return std::max(flash_bwd_scratch(s).bytes, flash3::kFwdScratchBytes);
 }
 AttnCost flash3_cost(const AttnShape& s, size_t es) {
-  return flash_family_cost(s, es, flash3::kFwdBr(s.HS), flash3::kFwdBc(s.HS), true);
+  return flash_family_cost(s, es, flash3::kFwdBr(s.HS), flash3::kFwdBc, true);
 }
 
 // ---------------------------------------------------------------------------------------------

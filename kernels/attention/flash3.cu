@@ -55,6 +55,8 @@
 // variants: docs/notes/flash3.md):
 //   - 3 consumer warpgroups at HS 64: +8..+19% forward over 2 (T 1K-64K); at HS 128 the
 //     consumers' 240 registers (O 64 + S 64 + 2 x P 32 per thread) do not fit the 160 that 3 leave.
+//     4 fit only with 64-key tiles (112 registers each): x0.92-0.95 at T 4K-64K (H200), 27% more
+//     instructions (each tile's max, rescale and waits per 64 keys) for more warps to issue.
 //   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups. At HS 128,
 //     with the lazy max, none: ncu T 16K -1.8% time (tensor pipe 88.6 -> 90.0% busy, barrier
 //     stalls 0.58 -> 0.31 per instruction), timed forward +1.3..+2.8% at T 16K and 32K.
@@ -122,11 +124,10 @@ using sm90::wgmma_wait;
 template <int HS_, bool DYNAMIC_>
 struct Fwd3Tile {
   static constexpr int NWG = kFwdConsumerWGs(HS_);  // consumer warpgroups, 64 query rows each
-  static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc(HS_);
+  static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc;
   // K/V stages: as many as fit beside Q and the O staging (at most 4)
   static constexpr int STAGE_FIT = (227 * 1024 - 2 * Br * HS * 2 - 2048) / (2 * Bc * HS * 2);
-  static constexpr int STAGE_CAP = 4 * 128 / Bc;  // 512 keys in flight
-  static constexpr int STAGES = STAGE_FIT > STAGE_CAP ? STAGE_CAP : STAGE_FIT;
+  static constexpr int STAGES = STAGE_FIT > 4 ? 4 : STAGE_FIT;
   static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
   static constexpr int NTHREADS = 128 * (1 + NWG);  // producer warpgroup + the consumers
   // setmaxnreg: the producer's registers go to the consumers (65536 per SM, 1 block). Every
@@ -165,8 +166,8 @@ struct Fwd3Tile {
   static constexpr int RELEASE_ARRIVALS =
       kEveryThreadReleases ? 32 * CONSUMER_WARPS : CONSUMER_WARPS;
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
-  static_assert(Bc == 128 || Bc == 64, "S = Q K^T is one m64n128 or m64n64 wgmma per k-step");
-  static_assert(NWG == 2 || HS == 64, "2 consumer warpgroups, or more at HS 64 (registers)");
+  static_assert(Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
+  static_assert(NWG == 2 || (NWG == 3 && HS == 64), "2 consumer warpgroups, or 3 at HS 64 (registers)");
   static_assert(128 * (PRODUCER_REGS + NWG * CONSUMER_REGS) <= 65536, "register file");
   static_assert(NWG * (CONSUMER_REGS - LAUNCH_REGS) <= LAUNCH_REGS - PRODUCER_REGS,
                 "setmaxnreg.inc beyond what the producer released");
@@ -174,9 +175,9 @@ struct Fwd3Tile {
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
 };
 
-// Named barrier ids (0 is __syncthreads): per consumer warpgroup (up to 4) one for the epilogue
-// (1-4) and one for its turn (5-8).
-constexpr int kBarEpilogue0 = 1, kBarTurn0 = 5;
+// Named barrier ids (0 is __syncthreads): per consumer warpgroup (up to 3) one for the epilogue
+// (1-3) and one for its turn (4-6).
+constexpr int kBarEpilogue0 = 1, kBarTurn0 = 4;
 
 // Shared memory (Fwd3Tile's offsets from the 1024-aligned base): Q_i | K_j x STAGES | V_j x
 // STAGES | O staging | mbarriers | the work-tile slots.

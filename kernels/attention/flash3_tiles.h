@@ -14,12 +14,12 @@
 namespace flash3 {
 
 // Consumer warpgroups of the forward, 64 query rows each: Br = 64 x this. 3 at HS 64
-// (FlashAttention-3's 192 x 128 tile there): +8..+19% forward over 2 on an H100 (flash3.cu's
-// tuning notes); HS 128 keeps 2 (3 would leave 160 registers for a consumer's 160 of
-// O, S and P alone).
-constexpr int kFwdConsumerWGs(int HS) { return HS == 64 ? 4 : 2; }
+// (FlashAttention-3's 192 x 128 tile there): +8..+19% forward over 2 on an H100, and 4 (on 64-key
+// tiles, all their registers fit) slower (flash3.cu's tuning notes); HS 128 keeps 2 (3 would
+// leave 160 registers for a consumer's 160 of O, S and P alone).
+constexpr int kFwdConsumerWGs(int HS) { return HS == 64 ? 3 : 2; }
 constexpr int kFwdBr(int HS) { return 64 * kFwdConsumerWGs(HS); }  // query rows per work tile
-constexpr int kFwdBc(int HS) { return HS == 64 ? 64 : 128; }  // keys per K/V tile
+constexpr int kFwdBc = 128;  // keys per K/V tile
 // Backward step order (flash3_bwd.cu BwdVariant; the measured reasons are in its tuning notes):
 // at HS 128 each step issues its S^T and dP^T while the step before's dK runs (kSdpNext: +2..+5%
 // backward at T 4K-64K on an H100); at HS 64, where those accumulators do not fit beside dK's
