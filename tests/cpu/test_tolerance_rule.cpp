@@ -277,7 +277,8 @@ std::vector<WrongResult> wrong_results(const Problem& p) {
 // be small beside their terms while their roundings are not: dQ and dK at T = 4, where
 // dS = P (dP - D) cancels (an element moved by 10% of the largest result passed the rule on 112
 // of 20000 seeds there, swapped rows on 18), and one row of dQ at T = 1000 (swapping it with the
-// zero row 0 erred by 0.5% of the largest terms and read 99% of the tolerance on one seed of 80).
+// zero row 0 erred by 0.5-0.7% of the largest terms and read 99% and 82% of the tolerance on 2
+// seeds of 80).
 // Least share of a wrong version held to fail: 324% over 20000 seeds at T = 4, 150% over 60 at
 // T = 1000 (dK's wrong scale). dQ's swapped rows at T = 1000 err by less than 3% on 59 of those
 // 60: a row of dQ is small beside the terms of its 1000 keys, and so it is not held there.
