@@ -57,9 +57,9 @@
 //     consumers' 240 registers (O 64 + S 64 + 2 x P 32 per thread) do not fit the 160 that 3 leave.
 //     4 fit only with 64-key tiles (112 registers each): x0.92-0.95 at T 4K-64K (H200), 27% more
 //     instructions (each tile's max, rescale and waits per 64 keys) for more warps to issue.
-//     P in registers at HS 64: staged in shared memory for an SS wgmma, x0.89-0.91 (+11%
-//     instructions, shared-memory pipe 39 -> 62% busy); with 4 warpgroups on 128-key tiles
-//     (128 registers each, the whole file: the loads issued by a consumer thread) x0.80-0.88.
+//     P stays in registers: staged in shared memory for an SS wgmma it read x0.89-0.91 (H200;
+//     +11% instructions, shared-memory pipe 39 -> 62% busy), and with 4 warpgroups on 128-key
+//     tiles (128 registers each, the whole file: a consumer thread issuing the loads) x0.80-0.88.
 //   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups. At HS 128,
 //     with the lazy max, none: ncu T 16K -1.8% time (tensor pipe 88.6 -> 90.0% busy, barrier
 //     stalls 0.58 -> 0.31 per instruction), timed forward +1.3..+2.8% at T 16K and 32K.
