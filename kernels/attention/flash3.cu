@@ -57,6 +57,9 @@
 //     consumers' 240 registers (O 64 + S 64 + 2 x P 32 per thread) do not fit the 160 that 3 leave.
 //     4 fit only with 64-key tiles (112 registers each): x0.92-0.95 at T 4K-64K (H200), 27% more
 //     instructions (each tile's max, rescale and waits per 64 keys) for more warps to issue.
+//     P stays in registers: staged in shared memory for an SS wgmma it read x0.89-0.91 (H200;
+//     +11% instructions, shared-memory pipe 39 -> 62% busy), and with 4 warpgroups on 128-key
+//     tiles (128 registers each, the whole file: a consumer thread issuing the loads) x0.80-0.88.
 //   - turns between the consumer warpgroups: +5..+11% at HS 64 with 3 warpgroups. At HS 128,
 //     with the lazy max, none: ncu T 16K -1.8% time (tensor pipe 88.6 -> 90.0% busy, barrier
 //     stalls 0.58 -> 0.31 per instruction), timed forward +1.3..+2.8% at T 16K and 32K.
@@ -121,26 +124,15 @@ using sm90::wgmma_fence;
 using sm90::wgmma_wait;
 
 // Compile-time traits of the forward kernel (numbers from flash3_tiles.h).
-template <int HS_, bool DYNAMIC_, int NWG_ = kFwdConsumerWGs(HS_)>
+template <int HS_, bool DYNAMIC_>
 struct Fwd3Tile {
-  static constexpr int NWG = NWG_;  // consumer warpgroups, 64 query rows each
+  static constexpr int NWG = kFwdConsumerWGs(HS_);  // consumer warpgroups, 64 query rows each
   static constexpr int HS = HS_, Br = 64 * NWG, Bc = kFwdBc;
-  // P in shared memory (O += P V as an SS wgmma), a 64 x Bc bf16 tile per consumer warpgroup
-#ifndef EXP_P3
-#define EXP_P3 0
-#endif
-  static constexpr bool P_SMEM = NWG == 4 || (EXP_P3 && HS == 64);
-  // 4 consumer warpgroups take the whole register file (128 each): no producer warpgroup; one
-  // consumer thread issues the loads (Fwd3InlineLoader), O staged in the P tiles.
-  static constexpr bool INLINE_LOAD = NWG == 4;
-  static constexpr int P_BYTES = P_SMEM ? 64 * Bc * 2 : 0, P_PANEL = 64 * 128;
   // K/V stages: as many as fit beside Q and the O staging (at most 4)
-  static constexpr int STAGE_FIT =
-      (227 * 1024 - (P_SMEM ? 1 : 2) * Br * HS * 2 - NWG * P_BYTES - 2048) / (2 * Bc * HS * 2);
+  static constexpr int STAGE_FIT = (227 * 1024 - 2 * Br * HS * 2 - 2048) / (2 * Bc * HS * 2);
   static constexpr int STAGES = STAGE_FIT > 4 ? 4 : STAGE_FIT;
   static constexpr bool DYNAMIC = DYNAMIC_;    // work tiles handed out by an atomic counter
-  static constexpr int CONSUMER_WG0 = INLINE_LOAD ? 0 : 1;
-  static constexpr int NTHREADS = 128 * (CONSUMER_WG0 + NWG);
+  static constexpr int NTHREADS = 128 * (1 + NWG);  // producer warpgroup + the consumers
   // setmaxnreg: the producer's registers go to the consumers (65536 per SM, 1 block). Every
   // thread starts at the launch cap (65536 / NTHREADS, a multiple of 8), and setmaxnreg.inc
   // takes only registers that the block's setmaxnreg.dec released (more waits forever).
@@ -156,12 +148,10 @@ struct Fwd3Tile {
   static constexpr int KQ = HS / 16;              // k-steps of S = Q K^T
   static constexpr int KP = Bc / 16;              // k-steps of O += P V
   static constexpr int Q_PANEL = Br * 128, KV_PANEL = Bc * 128;  // bytes per panel
-  static constexpr int Q_BYTES = Br * HS * 2, KV_BYTES = Bc * HS * 2,
-                       O_BYTES = P_SMEM ? 0 : Br * HS * 2;
+  static constexpr int Q_BYTES = Br * HS * 2, KV_BYTES = Bc * HS * 2, O_BYTES = Br * HS * 2;
   // smem (1024-aligned): Q | K x STAGES | V x STAGES | O staging | mbarriers
   static constexpr int OFF_K = Q_BYTES, OFF_V = OFF_K + STAGES * KV_BYTES,
-                       OFF_O = OFF_V + STAGES * KV_BYTES, OFF_P = OFF_O + O_BYTES,
-                       OFF_BAR = OFF_P + NWG * P_BYTES;
+                       OFF_O = OFF_V + STAGES * KV_BYTES, OFF_BAR = OFF_O + O_BYTES;
   // mbarriers (8 bytes each): Q full, Q empty, K full x STAGES, K empty x STAGES, V full x
   // STAGES, V empty x STAGES
   static constexpr int OFF_Q_FULL = OFF_BAR, OFF_Q_EMPTY = OFF_BAR + 8, OFF_K_FULL = OFF_BAR + 16,
@@ -169,13 +159,10 @@ struct Fwd3Tile {
                        OFF_V_EMPTY = OFF_V_FULL + 8 * STAGES;
   static constexpr int NBARS = 2 + 4 * STAGES;
   static constexpr int OFF_SLOT = OFF_BAR + NBARS * 8;  // 2 ints: the work tile of each Q phase
-  static constexpr int LOADER_BYTES = INLINE_LOAD ? 128 : 0;
-  static constexpr int SMEM = OFF_SLOT + 8 + LOADER_BYTES + 1024;  // + slack to align the base
+  static constexpr int SMEM = OFF_SLOT + 8 + 1024;      // + slack to align the base
   // The masked kernels' (flash3_fwd_kernel MASKED) K/V tile range of each Q phase (Fwd3Range),
   // after the slots: SMEM + RANGE_BYTES.
   static constexpr int OFF_RANGE = OFF_SLOT + 8, RANGE_BYTES = 2 * 4 * 4;
-  // INLINE_LOAD: the loader's state (Fwd3LoaderState) in the range's place
-  static constexpr int OFF_LOADER = OFF_RANGE;
   static constexpr int CONSUMER_WARPS = 4 * NWG;
   // Arrivals that release a stage: lane 0 of each consumer warp (every consumer thread in the
   // racecheck build: flash3.cuh kEveryThreadReleases).
@@ -183,27 +170,27 @@ struct Fwd3Tile {
       kEveryThreadReleases ? 32 * CONSUMER_WARPS : CONSUMER_WARPS;
   static_assert(HS == 64 || HS == 128, "head size 64 or 128");
   static_assert(Bc == 128, "S = Q K^T is one m64n128 wgmma per warpgroup per k-step");
-  static_assert(NWG == 2 || HS == 64, "2 consumer warpgroups, or more at HS 64 (registers)");
-  static_assert(INLINE_LOAD || 128 * (PRODUCER_REGS + NWG * CONSUMER_REGS) <= 65536, "register file");
-  static_assert(INLINE_LOAD || NWG * (CONSUMER_REGS - LAUNCH_REGS) <= LAUNCH_REGS - PRODUCER_REGS,
+  static_assert(NWG == 2 || (NWG == 3 && HS == 64), "2 consumer warpgroups, or 3 at HS 64 (registers)");
+  static_assert(128 * (PRODUCER_REGS + NWG * CONSUMER_REGS) <= 65536, "register file");
+  static_assert(NWG * (CONSUMER_REGS - LAUNCH_REGS) <= LAUNCH_REGS - PRODUCER_REGS,
                 "setmaxnreg.inc beyond what the producer released");
   static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "panels on 1024-byte boundaries");
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
 };
 
-// Named barrier ids (0 is __syncthreads): per consumer warpgroup (up to 4) one for the epilogue
-// (1-4) and one for its turn (5-8).
-constexpr int kBarEpilogue0 = 1, kBarTurn0 = 5;
+// Named barrier ids (0 is __syncthreads): per consumer warpgroup (up to 3) one for the epilogue
+// (1-3) and one for its turn (4-6).
+constexpr int kBarEpilogue0 = 1, kBarTurn0 = 4;
 
 // Shared memory (Fwd3Tile's offsets from the 1024-aligned base): Q_i | K_j x STAGES | V_j x
 // STAGES | O staging | mbarriers | the work-tile slots.
 template <class K>
 struct Fwd3Smem {
-  uint32_t q, k, v, o, p;                     // tiles: 64-column panels, 128-byte swizzle
+  uint32_t q, k, v, o;                        // tiles: 64-column panels, 128-byte swizzle
   sm90::StageBarriers<1> q_bars;              // Q_i: one stage, a phase per work tile
   sm90::StageBarriers<K::STAGES> k_bars, v_bars;
   __device__ __forceinline__ explicit Fwd3Smem(uint32_t s0)
-      : q(s0), k(s0 + K::OFF_K), v(s0 + K::OFF_V), o(s0 + K::OFF_O), p(s0 + K::OFF_P),
+      : q(s0), k(s0 + K::OFF_K), v(s0 + K::OFF_V), o(s0 + K::OFF_O),
         q_bars{s0 + K::OFF_Q_FULL, s0 + K::OFF_Q_EMPTY},
         k_bars{s0 + K::OFF_K_FULL, s0 + K::OFF_K_EMPTY},
         v_bars{s0 + K::OFF_V_FULL, s0 + K::OFF_V_EMPTY} {}
@@ -315,94 +302,6 @@ __device__ __forceinline__ void fwd_load(const Fwd3Smem<K>& sm, volatile int* ti
   }
 }
 
-// ---- INLINE_LOAD: the loads issued by one consumer thread ----
-// With 4 consumer warpgroups no producer warp fits the register file. Thread 0 of the last
-// warpgroup in turn order (it waits for no one's turn after its own) issues the loads: after
-// each of its V releases the K/V tile STAGES ahead (a cursor over the work tiles, crossing
-// their ends; the stage's previous round is released by then, or soon: every other warpgroup
-// released it before it could wait for this one), and after its last P V of a work tile the
-// next work tile's Q_i (once every warpgroup has released Q). State in shared memory (one
-// thread uses it), so that it costs the consumers no registers.
-struct Fwd3LoaderState {
-  int w, jj, n_kv, b, kvh, done;  // the K/V cursor: work tile w, its next K/V tile jj
-  uint32_t kv, q;                 // K/V and Q loads issued
-  int head, tail, queue[8];       // work tiles the cursor began, whose Q_i is not yet loaded
-};
-template <class K>
-struct Fwd3InlineLoader {
-  const Fwd3Smem<K>& sm;
-  volatile Fwd3LoaderState* st;
-  volatile int* tile_slot;
-  const FwdScheduler<K::Br, K::Bc>& sched;
-  const CUtensorMap *tm_q, *tm_k, *tm_v;
-  const Fwd3Args& a;
-  __device__ __forceinline__ void begin_work(int w) const {
-    st->w = w;
-    st->done = w >= sched.n_work;
-    if (w < sched.n_work) {
-      const FwdWork t = sched.work(w);
-      st->jj = 0;
-      st->n_kv = t.n_kv;
-      st->b = t.b;
-      st->kvh = t.kvh;
-      st->queue[st->tail & 7] = w;
-      st->tail = st->tail + 1;
-    }
-  }
-  // K_j, V_j of the cursor into the next stage; then the cursor moves on (to the next work
-  // tile after its last K/V tile).
-  __device__ __forceinline__ void kv_step() const {
-    if (st->done) return;
-    const sm90::PipelineState<K::STAGES> kv(st->kv);
-    const int j = st->n_kv - 1 - st->jj, b = st->b, kvh = st->kvh;
-    sm.k_bars.producer_acquire(kv);
-    sm.k_bars.producer_expect(kv, K::KV_BYTES);
-    sm90::tma_load_rows<K::Bc, K::PANELS, K::BOX>(sm.k_stage(kv.index()), tm_k,
-                                                  sm.k_bars.full_bar(kv.index()),
-                                                  a.k_head0 + kvh, j * K::Bc, b);
-    sm.v_bars.producer_acquire(kv);
-    sm.v_bars.producer_expect(kv, K::KV_BYTES);
-    sm90::tma_load_rows<K::Bc, K::PANELS, K::BOX>(sm.v_stage(kv.index()), tm_v,
-                                                  sm.v_bars.full_bar(kv.index()),
-                                                  a.v_head0 + kvh, j * K::Bc, b);
-    st->kv = st->kv + 1;
-    st->jj = st->jj + 1;
-    if (st->jj == st->n_kv) begin_work(sched.template next<K::DYNAMIC>(st->w, a.tile_counter));
-  }
-  // Q_i of the next work tile the cursor began (its index to the consumers in the slot), or
-  // n_work: no more work.
-  __device__ __forceinline__ void q_step() const {
-    const sm90::PipelineState<1> qs(st->q);
-    sm.q_bars.producer_acquire(qs);
-    if (st->head == st->tail) {
-      tile_slot[qs.phase()] = sched.n_work;
-      sm.q_bars.producer_commit(qs);
-    } else {
-      const int w = st->queue[st->head & 7];
-      st->head = st->head + 1;
-      tile_slot[qs.phase()] = w;
-      const FwdWork t = sched.work(w);
-      sm.q_bars.producer_expect(qs, K::Q_BYTES);
-      sm90::tma_load_rows<K::Br, K::PANELS, K::BOX>(sm.q, tm_q, sm.q_bars.full_bar(0), t.h, t.q0,
-                                                    t.b);
-    }
-    st->q = st->q + 1;
-  }
-  // Before the consumers' loop: the first Q_i and the first STAGES K/V tiles.
-  __device__ __forceinline__ void start() const {
-    sm90::tma_prefetch_map(tm_q);
-    sm90::tma_prefetch_map(tm_k);
-    sm90::tma_prefetch_map(tm_v);
-    st->kv = 0;
-    st->q = 0;
-    st->head = 0;
-    st->tail = 0;
-    begin_work(sched.first());
-    q_step();
-    for (int i = 0; i < K::STAGES; ++i) kv_step();
-  }
-};
-
 // MASKED: a work tile's K/V tiles (Fwd3Range) and the keys lo[r] .. hi[r] (local key indices,
 // problem_mask.cuh) of this consumer thread's two rows.
 struct Fwd3RowMask {
@@ -420,40 +319,19 @@ struct Fwd3Consumer {
   static constexpr bool LAZY_MAX = K::HS == 128;
   // The operands' wgmma descriptors: built once per product and stepped by each k-step's offset
   // (gmma_desc_at) in the HS 128 kernels, built per k-step at HS 64 (the tuning notes).
-  static constexpr bool STEPPED_DESC = K::HS == 128 || K::P_SMEM;
+  static constexpr bool STEPPED_DESC = K::HS == 128;
   // Turns (turn_begin / turn_end) at HS 64 only; the HS 128 warpgroups issue freely (the tuning
   // notes).
-  static constexpr bool TURNS = !LAZY_MAX && !(K::P_SMEM && K::NWG == 4);
+  static constexpr bool TURNS = !LAZY_MAX;
   const Fwd3Smem<K>& sm;
   int c, wq, g, t4, ctid;
   uint32_t aQ;                       // this warpgroup's rows in each Q panel
   int bar_turn_mine, bar_turn_next;  // turns go round: c waits for c - 1's, hands over to c + 1
-  // P_SMEM: this warpgroup's P tile, and this lane's stmatrix row in it (lane l addresses row
-  // l % 8 of matrix l / 8: rows 16 wq + 8 (m & 1) + l % 8, the chunk's high bit m >> 1)
-  uint32_t pA, p_row;
-  int p_x;
 
   __device__ __forceinline__ Fwd3Consumer(const Fwd3Smem<K>& sm_, int wg, int warp, int lane, int tid)
-      : sm(sm_), c(wg - K::CONSUMER_WG0), wq(warp & 3), g(lane >> 2), t4(lane & 3), ctid(tid & 127),
+      : sm(sm_), c(wg - 1), wq(warp & 3), g(lane >> 2), t4(lane & 3), ctid(tid - 128 * wg),
         aQ(sm_.q + c * 64 * 128), bar_turn_mine(kBarTurn0 + c),
-        bar_turn_next(kBarTurn0 + (c + 1) % K::NWG) {
-    pA = sm_.p + c * K::P_BYTES;
-    const int m = lane >> 3, row = 16 * (warp & 3) + 8 * (m & 1) + (lane & 7);
-    p_row = pA + row * 128;
-    p_x = (m >> 1) ^ (lane & 7);
-  }
-  // P_SMEM: P (the exponentials in s) -> bf16 into this warpgroup's P tile (k-step kq: panel
-  // kq / 4, 16-byte chunks 2 (kq % 4) and + 1), one stmatrix.x4 per k-step; then the proxy fence
-  // (the turn's bar.sync before the next issue makes all 4 warps' rows visible).
-  __device__ __forceinline__ void store_p(const float (&s)[NS]) const {
-#pragma unroll
-    for (int kq = 0; kq < KP; ++kq)
-      sm90::stmatrix_x4(p_row + (kq >> 2) * K::P_PANEL + (((2 * (kq & 3)) ^ p_x) << 4),
-                        pack_bf16(s[8 * kq + 0], s[8 * kq + 1]), pack_bf16(s[8 * kq + 2], s[8 * kq + 3]),
-                        pack_bf16(s[8 * kq + 4], s[8 * kq + 5]), pack_bf16(s[8 * kq + 6], s[8 * kq + 7]));
-    sm90::fence_proxy_async_smem();
-    if constexpr (!TURNS) sm90::named_bar_sync(kBarEpilogue0 + c, 128);
-  }
+        bar_turn_next(kBarTurn0 + (c + 1) % K::NWG) {}
 
   // TURNS: the consumer warpgroups take turns, round the ring, to issue their GEMMs, so that
   // one's softmax runs under the others' GEMMs.
@@ -498,16 +376,9 @@ struct Fwd3Consumer {
   // O += P V from V stage st (V is MN-major: rows = keys = the k dimension).
   __device__ __forceinline__ void issue_pv(float (&o)[NO], uint32_t (&p)[KP][4], uint32_t st) const {
     reg_fence(o);
-    if constexpr (!K::P_SMEM) reg_fence(p);
+    reg_fence(p);
     wgmma_fence();
-    if constexpr (K::P_SMEM) {
-      const uint64_t dp = gmma_desc(pA, 16, 1024);
-      const uint64_t dv = gmma_desc(sm.v_stage(st), K::KV_PANEL, 1024);
-#pragma unroll
-      for (int kq = 0; kq < KP; ++kq)
-        sm90::wgmma_ss<0, 1>(o, gmma_desc_at(dp, (kq / 4) * K::P_PANEL + (kq % 4) * 32),
-                             gmma_desc_at(dv, kq * 2048));
-    } else if constexpr (STEPPED_DESC) {
+    if constexpr (STEPPED_DESC) {
       const uint64_t dv = gmma_desc(sm.v_stage(st), K::KV_PANEL, 1024);
 #pragma unroll
       for (int kq = 0; kq < KP; ++kq) sm90::wgmma_rs<1>(o, p[kq], gmma_desc_at(dv, kq * 2048));
@@ -692,8 +563,7 @@ struct Fwd3Consumer {
     if constexpr (MASKED) mask_rows(s, r.j_end - 1, rm);
     else mask(s, n_kv - 1, r.q0, r.row0, causal, Tk);
     softmax(s, m_i, l_i, alpha, scale_log2);
-    if constexpr (K::P_SMEM) store_p(s);
-    else pack_p(p, s);
+    pack_p(p, s);
     prev = kv.slot();
     kv.advance();
     return true;
@@ -702,12 +572,11 @@ struct Fwd3Consumer {
   // ---- mainloop: O_i, m_i, l_i of one work tile (the paper's Algorithm 2: S_j is issued with
   // P V_{j+1}, the softmax of S_j runs while P V_{j+1} does) ----
   // MASKED: over the K/V tiles of rm.r (none: O_i = 0, m_i = -inf), masked by mask_rows.
-  template <class AfterV>
   __device__ __forceinline__ void mainloop(float (&o)[NO], float (&s)[NS], float (&m_i)[2], float (&l_i)[2], float (&alpha)[2], uint32_t (&p)[KP][4],
                                            const FwdWork& t, sm90::PipelineState<K::STAGES>& kv,
                                            const sm90::PipelineState<1>& qs, bool causal, int Tk,
                                            float scale_log2, int lane,
-                                           const Fwd3RowMask& rm, const AfterV& after_v) const {
+                                           const Fwd3RowMask& rm) const {
     const TileKV r = tile_kv(t, rm);
     const int n_kv = r.n_kv;
     sm90::StageSlot prev;  // V_{j+1}'s stage, released after the next P V
@@ -719,13 +588,10 @@ struct Fwd3Consumer {
       softmax(s, m_i, l_i, alpha, scale_log2);
       pv_done(o, prev, lane);
       rescale_o(o, alpha);
-      if constexpr (K::P_SMEM) store_p(s);
-      else pack_p(p, s);
+      pack_p(p, s);
       prev = kv.slot();
-      after_v();
     }
     last_pv(o, p, prev, lane);
-    after_v();
   }
 
   // ---- mainloop with LAZY_MAX (HS 128): mainloop's schedule, the tiles after the first made by
@@ -820,27 +686,18 @@ struct Fwd3Consumer {
             [&](auto lse) {
               if (t4 == 0 && q0 + rl >= 0 && q0 + rl < Tq) lse_bh[q0 + rl] = lse();
             },
-            // 8-column tile n: panel n / 8, chunk n % 8 (P_SMEM: in this warpgroup's P tile)
+            // 8-column tile n: panel n / 8, chunk n % 8
             [&](int n) {
-              if constexpr (K::P_SMEM)
-                return pA + (n >> 3) * K::P_PANEL + (rl - c * 64) * 128 + (((n & 7) ^ (rl & 7)) << 4);
-              else
-                return sm.o + (n >> 3) * K::Q_PANEL + rl * 128 + (((n & 7) ^ (rl & 7)) << 4);
+              return sm.o + (n >> 3) * K::Q_PANEL + rl * 128 + (((n & 7) ^ (rl & 7)) << 4);
             },
             t4);
       }
       sm90::named_bar_sync(bar_epi, 128);
       __nv_bfloat16* gO = a.out + (size_t)b * a.o_bs + (size_t)h * HS;  // row 0
       flash::epilogue_store_rows<64, HS / 8, 128>(
-          ctid, c * 64,
-          [&](int rl, int ch) {
-            if constexpr (K::P_SMEM) return pA + flash::pswz<64>(rl - c * 64, ch);
-            else return sm.o + flash::pswz<Br>(rl, ch);
-          },
+          ctid, c * 64, [&](int rl, int ch) { return sm.o + flash::pswz<Br>(rl, ch); },
           [&](int rl) { return gO + (size_t)(q0 + rl) * a.o_ld; },
           [&](int rl) { return !(q0 + rl < 0 || q0 + rl >= Tq); });
-      // P_SMEM without turns: the next tile's P stores wait for these reads of the staging
-      if constexpr (K::P_SMEM && !TURNS) sm90::named_bar_sync(bar_epi, 128);
     }
   }
 };
@@ -876,22 +733,13 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   }
   __syncthreads();
 
-  static_assert(!K::INLINE_LOAD || !MASKED, "the inline loader has no mask ranges");
-  if (!K::INLINE_LOAD && wg == 0) {
+  if (wg == 0) {
     sm90::setmaxnreg_dec<K::PRODUCER_REGS>();
     if (warp == 0 && lane == 0) fwd_load<K, MASKED>(sm, tile_slot, sched, tm_q, tm_k, tm_v, a, mk);
   } else {
-    if constexpr (!K::INLINE_LOAD) sm90::setmaxnreg_inc<K::CONSUMER_REGS>();
+    sm90::setmaxnreg_inc<K::CONSUMER_REGS>();
     using Consumer = Fwd3Consumer<K, RING, MASKED>;
     const Consumer cons(sm, wg, warp, lane, tid);
-    const Fwd3InlineLoader<K> ld{
-        sm, reinterpret_cast<volatile Fwd3LoaderState*>(smem_raw + (s0 + K::OFF_LOADER - smem_u32(smem_raw))),
-        tile_slot, sched, &tm_q, &tm_k, &tm_v, a};
-    const bool loads = K::INLINE_LOAD && cons.c == K::NWG - 1 && cons.ctid == 0;
-    if (loads) ld.start();
-    auto after_v = [&] {
-      if constexpr (K::INLINE_LOAD) if (loads) ld.kv_step();
-    };
     // warpgroup 0 issues first
     if (Consumer::TURNS && cons.c == K::NWG - 1) sm90::named_bar_arrive(kBarTurn0, 256);
     sm90::PipelineState<K::STAGES> kv;
@@ -909,9 +757,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
       if constexpr (Consumer::LAZY_MAX)
         cons.mainloop_lazy(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       else
-        cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm,
-                      after_v);
-      if constexpr (K::INLINE_LOAD) if (loads) ld.q_step();
+        cons.mainloop(o, s, m_i, l_i, alpha, p, t, kv, qs, causal, a.Tk, a.scale_log2, lane, rm);
       cons.epilogue(o, m_i, l_i, t, a, a.Tq);
     }
     // the last warpgroup's last turn_end
@@ -969,12 +815,7 @@ void launch_fwd_hs(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stre
     // ring's lengths (hundreds of tiles per block) is as balanced as the counter.
     launch_fwd<Fwd3Tile<HS, false>, true, MASKED>(p, nullptr, stream);
   else
-#ifndef EXP_NWG3
-    launch_fwd<Fwd3Tile<HS, true, (HS == 64 && !MASKED) ? 4 : kFwdConsumerWGs(HS)>, false, MASKED>(
-#else
-    launch_fwd<Fwd3Tile<HS, true>, false, MASKED>(
-#endif
-        p, tile_counter, stream);
+    launch_fwd<Fwd3Tile<HS, true>, false, MASKED>(p, tile_counter, stream);
 }
 template <int HS>
 void launch_fwd_hs(const AttnFwdProblem& p, int* tile_counter, cudaStream_t stream) {
