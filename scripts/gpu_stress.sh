@@ -64,7 +64,7 @@ ATTN="$(small_t 'AttentionGpu/Shapes.' 1 17 127 128 200):$(small_t 'FlashShapes/
 ATTN="$ATTN:AttentionMaskGpu/*:DocumentStartsGpu.*:AttentionDecodeGpu.Ring*"  # masks, all shapes
 RING_LOCAL='RingShapes/RingAttentionGpu.Local/*'
 RING_NCCL='RingShapes/RingAttentionGpu.Nccl/*'
-RING_BIG='*_T4097_*:*_T2051_*'
+RING_BIG='*_T2051_*:*_T4096_*:*_T4097_*:*_T4099_*:*_T8200_*'  # every ring T >= 2051
 MODEL='CudaModel.*:CudaModelCp.*'
 MODEL_OUT='CudaModel.MemoryPlanMatchesMeasured'
 chosen() { [[ " $SUITES " == *" $1 "* ]]; }
