@@ -6,7 +6,7 @@
 # Suites (each test of a suite runs under at least SEEDS seeds):
 #   attention  AttentionGpu/Shapes (every backend) and FlashShapes at T <= 255; the masked
 #              kernels (AttentionMaskGpu, but T 4097), DocumentStartsGpu, AttentionDecodeGpu.Ring*
-#   ring       RingShapes Local (cp 2, 3, 4 on one GPU) at T <= 1031, and Nccl (cp N on N GPUs;
+#   ring       RingShapes Local (cp 2, 3, 4 on one GPU) at T <= 2048, and Nccl (cp N on N GPUs;
 #              cp 3 and 4 need 3 and 4 GPUs, else they skip) at the same shapes
 #   model      CudaModel.* (not MemoryPlanMatchesMeasured: no random inputs) and CudaModelCp.*
 # Left out for time: the T >= 1000 attention shapes and T >= 2051 ring shapes, whose many rows
