@@ -92,29 +92,6 @@
 
 namespace flash3 {
 
-// Diagnostic timeline of the backward's blocks (clock64 per event; a build with
-// -DFLASHGPT_BWD_TRACE only): slot 0 the SM, the steps and j; 1 globaltimer at entry; 2 entry;
-// 3 after the first barrier; 4 K/V full; 5..12 step it's stage full; 13..20 step it's end;
-// 21 the epilogue's start; 22 its end; 23 the dQ writer's last add done.
-#ifdef FLASHGPT_BWD_TRACE
-constexpr int kTraceBlocks = 16384;
-__device__ unsigned long long g_bwd_trace[kTraceBlocks][24];
-__device__ __forceinline__ void bwd_trace(int slot) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
-  if (blockIdx.x < kTraceBlocks) g_bwd_trace[blockIdx.x][slot] = t;
-}
-void bwd_trace_dump(const char* path) {
-  static unsigned long long h[kTraceBlocks][24];
-  cudaMemcpyFromSymbol(h, g_bwd_trace, sizeof(h));
-  FILE* f = fopen(path, "wb");
-  fwrite(h, sizeof(h), 1, f);
-  fclose(f);
-}
-#else
-__device__ __forceinline__ void bwd_trace(int) {}
-#endif
-
 using flash::BwdCore;
 using flash::BwdProblem;
 using flash::BwdStepMask;
@@ -270,7 +247,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   // ---- loader warp: K_j, V_j once; per step its Q_i, dO_i (TMA) and LSE_i, D_i rows ----
   __device__ __forceinline__ void load(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                        const CUtensorMap& tm_v, const CUtensorMap& tm_do,
-                                       int lane, int pair_group = 0) const {
+                                       int lane) const {
     if (lane == 0) {
       sm90::tma_prefetch_map(&tm_q);
       sm90::tma_prefetch_map(&tm_do);
@@ -280,30 +257,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         sm90::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
         sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
       }
-#ifdef EXP_P
-      // K, V of the block that starts about when this one ends (the one a wave of SMs later in
-      // launch order) -> L2, so that its first wait is on L2 rather than HBM
-      unsigned nsm;
-      asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-      const int next = blockIdx.x + (int)nsm, n_j = (p.Tk + Bc - 1) / Bc;
-      if (next < (int)gridDim.x) {
-        int pair, jn;
-        bwd_pair_group_block(next, p.B * p.NKV, n_j, pair_group, pair, jn);
-#pragma unroll
-        for (int pn = 0; pn < PANELS; ++pn) {
-          sm90::tma_prefetch_l2_4d(&tm_k, pn * 64, pair % p.NKV, jn * Bc, pair / p.NKV);
-          sm90::tma_prefetch_l2_4d(&tm_v, pn * 64, pair % p.NKV, jn * Bc, pair / p.NKV);
-        }
-#ifdef EXP_PQ
-        const int hq0 = pair % p.NKV * (NH / p.NKV), q0n = causal ? jn * Bc : 0;
-#pragma unroll
-        for (int pn = 0; pn < PANELS; ++pn) {
-          sm90::tma_prefetch_l2_4d(&tm_q, pn * 64, hq0, q0n, pair / p.NKV);
-          sm90::tma_prefetch_l2_4d(&tm_do, pn * 64, hq0, q0n, pair / p.NKV);
-        }
-#endif
-      }
-#endif
   }
   const int steps = producer_steps();
   for (int it = 0; it < steps; ++it) {
@@ -313,37 +266,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
     int hq, q0;
     producer_step_tile(it, hq, q0);
     const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
-#ifdef EXP_A
-    const uint32_t full = stages.full_bar(s);
-    // Q_i, dO_i first, then this step's LSE_i, D_i rows, all loads in flight at once; each lane
-    // arrives on full[s] after its stores (lane 0's bytes expected before the TMA issue)
-    if (lane == 0) {
-      stages.producer_expect_only(ps, 2 * K::QT_BYTES);
-#pragma unroll
-      for (int pn = 0; pn < PANELS; ++pn) {
-        sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
-                            hq, q0, b);
-        sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
-                            hq, q0, b);
-      }
-    }
-    constexpr int R = Br / 32;  // rows per lane
-    float l[R], d[R];
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int r = lane + 32 * k;
-      const bool ok = q0 + r < Tq;
-      l[k] = ok ? p.lse[row + r] : 0.f;
-      d[k] = ok ? p.D[row + r] : 0.f;
-    }
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int r = lane + 32 * k;
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l[k]) : "memory");
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d[k]) : "memory");
-    }
-    stages.producer_commit(ps);
-#else
 #pragma unroll
     for (int r = lane; r < Br; r += 32) {
       const bool ok = q0 + r < Tq;
@@ -364,7 +286,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
     } else {
       stages.producer_commit(ps);
     }
-#endif
   }
   }
 
@@ -439,20 +360,8 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       }
   }
   if (lane == 0) {
-    // the staging buffers read before the block (and its smem) goes; the adds land on their
-    // own, before the next kernel (--deterministic: done, to release the fixed order's last)
-#ifdef EXP_B
-    if constexpr (DET) {
-      sm90::bulk_wait_all();
-      flash::fixed_order_release_last(sem_pending, j);
-    } else {
-      sm90::bulk_wait_read_all();
-    }
-#else
     sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
     if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
-#endif
-    bwd_trace(23);
   }
   }
 
@@ -498,7 +407,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       if (kEveryThreadReleases || lane == 0) stages.consumer_release(ps);
     };
     sm90::mbar_wait(bar_kv, 0);
-    if (mtid == 0) bwd_trace(4);
     // dQ_n -> staging buffer n % DQS, once the writer has added what was there; then the writer
     // may add it (kDqLag: each warpgroup waits on its own empty barrier).
     auto stage_dq = [&](int n, const float(&dq)[32]) {
@@ -570,7 +478,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         int hq, q0;
         step_tile(it, hq, q0);
         stages.consumer_wait(ps);
-        if (mtid == 0 && it < 8) bwd_trace(5 + it);
         const uint32_t sdSb = sdS + s * K::DS_BYTES, sQb = sQ + s * K::QT_BYTES;
         uint32_t as[K::QK][4];
         const bool active = flash::bwd_step_dkdv<K, MASKED>(
@@ -596,7 +503,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         release_stage(ps);
         if constexpr (LAG)  // step_done
           sm90::named_bar_arrive(kBarStepDone0 + 2 * c + (it & 1), K::MATH_THREADS);
-        if (mtid == 0 && it < 8) bwd_trace(13 + it);
       }
       // kDqLag: the last step's dQ, once the other warpgroup has stored its dS^T.
       if (LAG && total > 0) {
@@ -608,12 +514,10 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         stage_dq(total - 1, dq);
       }
     }
-    if (mtid == 0) bwd_trace(21);
     flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
                                [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p,
                                b, k0, kvh, mtid,
                                [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
-    if (mtid == 0) bwd_trace(22);
   }
 };
 
@@ -635,20 +539,6 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
   const Bwd3Block<K, ORDER, MASKED> blk(p, mk, pair, j_tile, s0);
 
-#ifdef FLASHGPT_BWD_TRACE
-  if (tid == 128) {  // a math thread: the loader's lane 0 keeps its code
-    unsigned long long gt;
-    unsigned sm;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    bwd_trace(2);
-    if (blockIdx.x < kTraceBlocks) {
-      g_bwd_trace[blockIdx.x][0] = sm | ((unsigned long long)blk.total << 16) |
-                                   ((unsigned long long)blk.j << 32);
-      g_bwd_trace[blockIdx.x][1] = gt;
-    }
-  }
-#endif
   if (tid == 0) {
     blk.publish_q_range();
     // full: the loader warp's lanes (+ the TMA bytes); empty: lane 0 of each math warp, or
@@ -659,12 +549,11 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     sm90::mbar_init_fence();
   }
   __syncthreads();
-  if (tid == 128) bwd_trace(3);
 
   if (wg == 0) {
     sm90::setmaxnreg_dec<Bwd3Block<K, ORDER, MASKED>::PRODUCER_REGS>();
     if (warp == 0)
-      blk.load(tm_q, tm_k, tm_v, tm_do, lane, pair_group);
+      blk.load(tm_q, tm_k, tm_v, tm_do, lane);
     else if (warp == 1)
       blk.dq_writer(dq_sem, lane);
     else if (MASKED && warp == 2)

@@ -67,14 +67,6 @@ inline CUtensorMap make_rows_map(const __nv_bfloat16* base, int B, int rows, int
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
-// Box at coordinates (c0, c1, c2, c3) -> the L2 cache only (no barrier, no completion).
-__device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c0, int c1, int c2,
-                                                   int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 // Box at coordinates (c0, c1, c2, c3) -> shared memory at dst (1024-byte aligned for the
 // 128-byte swizzle), completing on mbarrier bar (which must expect the box's bytes).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,

@@ -67,12 +67,6 @@ struct StageBarriers {
   __device__ __forceinline__ void producer_expect(const Use& s, uint32_t bytes) const {
     mbar_arrive_expect_tx(full_bar(s.index()), bytes);
   }
-  // Producer: expect `bytes` on full[s] without arriving; the thread arrives with
-  // producer_commit once its own writes to the stage are done.
-  template <class Use>
-  __device__ __forceinline__ void producer_expect_only(const Use& s, uint32_t bytes) const {
-    mbar_expect_tx(full_bar(s.index()), bytes);
-  }
   // Producer: arrive on full[s] without bytes (a stage written by threads).
   template <class Use>
   __device__ __forceinline__ void producer_commit(const Use& s) const {
