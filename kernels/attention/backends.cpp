@@ -86,7 +86,7 @@ AttnCost flash_cost(const AttnShape& s, size_t es) {
 
 std::string flash3_limits(const AttnShape& s, size_t) { return head_sizes_64_128("flash3", s); }
 size_t flash3_scratch(const AttnShape& s, size_t) {
-  return std::max(flash_bwd_scratch(s).bytes, flash3::kFwdScratchBytes);
+  return std::max(flash3::bwd_counter_offset(s) + sizeof(int), flash3::kFwdScratchBytes);
 }
 AttnCost flash3_cost(const AttnShape& s, size_t es) {
   return flash_family_cost(s, es, flash3::kFwdBr(s.HS), flash3::kFwdBc, true);

@@ -7,7 +7,12 @@
 // One thread block per (K/V tile j of Bc = 128 keys, kv head, batch), in groups of (batch, kv
 // head) pairs that fit one wave, each group's blocks in order of j (the longest first; the
 // blocks of a group share their Q_i, dO_i and dQacc rows in L2: flash3_tiles.h
-// bwd_pair_group), 3 warpgroups (Br, Bc, tiles: flash_tiles.h, as flash's backward):
+// bwd_pair_group), 3 warpgroups (Br, Bc, tiles: flash_tiles.h, as flash's backward). At HS 64
+// below T 4096 (Bwd3Block::PERSISTENT) a block per SM instead, whose loader warp claims the
+// K/V tiles of that order from a counter and hands each to the other warps through two slots
+// in shared memory; the stage ring and the dQ staging run on across its tiles, dK and dV are
+// staged in the dS^T buffers, and the next tile's Q_i, dO_i, then K_j, V_j load under the
+// epilogue:
 //   producer warpgroup (setmaxnreg 24):
 //     warp 0 (loader):  TMA K_j, V_j once (kv_full); for each step it (query head h, Q tile i):
 //                       wait empty[s]; LSE_i, D_i rows -> smem (lanes); TMA Q_i, dO_i -> stage s
@@ -58,6 +63,8 @@
 //   - kDqLag (HS 64, T >= 4096): the rule and its numbers are flash3_tiles.h kBwdDqLag's. It
 //     pays only with one dQ-empty barrier per math warpgroup: a shared one is a meeting too
 //     (x0.96-0.98 at every shape with it).
+//   - persistent blocks at HS 64, T < 4096: backward x1.066 / x1.025 at T 1K / 2K (H200; the
+//     numbers and what the others measured: Bwd3Block::PERSISTENT).
 //   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
 //     all pairs; the first partial of each dQ tile stores (no zeroing in the D kernel): +2.8% at
 //     HS 128 4K.
@@ -68,7 +75,8 @@
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
 // needs Tq == Tk; any T >= 1 (TMA zero-fills rows past T; LSE and D rows past T read as 0).
 // Scratch: flash's backward scratch (dQacc, D, semaphores: flash_tiles.h); the semaphores are
-// the fixed order's (--deterministic) or the dQ tickets. The ring's problems (backward_problem)
+// the fixed order's (--deterministic) or the dQ tickets; then the persistent blocks' tile
+// counter (flash3_tiles.h bwd_counter_offset). The ring's problems (backward_problem)
 // add every partial into the accumulator the ring zeroed (no tickets).
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:RingAttention*'
@@ -134,15 +142,18 @@ struct Bwd3Tile : flash::BwdTileWG<HS_, Br_> {
   // mbarriers (full[2], empty[2], kv_full)
   static constexpr int OFF_V = KV_BYTES, OFF_Q = 2 * KV_BYTES, OFF_DO = OFF_Q + 2 * QT_BYTES,
                        OFF_DS = OFF_DO + 2 * QT_BYTES, OFF_DQ = OFF_DS + 2 * DS_BYTES;
-  static constexpr int FIXED = OFF_DQ + 4 * Br * 4 + 5 * 8 + 1024;  // + slack to align the base
+  static constexpr int FIXED = OFF_DQ + 4 * Br * 4 + 11 * 8 + 1024;  // + slack to align the base
   // Two staging buffers (the writer may lag a whole step) where they fit: HS 128 (Br 64);
   // HS 64 (Br 128) misses by 40 bytes and has one.
   static constexpr int DQ_BUFS = FIXED + 2 * DQ_BYTES <= 227 * 1024 ? 2 : 1;
   static constexpr int OFF_L = OFF_DQ + DQ_BUFS * DQ_BYTES, OFF_D = OFF_L + 2 * Br * 4,
                        OFF_BAR = OFF_D + 2 * Br * 4;
-  // mbarriers (8 bytes each): full x 2, empty x 2, kv_full
-  static constexpr int OFF_FULL = OFF_BAR, OFF_EMPTY = OFF_BAR + 16, OFF_KV_FULL = OFF_BAR + 32;
-  static constexpr int SMEM = OFF_BAR + 5 * 8 + 1024;
+  // mbarriers (8 bytes each): full x 2, empty x 2, kv_full, kv_empty, slot_full x 2,
+  // slot_empty x 2; then the two K/V tile slots (ints)
+  static constexpr int OFF_FULL = OFF_BAR, OFF_EMPTY = OFF_BAR + 16, OFF_KV_FULL = OFF_BAR + 32,
+                       OFF_KV_EMPTY = OFF_BAR + 40, OFF_SLOT_FULL = OFF_BAR + 48,
+                       OFF_SLOT_EMPTY = OFF_BAR + 64, OFF_SLOT = OFF_BAR + 80, BAR_BYTES = 11 * 8;
+  static constexpr int SMEM = OFF_BAR + BAR_BYTES + 1024;
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
   static_assert(Br % 32 == 0, "LSE/D rows: whole passes of the loader warp");
 };
@@ -175,7 +186,7 @@ struct Bwd3MaskPart {
 // registers, their 24 spilled).
 template <class K>
 struct Bwd3MaskPart<K, true> {
-  static constexpr int OFF_DOC = K::OFF_BAR + 5 * 8, OFF_QRANGE = OFF_DOC + 2 * K::Br * 4,
+  static constexpr int OFF_DOC = K::OFF_BAR + K::BAR_BYTES, OFF_QRANGE = OFF_DOC + 2 * K::Br * 4,
                        BYTES = 2 * K::Br * 4 + 3 * 4;
   const AttnProblemMask& mk;
   const uint32_t sDoc, sQRange;
@@ -193,12 +204,26 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
                        DQS = K::DQ_BUFS;
   static constexpr bool DET = ORDER == DqOrder::kFixed;
   static constexpr int SMEM = K::SMEM + (MASKED ? Bwd3MaskPart<K, true>::BYTES : 0);
+  // Persistent blocks (one per SM; the loader claims K/V tiles from a counter and hands them to
+  // the other warps) where a block's few steps make its start and end count: HS 64 below
+  // kBwdDqLag's T (kDqFirst), causal. There dK, dV are staged in the dS^T buffers, so that the
+  // next tile's K_j, V_j load (and before it its first Q_i, dO_i) runs under the epilogue. On an
+  // H200, against one block per tile: backward HS 64 T 1K / 2K / 3K x1.066 / x1.025 / x1.001
+  // (--deterministic, the static stride: x1.05 / x1.03 at 1K / 2K), the d12 step 53.33 -> 53.05
+  // ms. A block's start and end hold about a quarter of an SM's time at T 1K (docs/notes/flash3.md:
+  // the K/V wait 6.7%, the epilogue 5.0%, the last dQ add 6.4%, the launch gap 3.7%); every
+  // kernel made persistent, with the epilogue in K_j, V_j, read x1.02 at T 1K and x0.97-0.99
+  // from T 4K on.
+  static constexpr bool PERSISTENT = !MASKED && HS == 64 && K::V == BwdVariant::kDqFirst;
   // setmaxnreg of the producer warpgroup and of the math warpgroups (128 x 24 + 256 x 240 fill
   // the block's 168 x 384). The masked HS 64 kernel gives the producer 32 (math 232): at 24 its
   // loader and dQ writer spilled 4-8 bytes, and its math warps fit 232 without spills (ptxas -v).
-  static constexpr int PRODUCER_REGS = MASKED && HS == 64 ? 32 : 24,
-                       MATH_REGS = MASKED && HS == 64 ? 232 : 240;
+  // The persistent one gives it 40 (math 224): at 24 and 32 its producer warps spilled 64-68 and
+  // 28 bytes; at 40 / 224 nothing spills.
+  static constexpr int PRODUCER_REGS = MASKED && HS == 64 ? 32 : PERSISTENT ? 40 : 24,
+                       MATH_REGS = MASKED && HS == 64 ? 232 : PERSISTENT ? 224 : 240;
   static_assert(128 * PRODUCER_REGS + 256 * MATH_REGS <= 168 * 384, "the block's registers");
+  static_assert(!PERSISTENT || 2 * Bc * HS * 2 <= 2 * K::DS_BYTES, "dK, dV staging in dS^T");
   const BwdCore& p;
   const int NH, Tq;
   const bool causal;
@@ -208,9 +233,10 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   // shared memory: K_j | V_j | Q x2 | dO x2 | dS^T x2 | dQ staging | LSE x2 | D x2 | mbarriers
   const uint32_t sK, sV, sQ, sdO, sdS, sdQ, sL, sD;
   // (Q_i, dO_i, LSE_i, D_i) stages: full = the loader's lanes and the TMA bytes, empty = the
-  // math warps' release; kv_full: K_j, V_j, once.
+  // math warps' release; kv_full: K_j, V_j, once per K/V tile; kv_empty: the math threads are
+  // done with K_j, V_j (and the epilogue's staging in their place).
   const sm90::StageBarriers<2> stages;
-  const uint32_t bar_kv;
+  const uint32_t bar_kv, bar_kv_empty;
 
   __device__ __forceinline__ Bwd3Block(const BwdCore& p_, const KernelMask<MASKED>& mk_, int pair,
                                        int j_tile, uint32_t s0)
@@ -219,7 +245,8 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         b(blk.b), kvh(blk.kvh), j(blk.j), k0(blk.k0), total(blk.total), n_qtiles(blk.n_qtiles),
         dq_sw(p_.dq_row0 & 7), sK(s0), sV(s0 + K::OFF_V), sQ(s0 + K::OFF_Q), sdO(s0 + K::OFF_DO),
         sdS(s0 + K::OFF_DS), sdQ(s0 + K::OFF_DQ), sL(s0 + K::OFF_L), sD(s0 + K::OFF_D),
-        stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY}, bar_kv(s0 + K::OFF_KV_FULL) {}
+        stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY}, bar_kv(s0 + K::OFF_KV_FULL),
+        bar_kv_empty(s0 + K::OFF_KV_EMPTY) {}
   __device__ __forceinline__ void step_tile(int it, int& hq, int& q0) const {
     blk.tile(it, hq, q0);
   }
@@ -245,22 +272,28 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   }
 
   // ---- loader warp: K_j, V_j once; per step its Q_i, dO_i (TMA) and LSE_i, D_i rows ----
+  // n: the block's K/V tiles before this one; base: their steps (the stage ring runs on).
   __device__ __forceinline__ void load(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                        const CUtensorMap& tm_v, const CUtensorMap& tm_do,
-                                       int lane) const {
-    if (lane == 0) {
-      sm90::tma_prefetch_map(&tm_q);
-      sm90::tma_prefetch_map(&tm_do);
-      sm90::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
+                                       int lane, int n, int base) const {
+    auto load_kv = [&] {
+      if (lane == 0) {
+        if (n > 0) sm90::mbar_wait(bar_kv_empty, (n - 1) & 1);  // the last tile's products are done
+        sm90::mbar_arrive_expect_tx(bar_kv, 2 * K::KV_BYTES);
 #pragma unroll
-      for (int pn = 0; pn < PANELS; ++pn) {
-        sm90::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
-        sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
+        for (int pn = 0; pn < PANELS; ++pn) {
+          sm90::tma_load_4d(sK + pn * K::KV_PANEL, &tm_k, bar_kv, pn * 64, kvh, k0, b);
+          sm90::tma_load_4d(sV + pn * K::KV_PANEL, &tm_v, bar_kv, pn * 64, kvh, k0, b);
+        }
       }
-  }
+    };
+  // a persistent block's next tile: its first Q_i, dO_i go in before K_j, V_j (which wait for
+  // the tile before's last products)
+  const bool kv_after_first = PERSISTENT && n > 0;
+  if (!kv_after_first) load_kv();
   const int steps = producer_steps();
   for (int it = 0; it < steps; ++it) {
-    const sm90::PipelineState<2> ps(it);
+    const sm90::PipelineState<2> ps(base + it);
     const int s = ps.index();
     stages.producer_acquire(ps);
     int hq, q0;
@@ -286,7 +319,9 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
     } else {
       stages.producer_commit(ps);
     }
+    if (kv_after_first && it == 0) load_kv();
   }
+  if (kv_after_first && steps == 0) load_kv();
   }
 
   // ---- MASKED, doc warp (the producer warpgroup's third): per step, its rows' doc_start into
@@ -312,11 +347,12 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   }
 
   // ---- dQ writer warp: each step's staged dQ_i partial into dQacc (bulk store or reduce-add) ----
-  __device__ __forceinline__ void dq_writer(int* dq_sem, int lane) const {
+  // base: the block's steps before this K/V tile (the staging buffers alternate on).
+  __device__ __forceinline__ void dq_writer(int* dq_sem, int lane, int base) const {
     int* sem_pending = nullptr;  // kFixed: the semaphore of the add not yet released
     const int steps = producer_steps();
     for (int it = 0; it < steps; ++it) {
-      const int d = it % DQS;
+      const int d = (base + it) % DQS;
       sm90::named_bar_sync(kBarDqFull0 + d, kDqBarThreads);
       if (lane == 0) {
         int hq, q0;
@@ -350,19 +386,19 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         }
       }
       __syncwarp();
-      if (it + DQS < steps) {
-        if constexpr (K::V == BwdVariant::kDqLag) {
-          sm90::named_bar_arrive(kBarDqEmptyWg0 + 2 * d + 0, kDqEmptyWgThreads);
-          sm90::named_bar_arrive(kBarDqEmptyWg0 + 2 * d + 1, kDqEmptyWgThreads);
-        } else {
-          sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
-        }
+      // every staging buffer is freed (the math warps take the last DQS frees at the block's
+      // end: math_finish)
+      if constexpr (K::V == BwdVariant::kDqLag) {
+        sm90::named_bar_arrive(kBarDqEmptyWg0 + 2 * d + 0, kDqEmptyWgThreads);
+        sm90::named_bar_arrive(kBarDqEmptyWg0 + 2 * d + 1, kDqEmptyWgThreads);
+      } else {
+        sm90::named_bar_arrive(kBarDqEmpty0 + d, kDqBarThreads);
       }
-  }
-  if (lane == 0) {
-    sm90::bulk_wait_all();  // the adds are done before the block (and its smem) goes
-    if constexpr (DET) flash::fixed_order_release_last(sem_pending, j);
-  }
+    }
+    if (DET && lane == 0) {  // the fixed order: block j + 1 may add once this one's adds are done
+      sm90::bulk_wait_all();
+      flash::fixed_order_release_last(sem_pending, j);
+    }
   }
 
   // MASKED: the mask of the step in stage s (Q tile from q0) for this thread's warpgroup (its
@@ -379,8 +415,10 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   }
 
   // ---- math warpgroups: the step's products (flash_bwd_wgmma.cuh), dQ staging, dK_j, dV_j ----
+  // n: the block's K/V tiles before this one; base: their steps (the stage ring and the dQ
+  // staging buffers run on).
   __device__ __forceinline__ void math(int tid, int warp, int lane, int wg, float scale_log2,
-                                       float scale) const {
+                                       float scale, int n, int base) const {
     const int c = wg - 1;                 // math warpgroup: keys k0 + 64 c .. +63
     const int mtid = tid - 128;           // thread among the 256 math threads
     const int kw = warp - 4, wq = warp & 3, g = lane >> 2;
@@ -406,12 +444,12 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
     auto release_stage = [&](const sm90::PipelineState<2>& ps) {
       if (kEveryThreadReleases || lane == 0) stages.consumer_release(ps);
     };
-    sm90::mbar_wait(bar_kv, 0);
-    // dQ_n -> staging buffer n % DQS, once the writer has added what was there; then the writer
-    // may add it (kDqLag: each warpgroup waits on its own empty barrier).
-    auto stage_dq = [&](int n, const float(&dq)[32]) {
-      const int d = n % DQS;
-      if (n >= DQS) {
+    sm90::mbar_wait(bar_kv, n & 1);
+    // dQ of the block's step g -> staging buffer g % DQS, once the writer has added what was
+    // there; then the writer may add it (kDqLag: each warpgroup waits on its own empty barrier).
+    auto stage_dq = [&](int it, const float(&dq)[32]) {
+      const int g = base + it, d = g % DQS;
+      if (g >= DQS) {
         if constexpr (K::V == BwdVariant::kDqLag)
           sm90::named_bar_sync(kBarDqEmptyWg0 + 2 * d + c, kDqEmptyWgThreads);
         else
@@ -427,7 +465,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       // touches (carrying S^T instead, issued at the end of the step before, made ptxas
       // serialize every wgmma: C7514).
       for (int it = 0; it < total; ++it) {
-        const sm90::PipelineState<2> ps(it);
+        const sm90::PipelineState<2> ps(base + it);
         const int s = ps.index();
         int hq, q0;
         step_tile(it, hq, q0);
@@ -438,7 +476,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         flash::bwd_issue_fresh<K>(st, aK, sQb);
         flash::bwd_issue_fresh<K>(dpt, aV, sdOb);
         sm90::wgmma_wait<2>();  // the step before's dK (none in flight at it 0)
-        if (it > 0) release_stage(sm90::PipelineState<2>(it - 1));  // the step before's
+        if (it > 0) release_stage(sm90::PipelineState<2>(base + it - 1));  // the step before's
         uint32_t as[K::QK][4];
         // (the causal kernel passes no mask: a default BwdStepMask built here moved its code)
         auto step = [&](const auto&... msk) {
@@ -459,6 +497,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         stage_dq(it, dq);
       }
       sm90::wgmma_wait<0>();  // the last dK
+      if (total > 0) release_stage(sm90::PipelineState<2>(base + total - 1));
     } else {  // kDqFirst, kDqLag: each step waits for its own dK
       // kDqLag: no meeting. Step it issues dQ_{it-1} from the dS^T buffer of step it - 1, which
       // both warpgroups stored before they finished that step. Before storing dS^T_it (over
@@ -473,7 +512,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
           sm90::named_bar_sync(kBarStepDone0 + 2 * (1 - c) + ((it - 1) & 1), K::MATH_THREADS);
       };
       for (int it = 0; it < total; ++it) {
-        const sm90::PipelineState<2> ps(it);
+        const sm90::PipelineState<2> ps(base + it);
         const int s = ps.index();
         int hq, q0;
         step_tile(it, hq, q0);
@@ -508,16 +547,40 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       if (LAG && total > 0) {
         wait_other(total);
         float dq[32];
-        flash::bwd_issue_dq<K>(dq, adS + ((total - 1) & 1) * K::DS_BYTES, aKt);
+        flash::bwd_issue_dq<K>(dq, adS + ((base + total - 1) & 1) * K::DS_BYTES, aKt);
         sm90::wgmma_wait<0>();
         reg_fence(dq);
         stage_dq(total - 1, dq);
       }
     }
-    flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
-                               [&](int nt, int e) { return dv[4 * nt + e]; }, scale, sK, sV, p,
-                               b, k0, kvh, mtid,
-                               [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+    auto store_dk_dv = [&](uint32_t stage_k, uint32_t stage_v) {
+      flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
+                                 [&](int nt, int e) { return dv[4 * nt + e]; }, scale, stage_k,
+                                 stage_v, p, b, k0, kvh, mtid,
+                                 [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+    };
+    if constexpr (PERSISTENT) {
+      // every product of this K/V tile has been waited for: the loader may bring the next K_j,
+      // V_j while dK, dV are staged in the dS^T buffers (free once both warpgroups pass the
+      // epilogue's first barrier) and stored
+      sm90::mbar_arrive(bar_kv_empty);
+      store_dk_dv(sdS, sdS + Bc * HS * 2);
+      // the next tile's dS^T stores go where the staging is read
+      sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS);
+    } else {
+      store_dk_dv(sK, sV);
+    }
+  }
+  // After the block's last K/V tile (steps: all its steps): take the dQ staging buffers' last
+  // frees (the writer frees each buffer after every step; stage_dq waits for all but these).
+  static __device__ __forceinline__ void math_finish(int wg, int steps) {
+    const int c = wg - 1;
+    for (int g = max(0, steps - DQS); g < steps; ++g) {
+      if constexpr (K::V == BwdVariant::kDqLag)
+        sm90::named_bar_sync(kBarDqEmptyWg0 + 2 * (g % DQS) + c, kDqEmptyWgThreads);
+      else
+        sm90::named_bar_sync(kBarDqEmpty0 + g % DQS, kDqBarThreads);
+    }
   }
 };
 
@@ -529,45 +592,109 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                       const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v,
                       const __grid_constant__ CUtensorMap tm_do, const BwdCore p,
-                      int* __restrict__ dq_sem, int pair_group, float scale_log2,
-                      float scale, const KernelMask<MASKED> mk) {
+                      int* __restrict__ dq_sem, int* __restrict__ tile_counter, int pair_group,
+                      int n_blocks, float scale_log2, float scale, const KernelMask<MASKED> mk) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const int pairs = p.B * p.NKV, n_j = (p.Tk + K::Bc - 1) / K::Bc;
   int pair, j_tile;
-  bwd_pair_group_block(blockIdx.x, p.B * p.NKV, (p.Tk + K::Bc - 1) / K::Bc, pair_group, pair,
-                       j_tile);
+  bwd_pair_group_block(blockIdx.x, pairs, n_j, pair_group, pair, j_tile);
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
-  const Bwd3Block<K, ORDER, MASKED> blk(p, mk, pair, j_tile, s0);
-
+  using Block = Bwd3Block<K, ORDER, MASKED>;
+  // every thread: a masked block finds its Q tile range with warp-wide ballots
+  const Block first(p, mk, pair, j_tile, s0);
+  const uint32_t slot_full = s0 + K::OFF_SLOT_FULL, slot_empty = s0 + K::OFF_SLOT_EMPTY,
+                 slot = s0 + K::OFF_SLOT;
   if (tid == 0) {
-    blk.publish_q_range();
+    first.publish_q_range();
     // full: the loader warp's lanes (+ the TMA bytes); empty: lane 0 of each math warp, or
-    // every math thread (release_stage)
-    for (int s = 0; s < 2; ++s)
-      blk.stages.init_stage(s, MASKED ? 64 : 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
-    sm90::mbar_init(blk.bar_kv, 1);
+    // every math thread (release_stage); kv_empty: every math thread; a tile slot: the loader's
+    // lane 0, then lane 0 of the writer and of each math warp (the racecheck build: every thread
+    // of them, so that racecheck sees who read the slot)
+    for (int s = 0; s < 2; ++s) {
+      first.stages.init_stage(s, MASKED ? 64 : 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
+      sm90::mbar_init(slot_full + 8 * s, 1);
+      sm90::mbar_init(slot_empty + 8 * s, kEveryThreadReleases ? 32 + K::MATH_THREADS : 1 + 8);
+    }
+    sm90::mbar_init(first.bar_kv, 1);
+    sm90::mbar_init(first.bar_kv_empty, K::MATH_THREADS);
     sm90::mbar_init_fence();
   }
   __syncthreads();
 
+  // PERSISTENT kernels (Bwd3Block): the loader warp claims K/V tiles of the order (blockIdx.x,
+  // then gridDim.x + a ticket from tile_counter, or the static stride without one) and hands each
+  // to the writer and math warps through two slots; a claim past n_blocks ends the block. The
+  // other kernels take one tile a block. n counts a block's tiles, base their steps (the stage
+  // ring and the dQ staging buffers run on across tiles).
+  auto take_tiles = [&](auto&& body) {
+    if constexpr (!Block::PERSISTENT) {
+      body(first, 0, 0);
+      return first.total;
+    }
+    int base = 0;
+    for (int n = 0;; ++n) {
+      const sm90::PipelineState<2> ts(n);
+      sm90::mbar_wait(slot_full + 8 * ts.index(), ts.phase());
+      const int L = flash::ld_shared_s32(slot + 4 * ts.index());
+      __syncwarp();
+      if (kEveryThreadReleases || lane == 0) sm90::mbar_arrive(slot_empty + 8 * ts.index());
+      if (L >= n_blocks) break;
+      bwd_pair_group_block(L, pairs, n_j, pair_group, pair, j_tile);
+      const Block blk(p, mk, pair, j_tile, s0);
+      body(blk, n, base);
+      base += blk.total;
+    }
+    return base;
+  };
   if (wg == 0) {
-    sm90::setmaxnreg_dec<Bwd3Block<K, ORDER, MASKED>::PRODUCER_REGS>();
-    if (warp == 0)
-      blk.load(tm_q, tm_k, tm_v, tm_do, lane);
-    else if (warp == 1)
-      blk.dq_writer(dq_sem, lane);
-    else if (MASKED && warp == 2)
-      blk.load_doc_rows(lane);
+    sm90::setmaxnreg_dec<Block::PRODUCER_REGS>();
+    if (warp == 0) {
+      if (lane == 0) {
+        sm90::tma_prefetch_map(&tm_q);
+        sm90::tma_prefetch_map(&tm_do);
+      }
+      if constexpr (!Block::PERSISTENT) {
+        first.load(tm_q, tm_k, tm_v, tm_do, lane, 0, 0);
+      } else {
+        int L = blockIdx.x, base = 0;
+        for (int n = 0;; ++n) {
+          const sm90::PipelineState<2> ts(n);
+          if (lane == 0) {
+            sm90::mbar_wait(slot_empty + 8 * ts.index(), ts.phase() ^ 1);
+            flash::st_shared_u32(slot + 4 * ts.index(), L);
+            sm90::mbar_arrive(slot_full + 8 * ts.index());
+          }
+          if (L >= n_blocks) break;
+          bwd_pair_group_block(L, pairs, n_j, pair_group, pair, j_tile);
+          const Block blk(p, mk, pair, j_tile, s0);
+          blk.load(tm_q, tm_k, tm_v, tm_do, lane, n, base);
+          base += blk.total;
+          int next = 0;  // claimed once this tile's loads are issued
+          if (lane == 0)
+            next = tile_counter ? (int)gridDim.x + atomicAdd(tile_counter, 1) : L + (int)gridDim.x;
+          L = __shfl_sync(0xffffffffu, next, 0);
+        }
+      }
+    } else if (warp == 1) {
+      take_tiles([&](const Block& blk, int, int base) { blk.dq_writer(dq_sem, lane, base); });
+      if (lane == 0) sm90::bulk_wait_all();  // the adds are done before the block and its smem go
+    } else if (MASKED && warp == 2) {
+      first.load_doc_rows(lane);
+    }
   } else {
-    sm90::setmaxnreg_inc<Bwd3Block<K, ORDER, MASKED>::MATH_REGS>();
-    blk.math(tid, warp, lane, wg, scale_log2, scale);
+    sm90::setmaxnreg_inc<Block::MATH_REGS>();
+    const int steps = take_tiles([&](const Block& blk, int n, int base) {
+      blk.math(tid, warp, lane, wg, scale_log2, scale, n, base);
+    });
+    Block::math_finish(wg, steps);
   }
 }
 
 namespace {
 
 template <class K, DqOrder ORDER, bool MASKED>
-void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
+void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_t stream) {
   constexpr int HS = K::HS, SMEM = Bwd3Block<K, ORDER, MASKED>::SMEM;
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
   auto kernel = flash3_bwd_kernel<K, ORDER, MASKED>;
@@ -596,8 +723,19 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, cudaStream_t stream) {
       ORDER == DqOrder::kFixed ? pairs : bwd_pair_group(pairs, n_j, cuda_num_sms());
   KernelMask<MASKED> mk;
   if constexpr (MASKED) mk = p;
-  kernel<<<(unsigned)(pairs * n_j), K::NTHREADS, SMEM, stream>>>(
-      tq, tk, tv, tdo, p, dq_sem, group, scale * kLog2e, scale, mk);
+  // PERSISTENT kernels (Bwd3Block says which): one block per SM, each claiming K/V tiles of the
+  // order from the counter after its first, blockIdx.x. The fixed order keeps the static stride
+  // (blockIdx.x + k gridDim.x: a block that waits in the order for an earlier tile must not keep
+  // that tile from being claimed; its order, longest tiles first over all pairs, is balanced by
+  // it). A ring pair has no counter: one tile a block, as the other kernels.
+  const int n_blocks = pairs * n_j;
+  constexpr bool PERSISTENT = Bwd3Block<K, ORDER, MASKED>::PERSISTENT;
+  int* counter = PERSISTENT && ORDER == DqOrder::kArrival ? tile_counter : nullptr;
+  const bool persistent = PERSISTENT && (ORDER == DqOrder::kFixed || counter != nullptr);
+  const int grid = persistent ? std::min(n_blocks, cuda_num_sms()) : n_blocks;
+  if (counter != nullptr) CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), stream));
+  kernel<<<(unsigned)grid, K::NTHREADS, SMEM, stream>>>(tq, tk, tv, tdo, p, dq_sem, counter, group,
+                                                        n_blocks, scale * kLog2e, scale, mk);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -605,34 +743,39 @@ template <int HS, BwdVariant V>
 using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
 template <int HS, bool MASKED>
-void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
+void launch_bwd_hs(const BwdProblem& p, int* dq_sem, int* tile_counter, bool deterministic,
+                   cudaStream_t stream) {
   constexpr BwdVariant V = kBwdSdpNext(HS) ? BwdVariant::kSdpNext : BwdVariant::kDqFirst;
   if constexpr (V == BwdVariant::kDqFirst) {
     if (kBwdDqLag(HS, p.Tq)) {
       using K = Bwd3TileFor<HS, BwdVariant::kDqLag>;
-      if (deterministic) launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, stream);
-      else launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, stream);
+      if (deterministic) launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, tile_counter, stream);
+      else launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, tile_counter, stream);
       return;
     }
   }
   using K = Bwd3TileFor<HS, V>;
   if (deterministic)
-    launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, stream);
+    launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, tile_counter, stream);
   else
-    launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, stream);
+    launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, tile_counter, stream);
 }
 template <int HS>
-void launch_bwd_hs(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
-  if (p.mask.is_causal()) launch_bwd_hs<HS, false>(p, dq_sem, deterministic, stream);
-  else launch_bwd_hs<HS, true>(p, dq_sem, deterministic, stream);
+void launch_bwd_hs(const BwdProblem& p, int* dq_sem, int* tile_counter, bool deterministic,
+                   cudaStream_t stream) {
+  if (p.mask.is_causal()) launch_bwd_hs<HS, false>(p, dq_sem, tile_counter, deterministic, stream);
+  else launch_bwd_hs<HS, true>(p, dq_sem, tile_counter, deterministic, stream);
 }
 
 // dq_sem (zeroed): the fixed order's semaphores (deterministic) or the dQ tickets, dQacc not
 // zeroed; null (the ring's problems): every partial adds to the zeroed accumulator.
-void launch_bwd_any(const BwdProblem& p, int* dq_sem, bool deterministic, cudaStream_t stream) {
+// tile_counter: the persistent blocks' K/V tile claims (launch_bwd zeroes it); null: a ring
+// pair's blocks, one K/V tile each.
+void launch_bwd_any(const BwdProblem& p, int* dq_sem, int* tile_counter, bool deterministic,
+                    cudaStream_t stream) {
   CHECK(dq_sem != nullptr || !deterministic, "internal: flash3 backward: fixed order, no semaphores");
-  if (p.HS == 64) launch_bwd_hs<64>(p, dq_sem, deterministic, stream);
-  else if (p.HS == 128) launch_bwd_hs<128>(p, dq_sem, deterministic, stream);
+  if (p.HS == 64) launch_bwd_hs<64>(p, dq_sem, tile_counter, deterministic, stream);
+  else if (p.HS == 128) launch_bwd_hs<128>(p, dq_sem, tile_counter, deterministic, stream);
   else THROW_ERROR("flash3 attention backward: head size %d is not supported (64 or 128)", p.HS);
 }
 
@@ -649,12 +792,13 @@ void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout
                         /*zero_dq_accum=*/masked_fixed);
   if (masked_fixed) flash::fixed_order_start(flash::dq_semaphores(scratch, s), mask, s, stream);
   const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s, mask);
-  launch_bwd_any(p, flash::dq_semaphores(scratch, s), deterministic, stream);
+  int* tile_counter = reinterpret_cast<int*>(static_cast<char*>(scratch) + bwd_counter_offset(s));
+  launch_bwd_any(p, flash::dq_semaphores(scratch, s), tile_counter, deterministic, stream);
   flash::backward_end(dqkv, scratch, s, stream);
 }
 
 void backward_problem(const BwdProblem& p, cudaStream_t stream) {
-  launch_bwd_any(p, nullptr, /*deterministic=*/false, stream);
+  launch_bwd_any(p, nullptr, nullptr, /*deterministic=*/false, stream);
 }
 
 }  // namespace flash3

@@ -11,6 +11,8 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/attention/flash_tiles.h"
+
 namespace flash3 {
 
 // Consumer warpgroups of the forward, 64 query rows each: Br = 64 x this. 3 at HS 64
@@ -58,5 +60,10 @@ constexpr int bwd_pair_group(long long pairs, long long blocks_per_pair, long lo
 // The forward's scratch: the work-tile counter, one int at offset 0 (the backward later
 // overwrites it: the forward's scratch need not survive).
 constexpr size_t kFwdScratchBytes = sizeof(int);
+// The backward's scratch: flash's (flash_tiles.h flash_bwd_scratch), then the persistent blocks'
+// K/V tile counter, one int at this offset.
+inline size_t bwd_counter_offset(const AttnShape& s) {
+  return (flash_bwd_scratch(s).bytes + sizeof(int) - 1) / sizeof(int) * sizeof(int);
+}
 
 }  // namespace flash3

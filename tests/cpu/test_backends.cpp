@@ -123,10 +123,11 @@ TEST(AttentionSpec, SavedAndScratchBytes) {
     for (const char* n : {"flash", "flash1", "flash3", "scalar"})
       EXPECT_EQ(attention_spec(n).saved_bytes(s, es), rows * 4) << n;
     // dQacc, D, and one int per (b, h, 128-row backward Q tile at HS 64): the semaphores of
-    // --deterministic. flash3's backward uses flash's scratch (its forward needs one int of it).
+    // --deterministic. flash3's backward uses flash's scratch and one int more, its persistent
+    // blocks' tile counter (its forward needs one int of it).
     const size_t sems = 3 * 12 * 8 * 4;
     EXPECT_EQ(attention_spec("flash").scratch_bytes(s, es), rows * (64 + 1) * 4 + sems);
-    EXPECT_EQ(attention_spec("flash3").scratch_bytes(s, es), rows * (64 + 1) * 4 + sems);
+    EXPECT_EQ(attention_spec("flash3").scratch_bytes(s, es), rows * (64 + 1) * 4 + sems + 4);
     EXPECT_EQ(attention_spec("scalar").scratch_bytes(s, es), rows * 4);            // D
     // flash1: O, m, l (forward) or dQ, D (backward) per row of T padded to its tile.
     EXPECT_EQ(flash1_padded_T(1000), 1024u);
