@@ -70,10 +70,13 @@ TEST(Profile, PlanOnlyD12) {
   EXPECT_EQ(f128.attn_saved_bytes, L * 1 * NH * 131072 * 4);
   EXPECT_TRUE(f128.fits);
   EXPECT_NE(text.find("flash: every T fits in 80.0 GiB"), std::string::npos) << text;
-  // flash3 keeps what flash keeps (the same LSE, the same backward scratch).
+  // flash3 keeps what flash keeps (the same LSE); its scratch is flash's and one int more, its
+  // persistent backward's tile counter (test_backends), so its plan is one 256-byte rounding of
+  // the scratch buffer larger at most.
   const ProfilePoint& g128 = point(r, "flash3", 131072);
   EXPECT_EQ(g128.attn_saved_bytes, f128.attn_saved_bytes);
-  EXPECT_EQ(g128.pred_bytes, f128.pred_bytes);
+  EXPECT_GT(g128.pred_bytes, f128.pred_bytes);
+  EXPECT_LE(g128.pred_bytes - f128.pred_bytes, 256u);
   // naive at T = 1024 (B = 16) fits; its T x T state is B*NH*T*T*2 per layer.
   const ProfilePoint& n1 = point(r, "naive", 1024);
   EXPECT_EQ(n1.B, 16);
