@@ -287,41 +287,41 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         }
       }
     };
-  // a persistent block's next tile: its first Q_i, dO_i go in before K_j, V_j (which wait for
-  // the tile before's last products)
-  const bool kv_after_first = PERSISTENT && n > 0;
-  if (!kv_after_first) load_kv();
-  const int steps = producer_steps();
-  for (int it = 0; it < steps; ++it) {
-    const sm90::PipelineState<2> ps(base + it);
-    const int s = ps.index();
-    stages.producer_acquire(ps);
-    int hq, q0;
-    producer_step_tile(it, hq, q0);
-    const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
+    // a persistent block's next tile: its first Q_i, dO_i go in before K_j, V_j (which wait for
+    // the tile before's last products)
+    const bool kv_after_first = PERSISTENT && n > 0;
+    if (!kv_after_first) load_kv();
+    const int steps = producer_steps();
+    for (int it = 0; it < steps; ++it) {
+      const sm90::PipelineState<2> ps(base + it);
+      const int s = ps.index();
+      stages.producer_acquire(ps);
+      int hq, q0;
+      producer_step_tile(it, hq, q0);
+      const size_t row = ((size_t)b * NH + hq) * p.lse_T + q0;
 #pragma unroll
-    for (int r = lane; r < Br; r += 32) {
-      const bool ok = q0 + r < Tq;
-      const float l = ok ? p.lse[row + r] : 0.f, d = ok ? p.D[row + r] : 0.f;
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
-    }
-    const uint32_t full = stages.full_bar(s);
-    if (lane == 0) {
-      stages.producer_expect(ps, 2 * K::QT_BYTES);
-#pragma unroll
-      for (int pn = 0; pn < PANELS; ++pn) {
-        sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
-                            hq, q0, b);
-        sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
-                            hq, q0, b);
+      for (int r = lane; r < Br; r += 32) {
+        const bool ok = q0 + r < Tq;
+        const float l = ok ? p.lse[row + r] : 0.f, d = ok ? p.D[row + r] : 0.f;
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sL + (s * Br + r) * 4), "f"(l) : "memory");
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sD + (s * Br + r) * 4), "f"(d) : "memory");
       }
-    } else {
-      stages.producer_commit(ps);
+      const uint32_t full = stages.full_bar(s);
+      if (lane == 0) {
+        stages.producer_expect(ps, 2 * K::QT_BYTES);
+#pragma unroll
+        for (int pn = 0; pn < PANELS; ++pn) {
+          sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
+                            hq, q0, b);
+          sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
+                            hq, q0, b);
+        }
+      } else {
+        stages.producer_commit(ps);
+      }
+      if (kv_after_first && it == 0) load_kv();
     }
-    if (kv_after_first && it == 0) load_kv();
-  }
-  if (kv_after_first && steps == 0) load_kv();
+    if (kv_after_first && steps == 0) load_kv();  // (a causal tile has its diagonal step; no hang)
   }
 
   // ---- MASKED, doc warp (the producer warpgroup's third): per step, its rows' doc_start into
@@ -613,11 +613,13 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
     // of them, so that racecheck sees who read the slot)
     for (int s = 0; s < 2; ++s) {
       first.stages.init_stage(s, MASKED ? 64 : 32, kEveryThreadReleases ? K::MATH_THREADS : 8);
-      sm90::mbar_init(slot_full + 8 * s, 1);
-      sm90::mbar_init(slot_empty + 8 * s, kEveryThreadReleases ? 32 + K::MATH_THREADS : 1 + 8);
+      if constexpr (Block::PERSISTENT) {
+        sm90::mbar_init(slot_full + 8 * s, 1);
+        sm90::mbar_init(slot_empty + 8 * s, kEveryThreadReleases ? 32 + K::MATH_THREADS : 1 + 8);
+      }
     }
     sm90::mbar_init(first.bar_kv, 1);
-    sm90::mbar_init(first.bar_kv_empty, K::MATH_THREADS);
+    if constexpr (Block::PERSISTENT) sm90::mbar_init(first.bar_kv_empty, K::MATH_THREADS);
     sm90::mbar_init_fence();
   }
   __syncthreads();
