@@ -8,7 +8,7 @@
 // head) pairs that fit one wave, each group's blocks in order of j (the longest first; the
 // blocks of a group share their Q_i, dO_i and dQacc rows in L2: flash3_tiles.h
 // bwd_pair_group), 3 warpgroups (Br, Bc, tiles: flash_tiles.h, as flash's backward). At HS 64
-// below T 4096 (Bwd3Block::PERSISTENT) a block per SM instead, whose loader warp claims the
+// up to T 8192 (flash3_tiles.h kBwdPersistent) a block per SM instead, whose loader warp claims the
 // K/V tiles of that order from a counter and hands each to the other warps through two slots
 // in shared memory; the stage ring and the dQ staging run on across its tiles, dK and dV are
 // staged in the dS^T buffers, and the next tile's Q_i, dO_i, then K_j, V_j load under the
@@ -63,8 +63,9 @@
 //   - kDqLag (HS 64, T >= 4096): the rule and its numbers are flash3_tiles.h kBwdDqLag's. It
 //     pays only with one dQ-empty barrier per math warpgroup: a shared one is a meeting too
 //     (x0.96-0.98 at every shape with it).
-//   - persistent blocks at HS 64, T < 4096: backward x1.066 / x1.025 at T 1K / 2K (H200; the
-//     numbers and what the others measured: Bwd3Block::PERSISTENT).
+//   - persistent blocks at HS 64 up to T 8192: backward x1.068 / x1.027 / x1.034 / x1.020 at
+//     T 1K / 2K / 4K / 8K on an H200 (the rule and its numbers: flash3_tiles.h kBwdPersistent;
+//     the design's: Bwd3Block::PERSISTENT).
 //   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
 //     all pairs; the first partial of each dQ tile stores (no zeroing in the D kernel): +2.8% at
 //     HS 128 4K.
@@ -83,6 +84,7 @@
 // Bench: ./build/flashgpt bench-attention --backends flash,flash3 [--deterministic]
 //        python3 scripts/bench_attention.py --backends flash,flash3
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/attention/flash.cuh"
 #include "kernels/attention/flash3.cuh"
@@ -198,23 +200,25 @@ struct Bwd3MaskPart<K, true> {
 // order of sm90/scheduler.cuh), its shared memory (Bwd3Tile's offsets) and the three roles of
 // its warps. MASKED: the problem's mask (Bwd3MaskPart, problem_mask.cuh) in place of causal; the
 // loader also stores each step's rows' doc_start.
-template <class K, DqOrder ORDER, bool MASKED>
+template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT_>
 struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   static constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
                        DQS = K::DQ_BUFS;
   static constexpr bool DET = ORDER == DqOrder::kFixed;
   static constexpr int SMEM = K::SMEM + (MASKED ? Bwd3MaskPart<K, true>::BYTES : 0);
-  // Persistent blocks (one per SM; the loader claims K/V tiles from a counter and hands them to
-  // the other warps) where a block's few steps make its start and end count: HS 64 below
-  // kBwdDqLag's T (kDqFirst), causal. There dK, dV are staged in the dS^T buffers, so that the
-  // next tile's K_j, V_j load (and before it its first Q_i, dO_i) runs under the epilogue. On an
-  // H200, against one block per tile: backward HS 64 T 1K / 2K / 3K x1.066 / x1.025 / x1.001
-  // (--deterministic, the static stride: x1.05 / x1.03 at 1K / 2K), the d12 step 53.33 -> 53.05
-  // ms. A block's start and end hold about a quarter of an SM's time at T 1K (docs/notes/flash3.md:
-  // the K/V wait 6.7%, the epilogue 5.0%, the last dQ add 6.4%, the launch gap 3.7%); every
-  // kernel made persistent, with the epilogue in K_j, V_j, read x1.02 at T 1K and x0.97-0.99
-  // from T 4K on.
-  static constexpr bool PERSISTENT = !MASKED && HS == 64 && K::V == BwdVariant::kDqFirst;
+  // Persistent blocks (PERSISTENT_, flash3_tiles.h kBwdPersistent says where; one per SM, the
+  // loader claims K/V tiles from a counter and hands them to the other warps) where a block's
+  // few steps make its start and end count. There dK, dV are staged in the dS^T buffers, so that
+  // the next tile's K_j, V_j load (and before it its first Q_i, dO_i) runs under the epilogue.
+  // A block's start and end hold about a quarter of an SM's time at T 1K (docs/notes/flash3.md:
+  // the K/V wait 6.7%, the epilogue 5.0%, the last dQ add 6.4%, the launch gap 3.7%); ncu at
+  // B 32 x T 1K (H200): 514 -> 482 us, tensor pipe 39.7 -> 42.3% busy, barrier stalls 1.10 ->
+  // 0.78 per instruction. --deterministic (the static stride) x1.05 / x1.03 at T 1K / 2K, the
+  // d12 step 53.33 -> 53.05 ms. Every kernel made persistent with the epilogue in K_j, V_j read
+  // x1.02 at T 1K and x0.97-0.99 from T 4K on. Causal HS 64 only: HS 128's dK, dV (64 KB) do not
+  // fit the dS^T buffers (32 KB).
+  static constexpr bool PERSISTENT = PERSISTENT_;
+  static_assert(!PERSISTENT || (!MASKED && HS == 64), "persistent: the causal HS 64 kernels");
   // setmaxnreg of the producer warpgroup and of the math warpgroups (128 x 24 + 256 x 240 fill
   // the block's 168 x 384). The masked HS 64 kernel gives the producer 32 (math 232): at 24 its
   // loader and dQ writer spilled 4-8 bytes, and its math warps fit 232 without spills (ptxas -v).
@@ -586,7 +590,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
 
 // The kernel: a producer warpgroup (loader warp, dQ writer warp) and two math warpgroups.
 // MASKED: mk, the problem's mask (Bwd3Block).
-template <class K, DqOrder ORDER, bool MASKED>
+template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
@@ -600,7 +604,7 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
   int pair, j_tile;
   bwd_pair_group_block(blockIdx.x, pairs, n_j, pair_group, pair, j_tile);
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
-  using Block = Bwd3Block<K, ORDER, MASKED>;
+  using Block = Bwd3Block<K, ORDER, MASKED, PERSISTENT>;
   // every thread: a masked block finds its Q tile range with warp-wide ballots
   const Block first(p, mk, pair, j_tile, s0);
   const uint32_t slot_full = s0 + K::OFF_SLOT_FULL, slot_empty = s0 + K::OFF_SLOT_EMPTY,
@@ -695,11 +699,11 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 
 namespace {
 
-template <class K, DqOrder ORDER, bool MASKED>
+template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT>
 void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_t stream) {
-  constexpr int HS = K::HS, SMEM = Bwd3Block<K, ORDER, MASKED>::SMEM;
+  constexpr int HS = K::HS, SMEM = Bwd3Block<K, ORDER, MASKED, PERSISTENT>::SMEM;
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
-  auto kernel = flash3_bwd_kernel<K, ORDER, MASKED>;
+  auto kernel = flash3_bwd_kernel<K, ORDER, MASKED, PERSISTENT>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), SMEM);
   if (MASKED) flash::check_problem_mask(p);
   else CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
@@ -725,13 +729,12 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_
       ORDER == DqOrder::kFixed ? pairs : bwd_pair_group(pairs, n_j, cuda_num_sms());
   KernelMask<MASKED> mk;
   if constexpr (MASKED) mk = p;
-  // PERSISTENT kernels (Bwd3Block says which): one block per SM, each claiming K/V tiles of the
+  // PERSISTENT kernels (kBwdPersistent): one block per SM, each claiming K/V tiles of the
   // order from the counter after its first, blockIdx.x. The fixed order keeps the static stride
   // (blockIdx.x + k gridDim.x: a block that waits in the order for an earlier tile must not keep
   // that tile from being claimed; its order, longest tiles first over all pairs, is balanced by
   // it). A ring pair has no counter: one tile a block, as the other kernels.
   const int n_blocks = pairs * n_j;
-  constexpr bool PERSISTENT = Bwd3Block<K, ORDER, MASKED>::PERSISTENT;
   int* counter = PERSISTENT && ORDER == DqOrder::kArrival ? tile_counter : nullptr;
   const bool persistent = PERSISTENT && (ORDER == DqOrder::kFixed || counter != nullptr);
   const int grid = persistent ? std::min(n_blocks, cuda_num_sms()) : n_blocks;
@@ -744,6 +747,32 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_
 template <int HS, BwdVariant V>
 using Bwd3TileFor = Bwd3Tile<HS, flash_tiles(HS).bwd_Br, V>;
 
+// The order by --deterministic; persistent blocks where kBwdPersistent says (the causal HS 64
+// kernels). kDqFirst runs only below kBwdDqLag's T, always persistent (a ring pair's one tile a
+// block); the dQ-lag kernels only in the arrival order with a tile counter (--deterministic's
+// static stride read x1.000 / x0.986 at T 4K / 8K; a ring pair has no counter).
+template <class K, bool MASKED>
+void launch_bwd_tile(const BwdProblem& p, int* dq_sem, int* tile_counter, bool deterministic,
+                     cudaStream_t stream) {
+  auto go = [&](auto persistent) {
+    constexpr bool P = decltype(persistent)::value;
+    if (deterministic) launch_bwd<K, DqOrder::kFixed, MASKED, P>(p, dq_sem, tile_counter, stream);
+    else launch_bwd<K, DqOrder::kArrival, MASKED, P>(p, dq_sem, tile_counter, stream);
+  };
+  constexpr bool CAN = !MASKED && K::HS == 64;
+  if constexpr (CAN && K::V == BwdVariant::kDqFirst) {
+    CHECK(kBwdPersistent(K::HS, p.Tq), "internal: flash3 backward: kDqFirst at T %d", p.Tq);
+    go(std::true_type{});
+  } else if constexpr (CAN) {
+    if (!deterministic && tile_counter != nullptr && kBwdPersistent(K::HS, p.Tq))
+      launch_bwd<K, DqOrder::kArrival, MASKED, true>(p, dq_sem, tile_counter, stream);
+    else
+      go(std::false_type{});
+  } else {
+    go(std::false_type{});
+  }
+}
+
 template <int HS, bool MASKED>
 void launch_bwd_hs(const BwdProblem& p, int* dq_sem, int* tile_counter, bool deterministic,
                    cudaStream_t stream) {
@@ -751,16 +780,11 @@ void launch_bwd_hs(const BwdProblem& p, int* dq_sem, int* tile_counter, bool det
   if constexpr (V == BwdVariant::kDqFirst) {
     if (kBwdDqLag(HS, p.Tq)) {
       using K = Bwd3TileFor<HS, BwdVariant::kDqLag>;
-      if (deterministic) launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, tile_counter, stream);
-      else launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, tile_counter, stream);
+      launch_bwd_tile<K, MASKED>(p, dq_sem, tile_counter, deterministic, stream);
       return;
     }
   }
-  using K = Bwd3TileFor<HS, V>;
-  if (deterministic)
-    launch_bwd<K, DqOrder::kFixed, MASKED>(p, dq_sem, tile_counter, stream);
-  else
-    launch_bwd<K, DqOrder::kArrival, MASKED>(p, dq_sem, tile_counter, stream);
+  launch_bwd_tile<Bwd3TileFor<HS, V>, MASKED>(p, dq_sem, tile_counter, deterministic, stream);
 }
 template <int HS>
 void launch_bwd_hs(const BwdProblem& p, int* dq_sem, int* tile_counter, bool deterministic,

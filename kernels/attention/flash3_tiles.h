@@ -36,6 +36,16 @@ constexpr bool kBwdSdpNext(int HS) { return HS == 128; }
 // unchanged kernels at 1K / 4K read x0.992 / x1.009, and x0.974 with --deterministic at 2K; so
 // 4096 stays. Tq: the problem's query rows (a ring pair's chunk).
 constexpr bool kBwdDqLag(int HS, long long Tq) { return HS == 64 && Tq >= 4096; }
+// Persistent backward blocks (flash3_bwd.cu Bwd3Block: one block per SM claiming K/V tiles, the
+// next tile's loads under the epilogue) at HS 64 up to T 8192, where a block's start and end are
+// a large part of its few steps. On an H200, same call, 3 rounds, backward against one block per
+// tile: T 1K / 2K x1.068 / x1.027 (kDqFirst); with the dQ lag T 4K / 8K x1.034 / x1.020 but 16K /
+// 64K x0.980 / x0.982 (the counter's claims and the math warps' 224 registers cost more there
+// than the few tile changes save; 232 registers: x0.989 / x0.997). `bench-attention`, 2 rounds:
+// T 4K / 8K x1.030 / x1.010; with --deterministic (the static stride) x1.000 / x0.986, so the
+// dQ-lag kernels are persistent in the default order only (kDqFirst's: x1.05 / x1.03 at 1K / 2K).
+// Causal only (the masked kernels keep one block a tile). Tq: the problem's query rows.
+constexpr bool kBwdPersistent(int HS, long long Tq) { return HS == 64 && Tq <= 8192; }
 // Work order of the forward's tiles (sm90/scheduler.cuh FwdScheduler): row-major (the longest rows of every
 // head first) while the K and V of all B x NKV heads fit the L2 cache; head-major (one head at a
 // time, its longest rows first) once they outgrow it, so that the tiles running at once share

@@ -86,9 +86,11 @@ std::vector<Case> all_cases() {
   // persistent block runs several, one after another; short ragged rows keep the CPU side fast.
   shapes.push_back({4, 257, 24, 6, 64});
   shapes.push_back({4, 257, 24, 6, 128});
-  // More K/V tiles than SMs for flash3's HS 64 backward below T 4096, whose blocks are
-  // persistent (240 tiles: most blocks claim a second from the counter); ragged T, GQA.
+  // More K/V tiles than SMs for flash3's HS 64 backward, whose blocks are persistent up to
+  // T 8192: below T 4096 (240 tiles: most blocks claim a second from the counter; ragged T, GQA)
   shapes.push_back({16, 600, 6, 3, 64});
+  // ... and from T 4096, where its dQ lags a step (165 tiles; flash3_tiles.h kBwdPersistent).
+  shapes.push_back({5, 4100, 1, 1, 64});
   std::vector<Case> cases;
   for (const std::string& name : attention_names())
     for (const AttnShape& s : shapes) cases.push_back({name, s});

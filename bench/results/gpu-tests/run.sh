@@ -21,8 +21,8 @@ compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$ragged:*flash3
   > "$OUT/memcheck.log" 2>&1 || true
 suites+=("memcheck, flash3 ragged=$OUT/memcheck.log")
 # More work tiles than SMs: each persistent flash3 block runs several, one after another (the
-# forward's work tiles; the HS 64 backward's K/V tiles below T 4096).
-tiles='*flash3_B4_T257*:*flash3_B16_T600*'
+# forward's work tiles; the HS 64 backward's K/V tiles up to T 8192).
+tiles='*flash3_B4_T257*:*flash3_B16_T600*:*flash3_B5_T4100*'
 # The HS 64 backward with dQ lagging a step (from T 4096 on: kBwdDqLag in flash3_tiles.h).
 lag='*flash3_B1_T4096_NH2_NKV2_HS64*:*flash3_B1_T4097_NH3_NKV1_HS64*'
 lag+=':AttentionMaskGpu/Whole.Matches/random_W0_B1_T4097_NH2_NKV1_HS64'
