@@ -13,7 +13,7 @@
 // in shared memory; the stage ring and the dQ staging run on across its tiles, dK and dV are
 // staged in the dS^T buffers, and the next tile's Q_i, dO_i, then K_j, V_j load under the
 // epilogue:
-//   producer warpgroup (setmaxnreg 24):
+//   producer warpgroup (setmaxnreg 24; 32 or 40 in some kernels: Bwd3Block::PRODUCER_REGS):
 //     warp 0 (loader):  TMA K_j, V_j once (kv_full); for each step it (query head h, Q tile i):
 //                       wait empty[s]; LSE_i, D_i rows -> smem (lanes); TMA Q_i, dO_i -> stage s
 //                       (s = it mod 2), completing on full[s]
@@ -24,7 +24,7 @@
 //                       tile picks the first comer, the others add once its store is released;
 //                       --deterministic: block 0's); once the copy engine has read it, free the
 //                       staging buffer (dQ_empty)
-//   2 math warpgroups (setmaxnreg 240), warpgroup c owns keys j Bc + 64 c .. +63:
+//   2 math warpgroups (setmaxnreg 240 or MATH_REGS), warpgroup c owns keys j Bc + 64 c .. +63:
 //     wait kv_full; for each step: wait full[s]
 //       S^T = K_c Q_i^T, dP^T = V_c dO_i^T  [HS 128: issued while the step before's dK runs;
 //                                            then wait for that dK, release its stage]
@@ -222,8 +222,8 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   // setmaxnreg of the producer warpgroup and of the math warpgroups (128 x 24 + 256 x 240 fill
   // the block's 168 x 384). The masked HS 64 kernel gives the producer 32 (math 232): at 24 its
   // loader and dQ writer spilled 4-8 bytes, and its math warps fit 232 without spills (ptxas -v).
-  // The persistent one gives it 40 (math 224): at 24 and 32 its producer warps spilled 64-68 and
-  // 28 bytes; at 40 / 224 nothing spills.
+  // The persistent ones give it 40 (math 224): at 24 and 32 their producer warps spilled 64-68
+  // and 28 bytes; at 40 / 224 nothing spills.
   static constexpr int PRODUCER_REGS = MASKED && HS == 64 ? 32 : PERSISTENT ? 40 : 24,
                        MATH_REGS = MASKED && HS == 64 ? 232 : PERSISTENT ? 224 : 240;
   static_assert(128 * PRODUCER_REGS + 256 * MATH_REGS <= 168 * 384, "the block's registers");
