@@ -40,8 +40,8 @@ constexpr bool kBwdDqLag(int HS, long long Tq) { return HS == 64 && Tq >= 4096; 
 // next tile's loads under the epilogue) at HS 64 up to T 8192, where a block's start and end are
 // a large part of its few steps. On an H200, same call, 3 rounds, backward against one block per
 // tile: T 1K / 2K x1.068 / x1.027 (kDqFirst); with the dQ lag T 4K / 8K x1.034 / x1.020 but 16K /
-// 64K x0.980 / x0.982 (the counter's claims and the math warps' 224 registers cost more there
-// than the few tile changes save; 232 registers: x0.989 / x0.997). `bench-attention`, 2 rounds:
+// 64K x0.980 / x0.982 (not profiled; a tile there runs hundreds of steps, so its start and end
+// leave little to save; 232 math registers: x0.989 / x0.997). `bench-attention`, 2 rounds:
 // T 4K / 8K x1.030 / x1.010; with --deterministic (the static stride) x1.000 / x0.986, so the
 // dQ-lag kernels are persistent in the default order only (kDqFirst's: x1.05 / x1.03 at 1K / 2K).
 // Causal only (the masked kernels keep one block a tile). Tq: the problem's query rows.
