@@ -95,7 +95,9 @@ enum class DqOrder { kArrival, kFixed };
 // tiles from the last down to the diagonal, the group's heads inside (the top of this file says
 // why). MASKED: the Q tiles of the mask's range (problem_mask.cuh, found by each warp: every lane
 // of the block constructs it), maybe none (a ring pair).
-template <int Bc, int Br, DqOrder ORDER, bool MASKED = false>
+// DIAG_FIRST (flash3's causal kernels that peel their diagonal steps): in the arrival order,
+// each head's first Q tile first, then the others head by head.
+template <int Bc, int Br, DqOrder ORDER, bool MASKED = false, bool DIAG_FIRST = false>
 struct BwdBlock {
   int b, kvh, j, k0, G, i_begin, n_qtiles, n_i, total;
   [[maybe_unused]] TileRange range;  // MASKED: the Q tiles that this K/V tile meets
@@ -135,9 +137,13 @@ struct BwdBlock {
     if constexpr (ORDER == DqOrder::kFixed) {
       hq = kvh * G + it % G;
       q0 = (end - 1 - it / G) * Br;
-    } else {
+    } else if constexpr (!DIAG_FIRST) {
       hq = kvh * G + it / n;
       q0 = (first + it % n) * Br;
+    } else {
+      const int r = it - G;
+      hq = kvh * G + (r < 0 ? it : r / (n - 1));
+      q0 = (first + (r < 0 ? 0 : 1 + r % (n - 1))) * Br;
     }
   }
 };

@@ -91,6 +91,9 @@ std::vector<Case> all_cases() {
   shapes.push_back({16, 600, 6, 3, 64});
   // ... and from T 4096, where its dQ lags a step (165 tiles; flash3_tiles.h kBwdPersistent).
   shapes.push_back({5, 4100, 1, 1, 64});
+  // Past T 8192 a block a K/V tile, whose dQ-lag loop runs each query head's diagonal step
+  // before the others (flash3_bwd.cu PEEL_DIAG: GQA, so two heads' diagonal steps; ragged T).
+  shapes.push_back({1, 8300, 2, 1, 64});
   std::vector<Case> cases;
   for (const std::string& name : attention_names())
     for (const AttnShape& s : shapes) cases.push_back({name, s});

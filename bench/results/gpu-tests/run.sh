@@ -23,8 +23,9 @@ suites+=("memcheck, flash3 ragged=$OUT/memcheck.log")
 # More work tiles than SMs: each persistent flash3 block runs several, one after another (the
 # forward's work tiles; the HS 64 backward's K/V tiles up to T 8192).
 tiles='*flash3_B4_T257*:*flash3_B16_T600*:*flash3_B5_T4100*'
-# The HS 64 backward with dQ lagging a step (from T 4096 on: kBwdDqLag in flash3_tiles.h).
-lag='*flash3_B1_T4096_NH2_NKV2_HS64*:*flash3_B1_T4097_NH3_NKV1_HS64*'
+# The HS 64 backward with dQ lagging a step (from T 4096 on: kBwdDqLag in flash3_tiles.h), and
+# past T 8192, where each head's diagonal step runs apart (flash3_bwd.cu PEEL_DIAG).
+lag='*flash3_B1_T4096_NH2_NKV2_HS64*:*flash3_B1_T4097_NH3_NKV1_HS64*:*flash3_B1_T8300*'
 lag+=':AttentionMaskGpu/Whole.Matches/random_W0_B1_T4097_NH2_NKV1_HS64'
 compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$tiles" \
   > "$OUT/memcheck_tiles.log" 2>&1 || true
@@ -34,7 +35,7 @@ compute-sanitizer --tool memcheck build/test_gpu \
   --gtest_filter='AttentionMaskGpu/*HS128:*flash3_jumps*HS128' > "$OUT/memcheck_masks128.log" 2>&1 || true
 suites+=("memcheck, HS 128 masks and jump scores=$OUT/memcheck_masks128.log")
 compute-sanitizer --tool memcheck build/test_gpu --gtest_filter="$lag" > "$OUT/memcheck_lag.log" 2>&1 || true
-suites+=("memcheck, flash3 HS 64 T 4096-4097, causal and documents (backward with dQ lagging)=$OUT/memcheck_lag.log")
+suites+=("memcheck, flash3 HS 64 T 4096-8300, causal and documents (backward with dQ lagging)=$OUT/memcheck_lag.log")
 for tool in synccheck initcheck; do
   compute-sanitizer --tool "$tool" build/test_gpu --gtest_filter="$ragged" > "$OUT/$tool.log" 2>&1 || true
   suites+=("$tool, flash3 ragged=$OUT/$tool.log")
