@@ -298,15 +298,6 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
     }
     sm90::wgmma_wait<1>();
     sm90::reg_fence(st);
-    if constexpr (!MASKED) {
-      if (needs_mask) {  // warpgroup-uniform: the diagonal steps alone pay the compares
-#pragma unroll
-        for (int qt = 0; qt < Br / 8; ++qt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (key_row + (e >> 1) * 8 > q0 + qt * 8 + 2 * t4 + (e & 1)) st[4 * qt + e] = -INFINITY;
-      }
-    }
     // P^T = exp2(S^T scale log2e - LSE log2e) (0 where key > query), packed to bf16 as the A
     // fragments of dV += P^T dO_i, which is issued at once and runs while dS^T is computed
 #pragma unroll
@@ -326,6 +317,8 @@ __device__ __forceinline__ bool bwd_step_dkdv_pre(float (&st)[K::NS], float (&dp
           if (needs_mask && ((e & 1 ? ds.y : ds.x) > u || u > t ||
                              (msk.window > 0 && t - u >= msk.window)))
             p = 0.f;
+        } else {
+          if (needs_mask && key_row + (e >> 1) * 8 > q0 + ql + (e & 1)) p = 0.f;
         }
         st[4 * qt + e] = p;
       }
