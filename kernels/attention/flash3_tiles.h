@@ -39,11 +39,14 @@ constexpr bool kBwdDqLag(int HS, long long Tq) { return HS == 64 && Tq >= 4096; 
 // Persistent backward blocks (flash3_bwd.cu Bwd3Block: one block per SM claiming K/V tiles, the
 // next tile's loads under the epilogue) at HS 64 up to T 8192, where a block's start and end are
 // a large part of its few steps. On an H200, same call, 3 rounds, backward against one block per
-// tile: T 1K / 2K x1.068 / x1.027 (kDqFirst); with the dQ lag T 4K / 8K x1.034 / x1.020 but 16K /
-// 64K x0.980 / x0.982 (not profiled; a tile there runs hundreds of steps, so its start and end
-// leave little to save; 232 math registers: x0.989 / x0.997). `bench-attention`, 2 rounds:
-// T 4K / 8K x1.030 / x1.010; with --deterministic (the static stride) x1.000 / x0.986, so the
-// dQ-lag kernels are persistent in the default order only (kDqFirst's: x1.05 / x1.03 at 1K / 2K).
+// tile: T 1K / 2K x1.068 / x1.027 (kDqFirst); with the dQ lag T 4K / 8K x1.034 / x1.020 (ncu:
+// the tensor pipe 49.8 -> 52.0% / 52.8 -> 53.9% busy) but 16K / 64K x0.980 / x0.982 (a second
+// call x1.027 / x0.979; a tile there runs hundreds of steps, so its start and end leave little
+// to save), and one block a tile there runs each head's diagonal step apart (x1.010-1.022),
+// which the persistent kernels' registers do not allow (Bwd3Block::PEEL_DIAG).
+// `bench-attention`, 2 rounds: T 4K / 8K x1.030 / x1.010; with --deterministic (the static
+// stride) x1.000 / x0.986, so the dQ-lag kernels are persistent in the default order only
+// (kDqFirst's: x1.05 / x1.03 at 1K / 2K).
 // Causal only (the masked kernels keep one block a tile). Tq: the problem's query rows.
 constexpr bool kBwdPersistent(int HS, long long Tq) { return HS == 64 && Tq <= 8192; }
 // Work order of the forward's tiles (sm90/scheduler.cuh FwdScheduler): row-major (the longest rows of every
