@@ -33,8 +33,8 @@
 //       issue dQ_i part = dS_ij K_j, then dK_c += dS^T Q_i; wait for dQ
 //         [HS 64 from T 4096 (kDqLag): no meeting; before storing dS^T, wait until the other
 //          warpgroup has finished the step before; issue the step before's dQ part instead;
-//          one block a tile: each query head's diagonal step apart, first (last in the fixed
-//          order), and the others without the causal mask]
+//          one block a tile in the arrival order: each query head's diagonal step first, and
+//          the others without the causal mask]
 //       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout (under dK); signal dQ_full
 //       [HS 64: wait for dK; release stage s (empty[s])]
 //     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
@@ -68,11 +68,12 @@
 //   - persistent blocks at HS 64 up to T 8192: backward x1.068 / x1.027 / x1.034 / x1.020 at
 //     T 1K / 2K / 4K / 8K on an H200 (the rule and its numbers: flash3_tiles.h kBwdPersistent;
 //     the design's: Bwd3Block::PERSISTENT).
-//   - each head's diagonal step apart (Bwd3Block::PEEL_DIAG, the dQ-lag kernels of one block a
-//     tile), so that the other steps skip the causal mask's compares: on an H200, 3 rounds,
-//     x1.017 / x1.022 / x1.010 / x1.011 at T 16K / 32K / 64K / 128K; ncu at 16K: 26% fewer
-//     instructions, tensor pipe 54.5 -> 55.4% busy. The compares under a warp-uniform branch
-//     instead were x0.972 at 64K (the branch cuts the step's schedule in two).
+//   - each head's diagonal step apart (Bwd3Block::PEEL_DIAG: the dQ-lag kernels of one block a
+//     tile, arrival order), so that the other steps skip the causal mask's compares: on an H200,
+//     3 rounds, x1.017 / x1.022 / x1.010 / x1.011 at T 16K / 32K / 64K / 128K; ncu at 16K:
+//     26% fewer instructions, tensor pipe 54.5 -> 55.4% busy. The compares under a warp-uniform
+//     branch instead were x0.972 at 64K (the branch cuts the step's schedule in two); the peel in
+//     the fixed order (--deterministic) x0.972 / x0.978 at T 4K / 16K.
 //   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
 //     all pairs; the first partial of each dQ tile stores (no zeroing in the D kernel): +2.8% at
 //     HS 128 4K.
@@ -238,12 +239,14 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   const BwdCore& p;
   const int NH, Tq;
   const bool causal;
-  // The kDqLag kernels of one block a tile run a head's diagonal step apart from its others,
-  // which then skip the causal mask's compares (math()). Not the persistent kernels: with their
-  // math warps' 16 registers fewer, ptxas serializes the peeled loops' wgmmas (C7512).
-  static constexpr bool PEEL_DIAG =
-      !MASKED && !PERSISTENT && Br == Bc && K::V != BwdVariant::kSdpNext;
-  const flash::BwdBlock<Bc, Br, ORDER, MASKED, PEEL_DIAG && ORDER == DqOrder::kArrival> blk;
+  // The kDqLag kernels of one block a tile in the arrival order run each head's diagonal step
+  // first, and the others without the causal mask's compares (math()). Not the persistent
+  // kernels: with their math warps' 16 registers fewer, ptxas serializes the peeled loops' wgmmas
+  // (C7512); not the fixed order (--deterministic), where the same peel (the diagonal steps
+  // last) read x0.972 / x0.978 / x1.000 at T 4K / 16K / 64K.
+  static constexpr bool PEEL_DIAG = !MASKED && !PERSISTENT && !DET && Br == Bc &&
+                                    K::V != BwdVariant::kSdpNext;
+  const flash::BwdBlock<Bc, Br, ORDER, MASKED, PEEL_DIAG> blk;
   const int b, kvh, j, k0, total, n_qtiles;
   const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
   // shared memory: K_j | V_j | Q x2 | dO x2 | dS^T x2 | dQ staging | LSE x2 | D x2 | mbarriers
@@ -528,9 +531,9 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
           sm90::named_bar_sync(kBarStepDone0 + 2 * (1 - c) + ((it - 1) & 1), K::MATH_THREADS);
       };
       // A step's body; DIAG: its Q tile may hold queries before some of its keys (the causal
-      // mask). With Br == Bc that is one Q tile a query head, the diagonal one: the first G
-      // steps in the arrival order (BwdBlock::tile_in), the last G in the fixed one. So the
-      // causal kernels run the other steps without the mask's compares.
+      // mask). With Br == Bc that is one Q tile a query head, the diagonal one: PEEL_DIAG's
+      // order runs them as the first G steps (BwdBlock::tile_in), then the others without the
+      // mask's compares.
       auto step_body = [&](int it, auto diag) {
         constexpr bool DIAG = decltype(diag)::value;
         const sm90::PipelineState<2> ps(base + it);
@@ -566,10 +569,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       };
       if constexpr (!PEEL_DIAG) {
         for (int it = 0; it < total; ++it) step_body(it, std::true_type{});
-      } else if constexpr (DET) {
-        int it = 0;
-        for (; it < total - blk.G; ++it) step_body(it, std::false_type{});
-        for (; it < total; ++it) step_body(it, std::true_type{});
       } else {
         int it = 0;
         for (; it < blk.G; ++it) step_body(it, std::true_type{});
