@@ -244,7 +244,8 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   // kernels: with their math warps' 16 registers fewer, ptxas serializes the peeled loops' wgmmas
   // (C7512); not the fixed order (--deterministic), where the same peel (the diagonal steps
   // last) read x0.972 / x0.978 / x1.000 at T 4K / 16K / 64K.
-  static constexpr bool PEEL_DIAG = !MASKED && !PERSISTENT && !DET && Bc % Br == 0;
+  static constexpr bool PEEL_DIAG = !MASKED && !PERSISTENT && !DET && Br == Bc &&
+                                    K::V != BwdVariant::kSdpNext;
   const flash::BwdBlock<Bc, Br, ORDER, MASKED, PEEL_DIAG> blk;
   const int b, kvh, j, k0, total, n_qtiles;
   const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
@@ -482,9 +483,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       // its own dK in flight: the loop's back edge carries dK, whose accumulators only wgmma
       // touches (carrying S^T instead, issued at the end of the step before, made ptxas
       // serialize every wgmma: C7514).
-      // DIAG: as the other variants' step_body below (here two Q tiles a head: Br = Bc / 2).
-      auto step_body = [&](int it, auto diag) {
-        constexpr bool DIAG = decltype(diag)::value;
+      for (int it = 0; it < total; ++it) {
         const sm90::PipelineState<2> ps(base + it);
         const int s = ps.index();
         int hq, q0;
@@ -502,9 +501,8 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         auto step = [&](const auto&... msk) {
           flash::bwd_step_dkdv_pre<K, true, MASKED>(st, dpt, dk, dv, aK, aV, sQb, sdOb,
                                                     sL + s * Br * 4, sD + s * Br * 4, sdSb, q0,
-                                                    key_wg, key_row, kw, DIAG && causal,
-                                                    scale_log2, as, /*issue_dk=*/false,
-                                                    flash::NoOp{}, msk...);
+                                                    key_wg, key_row, kw, causal, scale_log2, as,
+                                                    /*issue_dk=*/false, flash::NoOp{}, msk...);
         };
         if constexpr (MASKED) step(step_mask(s, q0, key_wg, key_row));
         else step();
@@ -516,14 +514,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         sm90::wgmma_wait<1>();  // dQ (and dV); dK runs on into the next step
         reg_fence(dq);
         stage_dq(it, dq);
-      };
-      if constexpr (!PEEL_DIAG) {
-        for (int it = 0; it < total; ++it) step_body(it, std::true_type{});
-      } else {
-        int it = 0;
-        for (const int nd = blk.diag_steps(); it < nd; ++it) step_body(it, std::true_type{});
-        sm90::wgmma_wait<0>();
-        for (; it < total; ++it) step_body(it, std::false_type{});
       }
       sm90::wgmma_wait<0>();  // the last dK
       if (total > 0) release_stage(sm90::PipelineState<2>(base + total - 1));
@@ -581,7 +571,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         for (int it = 0; it < total; ++it) step_body(it, std::true_type{});
       } else {
         int it = 0;
-        for (const int nd = blk.diag_steps(); it < nd; ++it) step_body(it, std::true_type{});
+        for (; it < blk.G; ++it) step_body(it, std::true_type{});
         for (; it < total; ++it) step_body(it, std::false_type{});
       }
       // kDqLag: the last step's dQ, once the other warpgroup has stored its dS^T.

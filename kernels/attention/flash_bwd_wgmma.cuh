@@ -96,8 +96,7 @@ enum class DqOrder { kArrival, kFixed };
 // why). MASKED: the Q tiles of the mask's range (problem_mask.cuh, found by each warp: every lane
 // of the block constructs it), maybe none (a ring pair).
 // DIAG_FIRST (flash3's causal kernels that peel their diagonal steps): in the arrival order,
-// each head's diagonal Q tiles first (its first Bc / Br, head by head), then the others head by
-// head. diag_steps() says how many steps that first part holds.
+// each head's first Q tile first, then the others head by head.
 template <int Bc, int Br, DqOrder ORDER, bool MASKED = false, bool DIAG_FIRST = false>
 struct BwdBlock {
   int b, kvh, j, k0, G, i_begin, n_qtiles, n_i, total;
@@ -128,10 +127,6 @@ struct BwdBlock {
     }
     total = G * n_i;
   }
-  __device__ __forceinline__ int diag_steps() const {  // (n_i >= 1: a K/V tile meets its diagonal)
-    if constexpr (Bc == Br) return G;
-    else return G * (n_i < Bc / Br ? n_i : Bc / Br);
-  }
   __device__ __forceinline__ void tile(int it, int& hq, int& q0) const {
     tile_in(it, i_begin, n_i, MASKED ? range.end : n_qtiles, hq, q0);
   }
@@ -145,14 +140,10 @@ struct BwdBlock {
     } else if constexpr (!DIAG_FIRST) {
       hq = kvh * G + it / n;
       q0 = (first + it % n) * Br;
-    } else if constexpr (Bc == Br) {
+    } else {
       const int r = it - G;
       hq = kvh * G + (r < 0 ? it : r / (n - 1));
       q0 = (first + (r < 0 ? 0 : 1 + r % (n - 1))) * Br;
-    } else {  // Bc / Br Q tiles a head meet the diagonal (fewer where the K/V tile ends T)
-      const int nd = n < Bc / Br ? n : Bc / Br, r = it - G * nd;
-      hq = kvh * G + (r < 0 ? it / nd : r / (n - nd));
-      q0 = (first + (r < 0 ? it % nd : nd + r % (n - nd))) * Br;
     }
   }
 };
