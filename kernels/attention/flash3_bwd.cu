@@ -244,8 +244,9 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   // kernels: with their math warps' 16 registers fewer, ptxas serializes the peeled loops' wgmmas
   // (C7512); not the fixed order (--deterministic), where the same peel (the diagonal steps
   // last) read x0.972 / x0.978 / x1.000 at T 4K / 16K / 64K.
-  static constexpr bool PEEL_DIAG = !MASKED && !PERSISTENT && !DET && Br == Bc &&
-                                    K::V != BwdVariant::kSdpNext;
+  static constexpr bool PEEL_DIAG =
+      K::V == BwdVariant::kDqLag && !MASKED && !PERSISTENT && !DET;
+  static_assert(!PEEL_DIAG || Br == Bc, "BwdBlock's DIAG_FIRST order: one diagonal Q tile a head");
   const flash::BwdBlock<Bc, Br, ORDER, MASKED, PEEL_DIAG> blk;
   const int b, kvh, j, k0, total, n_qtiles;
   const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
