@@ -247,13 +247,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   static constexpr bool PEEL_DIAG =
       K::V == BwdVariant::kDqLag && !MASKED && !PERSISTENT && !DET;
   static_assert(!PEEL_DIAG || Br == Bc, "BwdBlock's DIAG_FIRST order: one diagonal Q tile a head");
-  // The kSdpNext kernels (HS 128) of the arrival order, unmasked: the loader and the dQ writer
-  // take the steps in BwdBlock::tile_spread's order. In tile()'s, a block that starts as a
-  // shorter one ends runs in step with the blocks of the j before it, all on one Q tile (block j
-  // starts Bc / Br tiles further on, a step after j - 1), so that up to a wave of blocks read the
-  // same Q_i, dO_i and add into the same dQacc rows at once; spread, neighbours run Bc / Br
-  // tiles apart.
-  static constexpr bool SPREAD = K::V == BwdVariant::kSdpNext && !MASKED && !DET;
   const flash::BwdBlock<Bc, Br, ORDER, MASKED, PEEL_DIAG> blk;
   const int b, kvh, j, k0, total, n_qtiles;
   const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
@@ -274,8 +267,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
         sdS(s0 + K::OFF_DS), sdQ(s0 + K::OFF_DQ), sL(s0 + K::OFF_L), sD(s0 + K::OFF_D),
         stages{s0 + K::OFF_FULL, s0 + K::OFF_EMPTY}, bar_kv(s0 + K::OFF_KV_FULL),
         bar_kv_empty(s0 + K::OFF_KV_EMPTY) {}
-  // The math warps' step: q0 serves the masks only (causal: the diagonal steps'; SPREAD: on
-  // a step past them it names another tile than the producer warps', one past the mask too).
   __device__ __forceinline__ void step_tile(int it, int& hq, int& q0) const {
     blk.tile(it, hq, q0);
   }
@@ -288,8 +279,6 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
     if constexpr (MASKED)
       blk.tile_in(it, flash::ld_shared_s32(this->sQRange), flash::ld_shared_s32(this->sQRange + 4),
                   flash::ld_shared_s32(this->sQRange + 8), hq, q0);
-    else if constexpr (SPREAD)
-      blk.tile_spread(it, hq, q0);
     else
       blk.tile(it, hq, q0);
   }

@@ -146,21 +146,6 @@ struct BwdBlock {
       q0 = (first + (r < 0 ? 0 : 1 + r % (n - 1))) * Br;
     }
   }
-  // The arrival order with each head's steps past its first Bc / Br Q tiles (the ones the causal
-  // mask can touch: the diagonal) begun at an offset of Bc / Br x (j mod 64) tiles and wrapped
-  // (flash3's HS 128 kernels: Bwd3Block::SPREAD says why). Unmasked; the same steps as tile().
-  __device__ __forceinline__ void tile_spread(int it, int& hq, int& q0) const {
-    static_assert(ORDER == DqOrder::kArrival && !MASKED && !DIAG_FIRST, "tile()'s order spread");
-    constexpr int D = Bc / Br;
-    hq = kvh * G + it / n_i;
-    int x = it % n_i;
-    const int m = n_i - D;  // the tiles past the diagonal ones
-    if (x >= D && m > 1) {
-      x += D * (j & 63) % m;
-      if (x >= n_i) x -= m;
-    }
-    q0 = (i_begin + x) * Br;
-  }
 };
 
 // kFixed, on the thread that adds block j's dQ partials: before the add to Q tile `tile` (its
