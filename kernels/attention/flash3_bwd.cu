@@ -77,8 +77,8 @@
 //   - pair groups that fit one wave (sm90/scheduler.cuh): HS 128 4K +14-17% over one group of
 //     all pairs; their locality holds at long T (ncu, H200: L2 hit rate 99.2% / 99.7% at HS
 //     64 / 128 at T 64K, 99.0% at HS 64 at 1M; DRAM 30-41 GB/s), and spreading the blocks that
-//     run in step over different Q tiles read x0.97-1.01. The first partial of each dQ tile stores (no zeroing
-//     in the D kernel): +2.8% at HS 128 4K.
+//     run in step over different Q tiles read x0.97-1.01. The first partial of each dQ tile
+//     stores (no zeroing in the D kernel): +2.8% at HS 128 4K.
 //   - --deterministic (the fixed dQ order) costs 22/8/9% at HS 128 T 4K/16K/64K (360/492/500
 //     TFLOP/s): a flag, not the default.
 //
