@@ -12,6 +12,9 @@
 // measured whatever ran before it
 // (an idle gap or another sweep). The warm-up times every backend at the clocks of sustained
 // load, which a training run sees; scripts/bench_attention.py warms PyTorch the same way.
+// --idle-ms N --warmup-ms 0 times the other way, as published attention benchmarks do (a fresh
+// process, a few calls, the median of 10): N ms of idle GPU before each measurement, so that
+// every backend is timed in a burst at the clocks of a cool GPU.
 // FLOPs (DESIGN.md): forward = 4 B NH T^2 HS, halved when causal; backward = 2.5 x forward.
 // Extra memory = the backend's saved_bytes + scratch_bytes. A point that does not fit in free
 // device memory is skipped with "OOM: needs X GiB" and the sweep goes on.
@@ -36,9 +39,11 @@
 #include "bench/bench_attention.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_ring.h"
@@ -50,6 +55,14 @@
 namespace {
 
 double gib(size_t bytes) { return double(bytes) / double(1ull << 30); }
+
+// --idle-ms: the GPU's work done, then nothing for ms, so that the next measurement starts at the
+// clocks of an idle GPU (a burst) instead of those the one before left.
+void idle(double ms) {
+  if (ms <= 0) return;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+}
 
 // The synthetic documents (the header's rule; scripts/bench_attention.py repeats it).
 constexpr uint64_t kDocSeed = 1234;
@@ -152,11 +165,14 @@ void run_bench_attention(const BenchAttentionOptions& opt) {
               const AttnBackwardArgs ba{dqkv, scratch, dout, qkv, out, saved, s, opt.deterministic,
                                         mask};
               try {
+                idle(opt.idle_ms);
                 f_ms = median_ms([&] { be.forward(fa, st); }, opt.warmup, opt.iters,
                                  opt.budget_ms, st, opt.warmup_ms);
                 be.forward(fa, st);
+                idle(opt.idle_ms);
                 b_ms = median_ms([&] { be.backward(ba, st); }, opt.warmup, opt.iters,
                                  opt.budget_ms, st, opt.warmup_ms);
+                idle(opt.idle_ms);
                 fb_ms = median_ms([&] { be.forward(fa, st); be.backward(ba, st); }, opt.warmup,
                                   opt.iters, opt.budget_ms, st, opt.warmup_ms);
                 CUDA_CHECK(cudaDeviceSynchronize());

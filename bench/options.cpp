@@ -122,6 +122,7 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
     .add("iters", "timed runs per measurement (median reported)", opt.iters)
     .add("budget-ms", "at most this much GPU time per measurement (at least 3 runs)", opt.budget_ms)
     .add("warmup-ms", "untimed runs before each measurement until this much GPU time has passed (sustained-load clocks; 0: --warmup runs only)", opt.warmup_ms)
+    .add("idle-ms", "leave the GPU idle this long before each measurement, so that it starts at its idle clock (a burst, as published attention benchmarks time; use with --warmup-ms 0)", opt.idle_ms)
     .on("deterministic", "time the backward with --deterministic (dQ summed in a fixed order)", opt.deterministic)
     .add("cp", "also time the context-parallel ring with this many virtual ranks on this one GPU (backends with ring hooks: flash, flash3)", opt.cp)
     .add("csv", "also write the results to this CSV file", opt.csv_path);
@@ -148,6 +149,7 @@ bool parse_bench_attention_options(int argc, char** argv, BenchAttentionOptions&
   check_at_least("--iters", opt.iters, 1);
   CHECK(opt.budget_ms > 0, "--budget-ms must be > 0 (got %g)", opt.budget_ms);
   CHECK(opt.warmup_ms >= 0, "--warmup-ms must be >= 0 (got %g)", opt.warmup_ms);
+  CHECK(opt.idle_ms >= 0, "--idle-ms must be >= 0 (got %g)", opt.idle_ms);
   return true;
 }
 

@@ -55,6 +55,7 @@ struct BenchAttentionOptions {  // `flashgpt bench-attention` (bench/bench_atten
   int warmup = 5, iters = 20;
   float budget_ms = 3000;  // GPU time per measurement at the most (at least 3 runs)
   float warmup_ms = 500;   // untimed GPU time before each measurement (bench_attention.cu: why)
+  float idle_ms = 0;       // the GPU left idle this long before each measurement (a burst)
   bool deterministic = false;
   MaskSpec mask;    // --mask, --window (kernels/attention/mask.h)
   int doc_len = 0;  // --doc-len: synthetic documents of this mean length (--mask document); 0: none

@@ -4,10 +4,13 @@
 Runs `build/flashgpt bench-attention` (our backends: forward, backward, forward+backward with
 CUDA events, median) and then, in this process, torch.nn.functional.scaled_dot_product_attention
 with each of sdpa_kernel(SDPBackend.FLASH_ATTENTION / CUDNN_ATTENTION / MATH) at the same shapes:
-bf16, B = max(1, tokens / T), NH heads (12 for HS 64, 16 for HS 128), q, k, v read through the
-strides of a packed (B, T, 3, NH, HS) qkv buffer as in a GPT (our layout). Times forward,
-backward (torch.autograd.grad on one saved forward) and forward+backward with CUDA events after
-warm-up, median. Points that run out of memory are skipped (the math backend stops where it no
+bf16, B = max(1, tokens / T), NH heads (12 for HS 64, 16 for HS 128) and NKV kv heads (--kv-heads;
+GQA through SDPA's enable_gqa), q, k, v read through the strides of a packed (B, T, NH + 2 NKV,
+HS) qkv buffer as in a GPT (our layout). Times forward, backward (torch.autograd.grad on one saved
+forward) and forward+backward with CUDA events after warm-up, median. Two ways to warm up: after
+--warmup-ms of sustained load (the default: the clocks a training run sees), or, with --idle-ms N
+--warmup-ms 0, from an idle GPU (a burst, as published attention benchmarks time: a fresh process,
+a few calls, the median of 10). Points that run out of memory are skipped (the math backend stops where it no
 longer fits). FLOPs: forward 4*B*NH*T^2*HS (halved when causal), backward 2.5x forward.
 
 Prints one table (TFLOP/s, our/flash and our/cuDNN ratios) and writes
@@ -39,6 +42,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 PASSES = ("fwd", "bwd", "fwdbwd")
 
@@ -49,6 +53,10 @@ def parse_list(s, cast=str):
 
 def heads_for(hs, heads):
     return heads if heads > 0 else (12 if hs == 64 else 16 if hs == 128 else max(1, 768 // hs))
+
+
+def kv_heads_for(args, NH):
+    return args.kv_heads if args.kv_heads > 0 else NH
 
 
 def run_ours(args, causal=None, mask_flags=()):
@@ -63,6 +71,10 @@ def run_ours(args, causal=None, mask_flags=()):
            "--csv", csv_path] + list(mask_flags)
     if args.heads > 0:
         cmd += ["--heads", str(args.heads)]
+    if args.kv_heads > 0:
+        cmd += ["--kv-heads", str(args.kv_heads)]
+    if args.idle_ms > 0:
+        cmd += ["--idle-ms", str(args.idle_ms)]
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     subprocess.run(cmd, check=True)
     rows = []
@@ -71,6 +83,7 @@ def run_ours(args, causal=None, mask_flags=()):
     for r in csv.DictReader(io.StringIO("".join(lines))):
         rows.append({
             "source": r["backend"], "hs": int(r["hs"]), "heads": int(r["heads"]),
+            "kv_heads": kv_heads_for(args, int(r["heads"])),
             "batch": int(r["batch"]), "seq_len": int(r["seq_len"]), "causal": int(r["causal"]),
             "ms": {p: float(r[p + "_ms"]) for p in PASSES},
             "extra_bytes": int(r["extra_bytes"]), "status": r["status"],
@@ -95,8 +108,10 @@ def run_torch(args):
             for T in parse_list(args.seq_lens, int):
                 for causal in parse_list(args.causal, int):
                     NH = heads_for(hs, args.heads)
+                    NKV = kv_heads_for(args, NH)
                     B = max(1, args.tokens // T)
-                    row = {"source": "torch-" + name, "hs": hs, "heads": NH, "batch": B,
+                    row = {"source": "torch-" + name, "hs": hs, "heads": NH, "kv_heads": NKV,
+                           "batch": B,
                            "seq_len": T, "causal": causal, "ms": {p: 0.0 for p in PASSES},
                            "extra_bytes": 0, "status": "ok"}
                     if name == "math" and math_oom_at is not None and T > math_oom_at:
@@ -106,15 +121,16 @@ def run_torch(args):
                         continue
                     try:
                         g = torch.Generator(device="cuda").manual_seed(1234 + T)
-                        qkv = torch.randn(B, T, 3, NH, hs, device="cuda", dtype=torch.bfloat16,
-                                          generator=g)
-                        q, k, v = (qkv[:, :, i].transpose(1, 2).detach().requires_grad_()
-                                   for i in range(3))
+                        qkv = torch.randn(B, T, NH + 2 * NKV, hs, device="cuda",
+                                          dtype=torch.bfloat16, generator=g)
+                        q, k, v = (qkv[:, :, a:a + n].transpose(1, 2).detach().requires_grad_()
+                                   for a, n in ((0, NH), (NH, NKV), (NH + NKV, NKV)))
                         dout = torch.randn(B, T, NH, hs, device="cuda", dtype=torch.bfloat16,
                                            generator=g).transpose(1, 2)  # (B, T, NH, HS) memory
                         with sdpa_kernel(kinds[name]):
                             def fwd():
-                                return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                                return F.scaled_dot_product_attention(
+                                    q, k, v, is_causal=bool(causal), enable_gqa=NKV != NH)
 
                             time_passes(time_ms, fwd, (q, k, v), dout, row)
                         del q, k, v, qkv, dout
@@ -148,6 +164,9 @@ def make_timer(args):
             end.synchronize()
             return start.elapsed_time(end)
 
+        if args.idle_ms > 0:  # a burst from idle clocks (bench-attention --idle-ms)
+            torch.cuda.synchronize()
+            time.sleep(args.idle_ms / 1e3)
         warm, warmed = args.warmup, 0.0
         for i in range(warm):
             t = once()
@@ -465,6 +484,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--causal", default="1,0")
     ap.add_argument("--heads", type=int, default=0, help="0: 12 for HS 64, 16 for HS 128")
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help="key/value heads (GQA; SDPA's enable_gqa); 0: = --heads")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-ms", type=float, default=3000,
@@ -472,6 +493,10 @@ def main():
     ap.add_argument("--warmup-ms", type=float, default=500,
                     help="untimed runs before each measurement until this much GPU time has "
                          "passed (ours and torch alike: the clocks of sustained load)")
+    ap.add_argument("--idle-ms", type=float, default=0,
+                    help="leave the GPU idle this long before each measurement (ours and torch "
+                         "alike), so that it starts at its idle clock: a burst, as published "
+                         "attention benchmarks time; use with --warmup-ms 0")
     ap.add_argument("--mask", default="causal", choices=["causal", "document"],
                     help="document: the masked cases, one per --doc-lens x --windows")
     ap.add_argument("--doc-lens", default="",
@@ -492,6 +517,8 @@ def main():
     print("GPU: %s | torch %s | cuDNN %s | %s" % (gpu, torch.__version__, cudnn_version(), date),
           flush=True)
     if args.mask == "document" or any(w > 0 for w in parse_list(args.windows, int)):
+        if args.kv_heads > 0:
+            sys.exit("bench_attention.py: --kv-heads times causal cases only; drop it or the mask")
         run_masked(args, gpu, date, command)
         return
 
@@ -536,10 +563,11 @@ def main():
     write_csv(args, "attention", (command, gpu, date, torch.__version__),
               "tflops: forward 4*B*NH*T^2*HS (/2 causal), backward 2.5x, fwd+bwd 3.5x; "
               "extra_bytes: ours saved+scratch, torch peak allocated above the inputs",
-              ["source", "hs", "heads", "batch", "seq_len", "causal", "pass", "ms", "tflops",
-               "extra_bytes", "status"],
-              [[r["source"], r["hs"], r["heads"], r["batch"], r["seq_len"], r["causal"], p,
-                "%.4f" % r["ms"][p], "%.2f" % tflops(r, p), r["extra_bytes"], r["status"]]
+              ["source", "hs", "heads", "kv_heads", "batch", "seq_len", "causal", "pass", "ms",
+               "tflops", "extra_bytes", "status"],
+              [[r["source"], r["hs"], r["heads"], r["kv_heads"], r["batch"], r["seq_len"],
+                r["causal"], p, "%.4f" % r["ms"][p], "%.2f" % tflops(r, p), r["extra_bytes"],
+                r["status"]]
                for r in rows for p in PASSES])
 
 

@@ -14,7 +14,7 @@ RAW is a file, or LABEL=file where the claim needs a label (the table says which
 Claims (the folder names of bench/results/): attention-vs-sdpa, training-step, long-context,
 memory-plan, context-parallel, data-parallel, determinism, profile-sweep, loss-curves,
 fa1-vs-fa2, hf-export, gpu-tests, document-masks, masked-context-parallel,
-step-breakdown, long-context-2m, attention-ceilings.
+step-breakdown, long-context-2m, attention-ceilings, attention-bursts.
 """
 import argparse
 import csv
@@ -218,6 +218,99 @@ def render_attention(rows):
                      names.get(ref, ref), lead), "",
                  md_table(["HS", "T", "median", "min - max"], sums)]
     return "\n".join(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention-bursts: bench_attention.py CSVs labelled PROTOCOL.ROUND (burst: --idle-ms, sustained:
+# --warmup-ms), each with the nvidia-smi samples of its run beside it (FILE.clocks: "MHz, W" lines)
+
+
+def clocks_under_load(path):
+    """The median SM clock (MHz) and power (W) of the samples taken under load (power at least
+    half the file's highest: the idle gaps between measurements left out), or (None, None)."""
+    if not os.path.isfile(path):
+        return None, None
+    samples = []
+    for line in open(path):
+        parts = [num(x.strip()) for x in line.split(",")]
+        if len(parts) == 2 and None not in parts:
+            samples.append(parts)
+    if not samples:
+        return None, None
+    top = max(w for _, w in samples)
+    loaded = [(mhz, w) for mhz, w in samples if w >= 0.5 * top]
+    return median([m for m, _ in loaded]), median([w for _, w in loaded])
+
+
+def collect_bursts(raws, env):
+    rows = []
+    for label, path in map(labelled, raws):
+        protocol, _, rnd = label.partition(".")
+        if protocol not in ("burst", "sustained") or not rnd.isdigit():
+            sys.exit("results_table.py: attention-bursts takes burst.N=FILE or sustained.N=FILE, "
+                     "not '%s'" % label)
+        mhz, watts = clocks_under_load(path + ".clocks")
+        _, recs = csv_rows(path)
+        for r in recs:
+            rows.append({"protocol": protocol, "round": int(rnd), "source": r["source"],
+                         "hs": r["hs"], "heads": r["heads"], "kv_heads": r["kv_heads"],
+                         "batch": r["batch"], "seq_len": r["seq_len"], "pass": r["pass"],
+                         "ms": r["ms"], "tflops": r["tflops"], "status": r["status"],
+                         "sm_mhz": fmt(mhz, ".0f", ""), "power_w": fmt(watts, ".0f", "")})
+    return stamp(rows, env)
+
+
+def render_bursts(rows):
+    names = {"torch-flash": "torch FA2", "torch-cudnn": "torch cuDNN"}
+    ok = [r for r in rows if r["status"] == "ok" and num(r["tflops"])]
+    sources = list(dict.fromkeys(r["source"] for r in ok))
+    lead = "flash3" if "flash3" in sources else sources[0]
+    ref = "torch-cudnn" if "torch-cudnn" in sources else None
+    cell = {}
+    for r in ok:
+        shape = (int(r["hs"]), int(r["heads"]), int(r["kv_heads"]), int(r["batch"]), int(r["seq_len"]))
+        cell.setdefault((shape, r["pass"], r["protocol"], r["source"]), {})[int(r["round"])] = \
+            num(r["tflops"])
+    shapes = sorted({k[0] for k in cell}, key=lambda s: (s[0], s[1], s[4]))
+    head = ["HS", "heads (kv)", "B", "T", "pass"]
+    for proto in ("burst", "sustained"):
+        head += ["%s, %s" % (names.get(s, s), proto) for s in sources]
+        if ref:
+            head.append("%s / %s, %s" % (lead, names[ref], proto))
+    head.append("%s burst / sustained" % lead)
+    body = []
+    for shape in shapes:
+        hs, nh, nkv, b, T = shape
+        for p in ("fwd", "bwd"):
+            line = [hs, "%d (%d)" % (nh, nkv) if nkv != nh else str(nh), b, kt(T), p]
+            for proto in ("burst", "sustained"):
+                for src in sources:
+                    line.append(fmt(median(list(cell.get((shape, p, proto, src), {}).values()))))
+                if ref:
+                    a, c = cell.get((shape, p, proto, lead), {}), cell.get((shape, p, proto, ref), {})
+                    rs = [a[k] / c[k] for k in a if k in c and c[k]]
+                    line.append("**%.2f**" % median(rs) if rs else "-")
+            bu = median(list(cell.get((shape, p, "burst", lead), {}).values()))
+            su = median(list(cell.get((shape, p, "sustained", lead), {}).values()))
+            line.append("%.2f" % (bu / su) if bu and su else "-")
+            body.append(line)
+    rounds = {proto: len({r["round"] for r in ok if r["protocol"] == proto})
+              for proto in ("burst", "sustained")}
+    out = ["TFLOP/s (forward 4·B·NH·T²·HS/2 causal, backward 2.5×), medians over %d burst and %d "
+           "sustained rounds; the ratios are medians of each round's:" % (
+               rounds["burst"], rounds["sustained"]), "", md_table(head, body)]
+    clocks = []
+    for proto in ("burst", "sustained"):
+        rs = [r for r in rows if r["protocol"] == proto and num(r["sm_mhz"])]
+        per_file = {(r["round"], r["sm_mhz"], r["power_w"]) for r in rs}
+        if per_file:
+            clocks.append([proto, fmt(median([num(m) for _, m, _ in per_file]), ".0f"),
+                           fmt(median([num(w) for _, _, w in per_file]), ".0f"), len(per_file)])
+    if clocks:
+        out += ["", "The GPU under load (nvidia-smi every 50 ms; the samples at half the run's "
+                "highest power or more, so the idle gaps are left out; medians over the runs):", "",
+                md_table(["protocol", "SM clock, MHz", "power, W", "runs"], clocks)]
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1056,6 +1149,7 @@ CLAIMS = {
     "step-breakdown": (collect_step_breakdown, render_step_breakdown),
     "long-context-2m": (collect_long_context_2m, render_long_context_2m),
     "attention-ceilings": (collect_attention_ceilings, render_attention_ceilings),
+    "attention-bursts": (collect_bursts, render_bursts),
 }
 
 

@@ -206,7 +206,8 @@ TEST(Options, BenchAttention) {
   const BenchAttentionOptions g = parsed(parse_bench_attention_options,
       {"bench-attention", "--backends", "flash", "--hs", "128", "--seq-lens", "17,1000",
        "--causal", "1,0", "--tokens", "4096", "--heads", "8", "--kv-heads", "2", "--warmup", "0",
-       "--iters", "3", "--budget-ms", "50", "--warmup-ms", "0", "--deterministic", "--csv", "out.csv"});
+       "--iters", "3", "--budget-ms", "50", "--warmup-ms", "0", "--idle-ms", "2500",
+       "--deterministic", "--csv", "out.csv"});
   // clang-format on
   EXPECT_EQ(g.backends, std::vector<std::string>{"flash"});
   EXPECT_EQ(g.head_sizes, std::vector<int>{128});
@@ -220,6 +221,8 @@ TEST(Options, BenchAttention) {
   EXPECT_FLOAT_EQ(g.budget_ms, 50);
   EXPECT_FLOAT_EQ(g.warmup_ms, 0);
   EXPECT_FLOAT_EQ(o.warmup_ms, 500);
+  EXPECT_FLOAT_EQ(g.idle_ms, 2500);
+  EXPECT_FLOAT_EQ(o.idle_ms, 0);
   EXPECT_TRUE(g.deterministic);
   EXPECT_EQ(g.csv_path, "out.csv");
   auto bad = [](std::vector<std::string> args, const std::string& needle) {
@@ -236,6 +239,7 @@ TEST(Options, BenchAttention) {
   bad({"--iters", "0"}, "--iters must be at least 1");
   bad({"--budget-ms", "0"}, "--budget-ms must be > 0");
   bad({"--warmup-ms", "-1"}, "--warmup-ms must be >= 0");
+  bad({"--idle-ms", "-5"}, "--idle-ms must be >= 0");
   bad({"--cp", "0"}, "--cp must be at least 1");
   bad({"--cp", "2", "--deterministic"}, "--deterministic with --cp 2");
   EXPECT_EQ(o.cp, 1);
