@@ -81,6 +81,12 @@
 //     stores (no zeroing in the D kernel): +2.8% at HS 128 4K.
 //   - --deterministic (the fixed dQ order) costs 22/8/9% at HS 128 T 4K/16K/64K (360/492/500
 //     TFLOP/s): a flag, not the default.
+//   - GQA (G query heads a kv head): a pair's blocks read all G heads' Q_i, dO_i and add into
+//     all their dQacc rows, G x 16 MiB at T 16K and HS 128, over L2's 50 MiB. On an H200, HS 128,
+//     64 query / 8 kv heads, B 2, T 16K: L2 hit 78.2% against 97.9% with 64 kv heads (ncu). So
+//     at G > 1 the loader asks L2 to evict Q_i, dO_i first: DRAM writes 17.9 -> 12.7 GB, ncu
+//     49.1 -> 47.3 ms; timed x1.023 / x1.025 (2 rounds; T 32K x1.00, where dQacc alone outgrows
+//     L2), still below cuDNN's 517 TFLOP/s there (bench/results/attention-bursts).
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
@@ -331,12 +337,23 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       const uint32_t full = stages.full_bar(s);
       if (lane == 0) {
         stages.producer_expect(ps, 2 * K::QT_BYTES);
+        if (blk.G > 1) {  // GQA: Q_i, dO_i the first out of L2, dQacc's lines the last
+          const uint64_t evict_first = sm90::l2_policy_evict_first();
 #pragma unroll
-        for (int pn = 0; pn < PANELS; ++pn) {
-          sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
-                            hq, q0, b);
-          sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
-                            hq, q0, b);
+          for (int pn = 0; pn < PANELS; ++pn) {
+            sm90::tma_load_4d_l2(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
+                                 hq, q0, b, evict_first);
+            sm90::tma_load_4d_l2(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full,
+                                 pn * 64, hq, q0, b, evict_first);
+          }
+        } else {
+#pragma unroll
+          for (int pn = 0; pn < PANELS; ++pn) {
+            sm90::tma_load_4d(sQ + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_q, full, pn * 64,
+                              hq, q0, b);
+            sm90::tma_load_4d(sdO + s * K::QT_BYTES + pn * K::QT_PANEL, &tm_do, full, pn * 64,
+                              hq, q0, b);
+          }
         }
       } else {
         stages.producer_commit(ps);
