@@ -281,8 +281,11 @@ def render_bursts(rows):
     body = []
     for shape in shapes:
         hs, nh, nkv, b, T = shape
-        for p in ("fwd", "bwd"):
-            line = [hs, "%d (%d)" % (nh, nkv) if nkv != nh else str(nh), b, kt(T), p]
+        for p in PASSES:
+            if not any((shape, p, proto, lead) in cell for proto in ("burst", "sustained")):
+                continue
+            line = [hs, "%d (%d)" % (nh, nkv) if nkv != nh else str(nh), b, kt(T),
+                    {"fwdbwd": "fwd+bwd"}.get(p, p)]
             for proto in ("burst", "sustained"):
                 for src in sources:
                     line.append(fmt(median(list(cell.get((shape, p, proto, src), {}).values()))))

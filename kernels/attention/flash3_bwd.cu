@@ -86,7 +86,7 @@
 //     64 query / 8 kv heads, B 2, T 16K: L2 hit 78.2% against 97.9% with 64 kv heads (ncu). So
 //     at G > 1 the loader asks L2 to evict Q_i, dO_i first: DRAM writes 17.9 -> 12.7 GB, ncu
 //     49.1 -> 47.3 ms; timed x1.023 / x1.025 (2 rounds; T 32K x1.00, where dQacc alone outgrows
-//     L2), still below cuDNN's 517 TFLOP/s there (bench/results/attention-bursts).
+//     L2). Still 0.97x cuDNN's backward there (bench/results/attention-bursts).
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
