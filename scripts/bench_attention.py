@@ -10,8 +10,8 @@ HS) qkv buffer as in a GPT (our layout). Times forward, backward (torch.autograd
 forward) and forward+backward with CUDA events after warm-up, median. Two ways to warm up: after
 --warmup-ms of sustained load (the default: the clocks a training run sees), or, with --idle-ms N
 --warmup-ms 0, from an idle GPU (a burst, as published attention benchmarks time: a fresh process,
-a few calls, the median of 10). Points that run out of memory are skipped (the math backend stops where it no
-longer fits). FLOPs: forward 4*B*NH*T^2*HS (halved when causal), backward 2.5x forward.
+a few calls, the median of 10). Points that run out of memory are skipped (the math backend stops
+where it no longer fits). FLOPs: forward 4*B*NH*T^2*HS (halved when causal), backward 2.5x forward.
 
 Prints one table (TFLOP/s, our/flash and our/cuDNN ratios) and writes
 runs/bench/attention_<gpu>_<date>.csv (--out-dir, --csv) with the exact command, GPU name and date as a header.
@@ -83,7 +83,7 @@ def run_ours(args, causal=None, mask_flags=()):
     for r in csv.DictReader(io.StringIO("".join(lines))):
         rows.append({
             "source": r["backend"], "hs": int(r["hs"]), "heads": int(r["heads"]),
-            "kv_heads": kv_heads_for(args, int(r["heads"])),
+            "kv_heads": int(r["kv_heads"]),
             "batch": int(r["batch"]), "seq_len": int(r["seq_len"]), "causal": int(r["causal"]),
             "ms": {p: float(r[p + "_ms"]) for p in PASSES},
             "extra_bytes": int(r["extra_bytes"]), "status": r["status"],
@@ -506,6 +506,11 @@ def main():
     ap.add_argument("--out-dir", default="runs/bench")
     ap.add_argument("--csv", default="", help="output file (default: OUT_DIR/attention_<gpu>_<date>.csv)")
     args = ap.parse_args()
+    for hs in parse_list(args.hs, int):
+        NH = heads_for(hs, args.heads)
+        if args.kv_heads < 0 or NH % kv_heads_for(args, NH):
+            sys.exit("bench_attention.py: --kv-heads %d must divide the %d query heads at HS %d "
+                     "(--heads)" % (args.kv_heads, NH, hs))
 
     import torch
     if not torch.cuda.is_available():

@@ -268,7 +268,8 @@ def render_bursts(rows):
     ref = "torch-cudnn" if "torch-cudnn" in sources else None
     cell = {}
     for r in ok:
-        shape = (int(r["hs"]), int(r["heads"]), int(r["kv_heads"]), int(r["batch"]), int(r["seq_len"]))
+        shape = (int(r["hs"]), int(r["heads"]), int(r["kv_heads"]), int(r["batch"]),
+                 int(r["seq_len"]))
         cell.setdefault((shape, r["pass"], r["protocol"], r["source"]), {})[int(r["round"])] = \
             num(r["tflops"])
     shapes = sorted({k[0] for k in cell}, key=lambda s: (s[0], s[1], s[4]))
@@ -290,7 +291,8 @@ def render_bursts(rows):
                 for src in sources:
                     line.append(fmt(median(list(cell.get((shape, p, proto, src), {}).values()))))
                 if ref:
-                    a, c = cell.get((shape, p, proto, lead), {}), cell.get((shape, p, proto, ref), {})
+                    a = cell.get((shape, p, proto, lead), {})
+                    c = cell.get((shape, p, proto, ref), {})
                     rs = [a[k] / c[k] for k in a if k in c and c[k]]
                     line.append("**%.2f**" % median(rs) if rs else "-")
             bu = median(list(cell.get((shape, p, "burst", lead), {}).values()))
