@@ -67,7 +67,13 @@ results_env() {
   echo "cuda: ${cuda:-nvcc not found} (nvcc of the build)"
   echo "torch: ${torch_line% *}"
   echo "cudnn: ${torch_line##* }"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty"
+  # RESULTS_COMMIT: the commit whose build and scripts run, where this checkout's git does not
+  # know it (a copy of the tree beside an older .git); else git's HEAD and whether it is clean.
+  if [ -n "${RESULTS_COMMIT:-}" ]; then
+    echo "commit: $RESULTS_COMMIT"
+  else
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty"
+  fi
   echo "date: $(date -u +%Y-%m-%d)"
 }
 
