@@ -252,7 +252,8 @@ def collect_bursts(raws, env):
         mhz, watts = clocks_under_load(path + ".clocks")
         _, recs = csv_rows(path)
         for r in recs:
-            rows.append({"protocol": protocol, "round": int(rnd), "source": r["source"],
+            rows.append({"protocol": protocol, "round": int(rnd), "run": os.path.basename(path),
+                         "source": r["source"],
                          "hs": r["hs"], "heads": r["heads"], "kv_heads": r["kv_heads"],
                          "batch": r["batch"], "seq_len": r["seq_len"], "pass": r["pass"],
                          "ms": r["ms"], "tflops": r["tflops"], "status": r["status"],
@@ -306,11 +307,11 @@ def render_bursts(rows):
                rounds["burst"], rounds["sustained"]), "", md_table(head, body)]
     clocks = []
     for proto in ("burst", "sustained"):
-        rs = [r for r in rows if r["protocol"] == proto and num(r["sm_mhz"])]
-        per_file = {(r["round"], r["sm_mhz"], r["power_w"]) for r in rs}
-        if per_file:
-            clocks.append([proto, fmt(median([num(m) for _, m, _ in per_file]), ".0f"),
-                           fmt(median([num(w) for _, _, w in per_file]), ".0f"), len(per_file)])
+        per_run = {r["run"]: (num(r["sm_mhz"]), num(r["power_w"])) for r in rows
+                   if r["protocol"] == proto and num(r["sm_mhz"])}
+        if per_run:
+            clocks.append([proto, fmt(median([m for m, _ in per_run.values()]), ".0f"),
+                           fmt(median([w for _, w in per_run.values()]), ".0f"), len(per_run)])
     if clocks:
         out += ["", "The GPU under load (nvidia-smi every 50 ms; the samples at half the run's "
                 "highest power or more, so the idle gaps are left out; medians over the runs):", "",

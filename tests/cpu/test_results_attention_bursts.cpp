@@ -1,7 +1,8 @@
 // test_results_attention_bursts — the attention-bursts claim's collector in
 // scripts/results_table.py, on small bench_attention.py CSVs and nvidia-smi samples written here:
 // each protocol's TFLOP/s, flash3 over cuDNN per protocol, flash3's burst over its sustained rate,
-// the SM clock and power under load with the idle samples left out, a row that ran out of memory
+// the SM clock and power under load with the idle samples left out (two runs with the same
+// clocks counted as two), a row that ran out of memory
 // left out, and a label that names no protocol refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -38,8 +39,12 @@ TEST(ResultsTable, AttentionBursts) {
   // burst: the idle samples (150 W, under half of the top 700 W) are left out: 1850 MHz, 690 W
   std::ofstream(d / "b.csv.clocks") << "1980, 150.1\n1900, 600\n1850, 690\n1800, 700\n1980, 90\n";
   std::ofstream(d / "s.csv.clocks") << "1750, 695\n1760, 690\n1755, 700\n1980, 90\n";
+  // a second run of the same burst round (another file) with the same clocks: a run of its own
+  std::ofstream(d / "b2.csv") << bench_csv(700, 600, 650, 580);
+  std::ofstream(d / "b2.csv.clocks") << "1980, 150.1\n1900, 600\n1850, 690\n1800, 700\n";
   ASSERT_EQ(run_results_table(d, "attention-bursts",
-                              "burst.1=" + (d / "b.csv") + " sustained.1=" + (d / "s.csv")),
+                              "burst.1=" + (d / "b.csv") + " sustained.1=" + (d / "s.csv") +
+                                  " burst.1=" + (d / "b2.csv")),
             0)
       << read_text(d / "log");
   const std::string table = read_text(d / "table.md");
@@ -48,7 +53,8 @@ TEST(ResultsTable, AttentionBursts) {
         "1.09 |",
         "| 128 | 64 (8) | 2 | 16K | bwd | 600.0 | 580.0 | **1.03** | 540.0 | 520.0 | **1.04** | "
         "1.11 |",
-        "| burst | 1850 | 690 | 1 |", "| sustained | 1755 | 695 | 1 |"})
+        "| burst | 1850 | 690 | 2 |", "| sustained | 1755 | 695 | 1 |",
+        "medians over 1 burst and 1 sustained rounds"})
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
   EXPECT_EQ(table.find("32K"), std::string::npos) << "the OOM point has no row\n" << table;
   TempDir e;
