@@ -101,6 +101,12 @@ struct AttnBwdCore {
   float* dk_acc;
   float* dv_acc;
   size_t dkv_ld, dkv_bs;
+  // flash3, GQA: a backward block per (batch, query head) and K/V tile rather than per kv head.
+  // The G query heads of a kv head sum their dK, dV in turn (head kvh G + g once dkv_turn[(b NKV
+  // + kvh) ceil(Tk / Bc) + j] = g, zeroed) in dk_acc, dv_acc (B, Tk, 2, NKV, HS) fp32 (dv_acc =
+  // dk_acc + NKV HS); the last one writes the sum into dk, dv.
+  bool query_head_blocks;
+  int* dkv_turn;
 };
 struct AttnBwdProblem : AttnBwdCore, AttnProblemMask {};
 class AttentionBackend {

@@ -76,17 +76,20 @@ AttnCost flash_cost(const AttnShape& s, size_t es) {
 // flash3: the FlashAttention-3 schedule (flash3.cu, flash3_bwd.cu; tiles: flash3_tiles.h, and
 // flash_tiles.h for the backward, whose steps and tiles are flash's).
 //   saved   = LSE (B, NH, T) fp32
-//   scratch = flash's backward scratch; the forward uses its first int (the work-tile counter
-//             of the persistent scheduler), which the backward then overwrites
+//   scratch = flash's backward scratch, a tile counter and, with GQA, the fp32 dK/dV
+//             accumulator (B, T, 2, NKV, HS) of the query-head blocks (flash3_tiles.h
+//             bwd_scratch_bytes); the forward uses its first int (the work-tile counter of the
+//             persistent scheduler), which the backward then overwrites
 //   mma_flops forward 4*HS*tile(T, Br, 128) per head, Br = kFwdBr(HS) (192 at HS 64, 128 at
 //             HS 128), row tiles ending at T; backward as flash (the same products
 //             and causal skipping, scheduled over warp-specialised warpgroups)
 //   bytes   as flash (the forward reads Q once per work tile and K/V tiles through TMA; L2
-//           re-reads are not counted)
+//           re-reads are not counted, nor the GQA backward's dK/dV sums through its
+//           accumulator, which one kv head's query heads pass in turn while it is in L2)
 
 std::string flash3_limits(const AttnShape& s, size_t) { return head_sizes_64_128("flash3", s); }
 size_t flash3_scratch(const AttnShape& s, size_t) {
-  return std::max(flash3::bwd_counter_offset(s) + sizeof(int), flash3::kFwdScratchBytes);
+  return std::max(flash3::bwd_scratch_bytes(s), flash3::kFwdScratchBytes);
 }
 AttnCost flash3_cost(const AttnShape& s, size_t es) {
   return flash_family_cost(s, es, flash3::kFwdBr(s.HS), flash3::kFwdBc, true);

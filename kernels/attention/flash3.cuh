@@ -32,12 +32,16 @@ void forward_bf16(__nv_bfloat16* out, float* lse, void* scratch, const __nv_bflo
 // One problem (a ring pair: attention.cuh AttnFwdProblem) into the ring's fp32 running O, its
 // diagonal pair causal or a full pair; the same kernel as forward_bf16 (static tile order).
 void forward_problem(const AttnFwdProblem& p, cudaStream_t stream);
-// The backward (flash3_bwd.cu): as flash::backward_bf16 (same scratch, same arguments), on the
-// warp-specialised schedule.
+// The backward's blocks with GQA (flash3_bwd.cu): one per kv head, or one per query head whose
+// G blocks sum dK, dV in turn; kByRule: flash3_tiles.h kBwdQueryHeadBlocks picks (the backend).
+// The tests run both on small shapes, where the rule picks kv heads.
+enum class BwdHeads { kByRule, kKvHeads, kQueryHeads };
+// The backward (flash3_bwd.cu): as flash::backward_bf16 (scratch: flash3_tiles.h
+// bwd_scratch_bytes; the same arguments), on the warp-specialised schedule.
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                    const AttnShape& s, bool deterministic, const AttnMask& mask,
-                   cudaStream_t stream);
+                   cudaStream_t stream, BwdHeads heads = BwdHeads::kByRule);
 // One problem (a ring pair), dQ in arrival order: as flash::backward_problem.
 void backward_problem(const flash::BwdProblem& p, cudaStream_t stream);
 }  // namespace flash3

@@ -38,6 +38,11 @@
 //       wait dQ_empty; stage dQ_i part (fp32) in dQacc's layout (under dK); signal dQ_full
 //       [HS 64: wait for dK; release stage s (empty[s])]
 //     dK_j (times scale), dV_j -> dqkv (or the ring's fp32 accumulator)
+// GQA past L2 (flash3_tiles.h kBwdQueryHeadBlocks: a kv head's G query heads' rows outgrow it,
+// and a pair group is one query head): one block per (K/V tile j, query head, batch) instead
+// (QUERY_HEADS), its steps that head's only; the G blocks of a K/V tile then sum dK_j, dV_j in
+// turn (sum_dk_dv_heads: the first stores its fp32 part, the next ones add theirs, the last
+// writes bf16 into dqkv), so dK, dV stay the same on every run.
 // Masks (mask.h; the MASKED kernels, the causal ones untouched): the steps of flash's masked
 // backward (flash_bwd.cu: the Q tiles that the K/V tile meets, found at the block's start; the
 // partial tiles masked element by element), with a third producer warp (doc warp) that stores
@@ -86,14 +91,21 @@
 //     64 query / 8 kv heads, B 2, T 16K: L2 hit 78.2% against 97.9% with 64 kv heads (ncu). So
 //     at G > 1 the loader asks L2 to evict Q_i, dO_i first: DRAM writes 17.9 -> 12.7 GB, ncu
 //     49.1 -> 47.3 ms; timed x1.023 / x1.025 (2 rounds; T 32K x1.00, where dQacc alone outgrows
-//     L2). Still 0.97x cuDNN's backward there (bench/results/attention-bursts).
+//     L2). Past L2 the query-head blocks (their rule and the shapes where they lose:
+//     flash3_tiles.h kBwdQueryHeadBlocks), same call, 2 rounds, against kv-head blocks with the
+//     evict-first loads: HS 128, 64 / 8 heads, B 2 T 16K x1.035, B 1 T 32K x1.028; 32 / 8 heads
+//     T 16K x1.013; HS 64, 16 / 2 heads, T 16K / 32K x1.013 / x1.025, 12 / 3 heads T 32K x1.005.
+//     ncu at T 16K (its locked clocks): L2 hit 75.1 -> 97.4%, DRAM read 32.7 -> 3.2 GB, write
+//     12.2 -> 2.8 GB; kernel 47.3 -> 47.8 ms, tensor pipe 63.6 -> 62.9% busy (G times the K/V
+//     loads and epilogues), so the gain is DRAM's at the clocks the benchmarks run at.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal
 // needs Tq == Tk; any T >= 1 (TMA zero-fills rows past T; LSE and D rows past T read as 0).
 // Scratch: flash's backward scratch (dQacc, D, semaphores: flash_tiles.h); the semaphores are
 // the fixed order's (--deterministic) or the dQ tickets; then the persistent blocks' tile
-// counter (flash3_tiles.h bwd_counter_offset). The ring's problems (backward_problem)
+// counter (flash3_tiles.h bwd_counter_offset); with GQA then the query-head blocks' turns and
+// their fp32 dK, dV accumulator (bwd_dkv_acc_offset). The ring's problems (backward_problem)
 // add every partial into the accumulator the ring zeroed (no tickets).
 //
 // Test:  ./build/test_gpu --gtest_filter='*flash3*:Flash3*:RingAttention*'
@@ -216,7 +228,7 @@ struct Bwd3MaskPart<K, true> {
 // order of sm90/scheduler.cuh), its shared memory (Bwd3Tile's offsets) and the three roles of
 // its warps. MASKED: the problem's mask (Bwd3MaskPart, problem_mask.cuh) in place of causal; the
 // loader also stores each step's rows' doc_start.
-template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT_>
+template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT_, bool QUERY_HEADS>
 struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   static constexpr int HS = K::HS, Br = K::Br, Bc = K::Bc, NA = K::NA, PANELS = K::PANELS,
                        DQS = K::DQ_BUFS;
@@ -255,7 +267,14 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
   static constexpr bool PEEL_DIAG =
       K::V == BwdVariant::kDqLag && !MASKED && !PERSISTENT && !DET;
   static_assert(!PEEL_DIAG || Br == Bc, "BwdBlock's DIAG_FIRST order: one diagonal Q tile a head");
-  const flash::BwdBlock<Bc, Br, ORDER, MASKED, PEEL_DIAG> blk;
+  // QUERY_HEADS (GQA, flash3_tiles.h kBwdQueryHeadBlocks): a block per (batch, query head)
+  // and K/V tile, whose dK_j, dV_j the kv head's G blocks sum in turn (sum_dk_dv_heads).
+  static_assert(!QUERY_HEADS || !DET, "query-head blocks: the arrival order");
+  const flash::BwdBlock<Bc, Br, ORDER, MASKED, PEEL_DIAG, QUERY_HEADS> blk;
+  // The problem's pairs: (batch, kv head), or (batch, query head).
+  static __host__ __device__ __forceinline__ int pairs(const BwdCore& p) {
+    return p.B * (QUERY_HEADS ? p.NH : p.NKV);
+  }
   const int b, kvh, j, k0, total, n_qtiles;
   const int dq_sw;  // dQacc's swizzle follows its own row dq_row0 + q0 + r
   // shared memory: K_j | V_j | Q x2 | dO x2 | dS^T x2 | dQ staging | LSE x2 | D x2 | mbarriers
@@ -605,10 +624,13 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       }
     }
     auto store_dk_dv = [&](uint32_t stage_k, uint32_t stage_v) {
-      flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
-                                 [&](int nt, int e) { return dv[4 * nt + e]; }, scale, stage_k,
-                                 stage_v, p, b, k0, kvh, mtid,
-                                 [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
+      if constexpr (QUERY_HEADS)
+        sum_dk_dv_heads(dk, dv, scale, mtid);
+      else
+        flash::bwd_store_dk_dv<HS>([&](int nt, int e) { return dk[4 * nt + e]; },
+                                   [&](int nt, int e) { return dv[4 * nt + e]; }, scale, stage_k,
+                                   stage_v, p, b, k0, kvh, mtid,
+                                   [&] { sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS); });
     };
     if constexpr (PERSISTENT) {
       // every product of this K/V tile has been waited for: the loader may bring the next K_j,
@@ -620,6 +642,54 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
       sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS);
     } else {
       store_dk_dv(sK, sV);
+    }
+  }
+  // QUERY_HEADS: this query head's dK_j (times scale), dV_j (dk, dv: the math warps' m16n8
+  // fragments, as flash::bwd_store_dk_dv takes them) summed with the kv head's other G - 1 in
+  // the order g = 0 .. G - 1 (g: this head's place in its kv head's group): wait for this K/V
+  // tile's turn to be g; g = 0 stores its fp32 part into p.dk_acc, p.dv_acc, the next ones add
+  // theirs, the last writes the sum in bf16 into p.dk, p.dv; then the turn passes to g + 1. A
+  // block waits only for one that came before it in the order (the pair before its own, same j),
+  // which by then runs or has run; the sum is the same on every run.
+  __device__ __forceinline__ void sum_dk_dv_heads(const float* dk, const float* dv, float scale,
+                                                  int mtid) const {
+    const int G = NH / p.NKV, g = blk.hq0 - kvh * G;
+    int* turn = p.dkv_turn + ((size_t)b * p.NKV + kvh) * ((p.Tk + Bc - 1) / Bc) + j;
+    if (mtid == 0) sm90::wait_flag_equals(turn, g);
+    sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS);  // (and every warp's products are done)
+    const int warp = mtid >> 5, lane = mtid & 31, r8 = lane >> 2, t4 = lane & 3;
+    const size_t acc_row = (size_t)2 * p.NKV * HS, v_off = (size_t)p.NKV * HS;
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = k0 + warp * 16 + r8 + r * 8;
+        if (key >= p.Tk) continue;
+        const int col = kvh * HS + nt * 8 + 2 * t4;
+        float2* ak = reinterpret_cast<float2*>(p.dk_acc + ((size_t)b * p.Tk + key) * acc_row + col);
+        float2* av = reinterpret_cast<float2*>(reinterpret_cast<float*>(ak) + v_off);
+        float2 k2 = {dk[4 * nt + 2 * r] * scale, dk[4 * nt + 2 * r + 1] * scale},
+               v2 = {dv[4 * nt + 2 * r], dv[4 * nt + 2 * r + 1]};
+        if (g > 0) {  // the heads before this one (L2: written by other SMs)
+          const float2 pk = __ldcg(ak), pv = __ldcg(av);
+          k2 = {pk.x + k2.x, pk.y + k2.y};
+          v2 = {pv.x + v2.x, pv.y + v2.y};
+        }
+        if (g < G - 1) {
+          __stcg(ak, k2);
+          __stcg(av, v2);
+        } else {
+          const size_t o = (size_t)b * p.dkv_bs + (size_t)key * p.dkv_ld + col;
+          *reinterpret_cast<uint32_t*>(p.dk + o) = flash::pack_bf16(k2.x, k2.y);
+          *reinterpret_cast<uint32_t*>(p.dv + o) = flash::pack_bf16(v2.x, v2.y);
+        }
+      }
+    if (g < G - 1) {  // every math thread's stores, then the turn (release: they are visible)
+      sm90::named_bar_sync(kBarEpilogue, K::MATH_THREADS);
+      if (mtid == 0) {
+        __threadfence();
+        sm90::st_release_gpu(turn, g + 1);
+      }
     }
   }
   // After the block's last K/V tile (steps: all its steps): take the dQ staging buffers' last
@@ -637,7 +707,7 @@ struct Bwd3Block : Bwd3MaskPart<K, MASKED> {
 
 // The kernel: a producer warpgroup (loader warp, dQ writer warp) and two math warpgroups.
 // MASKED: mk, the problem's mask (Bwd3Block).
-template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT>
+template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT, bool QUERY_HEADS>
 __global__ void __launch_bounds__(K::NTHREADS, 1)
     flash3_bwd_kernel(const __grid_constant__ CUtensorMap tm_q,
                       const __grid_constant__ CUtensorMap tm_k,
@@ -647,11 +717,11 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
                       int n_blocks, float scale_log2, float scale, const KernelMask<MASKED> mk) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  const int pairs = p.B * p.NKV, n_j = (p.Tk + K::Bc - 1) / K::Bc;
+  using Block = Bwd3Block<K, ORDER, MASKED, PERSISTENT, QUERY_HEADS>;
+  const int pairs = Block::pairs(p), n_j = (p.Tk + K::Bc - 1) / K::Bc;
   int pair, j_tile;
   bwd_pair_group_block(blockIdx.x, pairs, n_j, pair_group, pair, j_tile);
   const uint32_t s0 = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 1024-byte swizzle panels
-  using Block = Bwd3Block<K, ORDER, MASKED, PERSISTENT>;
   // every thread: a masked block finds its Q tile range with warp-wide ballots
   const Block first(p, mk, pair, j_tile, s0);
   const uint32_t slot_full = s0 + K::OFF_SLOT_FULL, slot_empty = s0 + K::OFF_SLOT_EMPTY,
@@ -746,15 +816,19 @@ __global__ void __launch_bounds__(K::NTHREADS, 1)
 
 namespace {
 
-template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT>
-void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_t stream) {
-  constexpr int HS = K::HS, SMEM = Bwd3Block<K, ORDER, MASKED, PERSISTENT>::SMEM;
+template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT, bool QUERY_HEADS>
+void launch_bwd_as(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_t stream) {
+  using Block = Bwd3Block<K, ORDER, MASKED, PERSISTENT, QUERY_HEADS>;
+  constexpr int HS = K::HS, SMEM = Block::SMEM;
   static_assert(SMEM <= 227 * 1024, "shared memory per block");
-  auto kernel = flash3_bwd_kernel<K, ORDER, MASKED, PERSISTENT>;
+  auto kernel = flash3_bwd_kernel<K, ORDER, MASKED, PERSISTENT, QUERY_HEADS>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), SMEM);
   if (MASKED) flash::check_problem_mask(p);
   else CHECK(!p.causal || p.Tq == p.Tk, "internal: flash3 backward: causal needs Tq == Tk");
-  CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash3 backward: one dK output");
+  CHECK(QUERY_HEADS ? p.dk != nullptr && p.dk_acc != nullptr && p.dkv_turn != nullptr
+                    : (p.dk != nullptr) != (p.dk_acc != nullptr),
+        "internal: flash3 backward: one dK output (query-head blocks: dk, dk_acc, dkv_turn)");
+  CHECK(p.query_head_blocks == QUERY_HEADS, "internal: flash3 backward: query-head blocks");
   CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout) &&
             p.q_ld % 8 == 0 && p.kv_ld % 8 == 0 && p.do_ld % 8 == 0 && p.q_bs % 8 == 0 &&
             p.kv_bs % 8 == 0 && p.do_bs % 8 == 0,
@@ -766,9 +840,10 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_
   const CUtensorMap tk = sm90::make_rows_map(p.k, p.B, p.Tk, p.NKV, HS, p.kv_ld, p.kv_bs, K::Bc);
   const CUtensorMap tv = sm90::make_rows_map(p.v, p.B, p.Tk, p.NKV, HS, p.kv_ld, p.kv_bs, K::Bc);
   const float scale = 1.f / sqrtf((float)HS);
-  const int pairs = p.B * p.NKV, n_j = (int)ceil_div(p.Tk, K::Bc);
-  CHECK((long long)pairs * n_j < (1ll << 31), "flash3 backward: B x kv heads x T / %d too large",
-        K::Bc);
+  const int n_j = (int)ceil_div(p.Tk, K::Bc);
+  CHECK((long long)p.B * (QUERY_HEADS ? p.NH : p.NKV) * n_j < (1ll << 31),
+        "flash3 backward: B x heads x T / %d too large", K::Bc);
+  const int pairs = Block::pairs(p);
   // The fixed dQ order chains block j to block j - 1 of its pair: one pair's blocks of a wave
   // would wait one step more each (groups that fit one wave: HS 64 T 16K 453 -> 306 TFLOP/s on
   // an H100), so it keeps every pair in one group, where a wave holds a few blocks of each.
@@ -789,6 +864,18 @@ void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_
   kernel<<<(unsigned)grid, K::NTHREADS, SMEM, stream>>>(tq, tk, tv, tdo, p, dq_sem, counter, group,
                                                         n_blocks, scale * kLog2e, scale, mk);
   CUDA_CHECK_LAUNCH();
+}
+
+// The query-head blocks where the problem asks for them (GQA in the arrival order).
+template <class K, DqOrder ORDER, bool MASKED, bool PERSISTENT>
+void launch_bwd(const BwdProblem& p, int* dq_sem, int* tile_counter, cudaStream_t stream) {
+  if constexpr (ORDER == DqOrder::kArrival) {
+    if (p.query_head_blocks) {
+      launch_bwd_as<K, ORDER, MASKED, PERSISTENT, true>(p, dq_sem, tile_counter, stream);
+      return;
+    }
+  }
+  launch_bwd_as<K, ORDER, MASKED, PERSISTENT, false>(p, dq_sem, tile_counter, stream);
 }
 
 template <int HS, BwdVariant V>
@@ -857,14 +944,31 @@ void launch_bwd_any(const BwdProblem& p, int* dq_sem, int* tile_counter, bool de
 void backward_bf16(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                    const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
                    const AttnShape& s, bool deterministic, const AttnMask& mask,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, BwdHeads heads) {
   // The dQ tickets (or the fixed order's semaphores) zeroed; dQacc not: the first partial of
   // each dQ tile stores (but with a mask in the fixed order, where every partial adds).
   const bool masked_fixed = deterministic && !mask.is_causal();
   flash::backward_begin(scratch, dout, out, s, stream, /*zero_semaphores=*/true,
                         /*zero_dq_accum=*/masked_fixed);
   if (masked_fixed) flash::fixed_order_start(flash::dq_semaphores(scratch, s), mask, s, stream);
-  const BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s, mask);
+  BwdProblem p = flash::whole_sequence_problem(dqkv, scratch, dout, qkv, lse, s, mask);
+  // GQA (kBwdQueryHeadBlocks): blocks per query head, their dK, dV summed in turn through the
+  // accumulator behind the turns (flash3_tiles.h bwd_dkv_acc_offset), the turns zeroed here.
+  const bool query_heads =
+      heads == BwdHeads::kByRule
+          ? kBwdQueryHeadBlocks(s.NH, s.NKV, s.T, s.HS, cuda_l2_bytes(), cuda_num_sms(),
+                                deterministic)
+          : heads == BwdHeads::kQueryHeads;
+  CHECK(!query_heads || (s.NH != s.NKV && !deterministic),
+        "internal: flash3 backward: query-head blocks need GQA and the arrival order");
+  if (query_heads) {
+    char* base = static_cast<char*>(scratch);
+    p.query_head_blocks = true;
+    p.dkv_turn = reinterpret_cast<int*>(base + bwd_dkv_turn_offset(s));
+    p.dk_acc = reinterpret_cast<float*>(base + bwd_dkv_acc_offset(s));
+    p.dv_acc = p.dk_acc + (size_t)s.NKV * s.HS;
+    CUDA_CHECK(cudaMemsetAsync(p.dkv_turn, 0, bwd_dkv_turns(s) * sizeof(int), stream));
+  }
   int* tile_counter = reinterpret_cast<int*>(static_cast<char*>(scratch) + bwd_counter_offset(s));
   launch_bwd_any(p, flash::dq_semaphores(scratch, s), tile_counter, deterministic, stream);
   flash::backward_end(dqkv, scratch, s, stream);

@@ -73,10 +73,43 @@ constexpr int bwd_pair_group(long long pairs, long long blocks_per_pair, long lo
 // The forward's scratch: the work-tile counter, one int at offset 0 (the backward later
 // overwrites it: the forward's scratch need not survive).
 constexpr size_t kFwdScratchBytes = sizeof(int);
+// GQA backward blocks (flash3_bwd.cu Bwd3Block QUERY_HEADS; AttnBwdCore::query_head_blocks):
+// one per (batch, query head) and K/V tile, where a block per kv head runs the steps of all G
+// query heads; the G blocks of a K/V tile then sum dK_j, dV_j in turn through an fp32
+// accumulator. A kv head's blocks read all G heads' Q_i, dO_i and add into all their dQacc rows,
+// G x T x HS x 8 bytes (134 MB at G 8, T 16K, HS 128, against an H200's 50 MB of L2: L2 hit 78%
+// against 98% without GQA); a query head's, T x HS x 8. So: query-head blocks once a kv head's
+// rows outgrow L2. H200, HS 128, 64 query / 8 kv heads, bench-attention, 2 rounds, backward
+// against kv-head blocks: T 16K (B 2) x1.025, 32K x1.027; but T 2K / 4K x0.53 / x0.85 (a pair
+// group of 8 query heads runs in one wave there, and its 8 blocks of a K/V tile wait for each
+// other's turns; and a block runs 1/G of the steps for the same start and end), and at rows
+// that fit L2 HS 64, 12 / 4 heads, T 16K x0.974, HS 128 16 / 8 heads, T 16K x1.003. So also
+// only where a pair group is one query head (bwd_pair_group: more K/V tiles than half the SMs,
+// T > 8448 on an H200's 132), so that the G blocks of a tile run in different waves. Not with
+// --deterministic, whose fixed dQ order keeps every pair in one group.
+constexpr bool kBwdQueryHeadBlocks(long long NH, long long NKV, long long T, long long HS,
+                                   long long l2_bytes, long long sms, bool deterministic) {
+  const long long kv_tiles = (T + flash_tiles((int)HS).bwd_Bc - 1) / flash_tiles((int)HS).bwd_Bc;
+  return NH != NKV && !deterministic && NH / NKV * T * HS * 8 > l2_bytes && 2 * kv_tiles > sms;
+}
 // The backward's scratch: flash's (flash_tiles.h flash_bwd_scratch), then the persistent blocks'
-// K/V tile counter, one int at this offset.
+// K/V tile counter, one int at this offset; then with GQA the query-head blocks' turns, one int
+// per (batch, kv head, K/V tile), and, 16-byte aligned, their dK, dV accumulator
+// (B, T, 2, NKV, HS) fp32.
 inline size_t bwd_counter_offset(const AttnShape& s) {
   return (flash_bwd_scratch(s).bytes + sizeof(int) - 1) / sizeof(int) * sizeof(int);
+}
+inline size_t bwd_dkv_turn_offset(const AttnShape& s) { return bwd_counter_offset(s) + sizeof(int); }
+inline size_t bwd_dkv_turns(const AttnShape& s) {
+  const int Bc = flash_tiles(s.HS).bwd_Bc;
+  return (size_t)s.B * s.NKV * ((s.T + Bc - 1) / Bc);
+}
+inline size_t bwd_dkv_acc_offset(const AttnShape& s) {
+  return (bwd_dkv_turn_offset(s) + bwd_dkv_turns(s) * sizeof(int) + 15) / 16 * 16;
+}
+inline size_t bwd_scratch_bytes(const AttnShape& s) {
+  if (s.NH == s.NKV) return bwd_dkv_turn_offset(s);
+  return bwd_dkv_acc_offset(s) + (size_t)s.B * s.T * 2 * s.NKV * s.HS * sizeof(float);
 }
 
 }  // namespace flash3

@@ -153,6 +153,7 @@ static void launch_main_as(const BwdProblem& p, int* dq_sem, cudaStream_t stream
   else CHECK(!p.causal || p.Tq == p.Tk, "internal: flash backward: causal needs Tq == Tk");
   CHECK((p.dk != nullptr) != (p.dk_acc != nullptr), "internal: flash backward: one dK output");
   const float scale = 1.f / sqrtf((float)K::HS);
+  CHECK(!p.query_head_blocks, "internal: flash backward: blocks per kv head only");
   dim3 grid((unsigned)(p.B * p.NKV), (unsigned)ceil_div(p.Tk, K::Bc));
   KernelMask<MASKED> mk;
   if constexpr (MASKED) mk = p;

@@ -90,33 +90,45 @@ enum class DqOrder { kArrival, kFixed };
 
 // A backward block: (batch b, kv head kvh) = blockIdx.x, K/V tile j = blockIdx.y (first key
 // k0; flash's 2-D grid), or given (flash3's 1-D grid in pair groups), G query heads per kv head;
-// and its steps: step it -> (query head hq, first query q0).
+// and its steps: step it -> (query head hq, first query q0). QUERY_HEADS (flash3's GQA backward,
+// p.query_head_blocks): a pair is (batch, query head) instead, G = 1, the one query head hq0
+// of kv head kvh (a compile-time choice: as a runtime one it moved ptxas's register allocation
+// in every kernel and spilled 8-36 bytes in five of flash3's that spilled none).
 // kArrival: head by head, each from the diagonal tile up (the longest work first). kFixed: Q
 // tiles from the last down to the diagonal, the group's heads inside (the top of this file says
 // why). MASKED: the Q tiles of the mask's range (problem_mask.cuh, found by each warp: every lane
 // of the block constructs it), maybe none (a ring pair).
 // DIAG_FIRST (flash3's causal kernels that peel their diagonal steps): in the arrival order,
 // each head's first Q tile first, then the others head by head.
-template <int Bc, int Br, DqOrder ORDER, bool MASKED = false, bool DIAG_FIRST = false>
+template <int Bc, int Br, DqOrder ORDER, bool MASKED = false, bool DIAG_FIRST = false,
+          bool QUERY_HEADS = false>
 struct BwdBlock {
   int b, kvh, j, k0, G, i_begin, n_qtiles, n_i, total;
+  [[maybe_unused]] int hq0;  // QUERY_HEADS: the block's query head
   [[maybe_unused]] TileRange range;  // MASKED: the Q tiles that this K/V tile meets
   __device__ __forceinline__ explicit BwdBlock(const BwdCore& p, const KernelMask<MASKED>& mk = {}) {
     init(p, blockIdx.x, blockIdx.y, mk);
   }
-  // Pair `pair` (= b NKV + kv head) and K/V tile j_ given (flash3's 1-D grid in pair groups:
-  // sm90/scheduler.cuh bwd_pair_group_block).
+  // Pair `pair` (= b NKV + kv head, or QUERY_HEADS b NH + query head) and K/V tile j_ given
+  // (flash3's 1-D grid in pair groups: sm90/scheduler.cuh bwd_pair_group_block).
   __device__ __forceinline__ BwdBlock(const BwdCore& p, int pair, int j_,
                                       const KernelMask<MASKED>& mk = {}) {
     init(p, pair, j_, mk);
   }
   __device__ __forceinline__ void init(const BwdCore& p, int pair, int j_,
                                        const KernelMask<MASKED>& mk) {
-    b = pair / p.NKV;
-    kvh = pair % p.NKV;
+    if constexpr (QUERY_HEADS) {
+      b = pair / p.NH;
+      hq0 = pair % p.NH;
+      kvh = hq0 / (p.NH / p.NKV);
+      G = 1;
+    } else {
+      b = pair / p.NKV;
+      kvh = pair % p.NKV;
+      G = p.NH / p.NKV;
+    }
     j = j_;
     k0 = j * Bc;
-    G = p.NH / p.NKV;
     i_begin = p.causal ? k0 / Br : 0;  // causal: Q tiles from the diagonal on
     n_qtiles = (p.Tq + Br - 1) / Br;
     n_i = n_qtiles - i_begin;
@@ -127,6 +139,7 @@ struct BwdBlock {
     }
     total = G * n_i;
   }
+  __device__ __forceinline__ int first_head() const { return QUERY_HEADS ? hq0 : kvh * G; }
   __device__ __forceinline__ void tile(int it, int& hq, int& q0) const {
     tile_in(it, i_begin, n_i, MASKED ? range.end : n_qtiles, hq, q0);
   }
@@ -135,14 +148,14 @@ struct BwdBlock {
   __device__ __forceinline__ void tile_in(int it, int first, int n, int end, int& hq,
                                           int& q0) const {
     if constexpr (ORDER == DqOrder::kFixed) {
-      hq = kvh * G + it % G;
+      hq = first_head() + it % G;
       q0 = (end - 1 - it / G) * Br;
     } else if constexpr (!DIAG_FIRST) {
-      hq = kvh * G + it / n;
+      hq = first_head() + it / n;
       q0 = (first + it % n) * Br;
     } else {
       const int r = it - G;
-      hq = kvh * G + (r < 0 ? it : r / (n - 1));
+      hq = first_head() + (r < 0 ? it : r / (n - 1));
       q0 = (first + (r < 0 ? 0 : 1 + r % (n - 1))) * Br;
     }
   }

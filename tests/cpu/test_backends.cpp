@@ -73,6 +73,27 @@ TEST(AttentionSpec, Flash3WorkOrder) {
   EXPECT_TRUE(flash3::kv_outgrows_l2(1, 4, 1 << 20, 64, l2));   // no int overflow at 1M
 }
 
+// flash3's GQA backward runs a block per query head once a kv head's G query heads' rows
+// (G x T x HS x 8 bytes) outgrow L2 and a pair group is one query head (flash3_tiles.h): the
+// H200 shapes it was measured at (50 MiB, 132 SMs) fall on the side that measured faster.
+TEST(AttentionSpec, Flash3BackwardQueryHeadBlocks) {
+  const long long l2 = 50ll << 20, sms = 132;
+  auto rule = [&](int NH, int NKV, int T, int HS, bool det = false) {
+    return flash3::kBwdQueryHeadBlocks(NH, NKV, T, HS, l2, sms, det);
+  };
+  EXPECT_TRUE(rule(64, 8, 16384, 128));    // 128 MiB: x1.025
+  EXPECT_TRUE(rule(64, 8, 32768, 128));    // x1.027
+  EXPECT_FALSE(rule(64, 8, 16384, 128, /*det=*/true));
+  EXPECT_FALSE(rule(64, 8, 4096, 128));    // 32 MiB: x0.85 as query-head blocks
+  EXPECT_FALSE(rule(64, 8, 2048, 128));    // x0.53
+  EXPECT_FALSE(rule(12, 4, 16384, 64));    // 24 MiB: x0.974
+  EXPECT_FALSE(rule(16, 8, 16384, 128));   // 32 MiB: x1.003
+  EXPECT_FALSE(rule(16, 16, 1 << 20, 64)); // no GQA
+  EXPECT_FALSE(rule(64, 2, 8192, 64));     // 512 MiB, but 64 K/V tiles: 2 query heads a wave
+  EXPECT_TRUE(rule(64, 2, 8448 + 128, 64));
+  EXPECT_TRUE(rule(32, 1, 1 << 20, 128));  // no overflow at 1M
+}
+
 // flash3's backward runs its blocks in groups of (batch, kv head) pairs, the largest group
 // whose blocks fit one wave of the SMs (flash3_tiles.h): the H100 shapes it was measured at
 // (132 SMs, K/V tiles of 128 keys) get a group that measured fastest or within noise of it.
@@ -124,10 +145,17 @@ TEST(AttentionSpec, SavedAndScratchBytes) {
       EXPECT_EQ(attention_spec(n).saved_bytes(s, es), rows * 4) << n;
     // dQacc, D, and one int per (b, h, 128-row backward Q tile at HS 64): the semaphores of
     // --deterministic. flash3's backward uses flash's scratch and one int more, its persistent
-    // blocks' tile counter (its forward needs one int of it).
-    const size_t sems = 3 * 12 * 8 * 4;
-    EXPECT_EQ(attention_spec("flash").scratch_bytes(s, es), rows * (64 + 1) * 4 + sems);
-    EXPECT_EQ(attention_spec("flash3").scratch_bytes(s, es), rows * (64 + 1) * 4 + sems + 4);
+    // blocks' tile counter (its forward needs one int of it); with GQA (here 12 query heads on 4
+    // kv heads) then its query-head blocks' turns, one int per (b, kv head, 128-key tile), and,
+    // 16-byte aligned, their fp32 dK, dV accumulator (B, T, 2, NKV, HS).
+    const size_t sems = 3 * 12 * 8 * 4, flash_bytes = rows * (64 + 1) * 4 + sems;
+    EXPECT_EQ(attention_spec("flash").scratch_bytes(s, es), flash_bytes);
+    EXPECT_EQ(flash_bytes, 9361152u);  // + 4 (counter) + 3 x 4 x 8 x 4 (turns) = 9361540 -> 9361552
+    EXPECT_EQ(attention_spec("flash3").scratch_bytes(s, es),
+              9361552u + size_t(3) * 1000 * 2 * 4 * 64 * 4);
+    const AttnShape mha{3, 1000, 12, 12, 64};
+    EXPECT_EQ(attention_spec("flash3").scratch_bytes(mha, es),
+              attention_spec("flash").scratch_bytes(mha, es) + 4);
     EXPECT_EQ(attention_spec("scalar").scratch_bytes(s, es), rows * 4);            // D
     // flash1: O, m, l (forward) or dQ, D (backward) per row of T padded to its tile.
     EXPECT_EQ(flash1_padded_T(1000), 1024u);
