@@ -95,9 +95,11 @@
 //     flash3_tiles.h kBwdQueryHeadBlocks), same call, 2 rounds, against kv-head blocks with the
 //     evict-first loads: HS 128, 64 / 8 heads, B 2 T 16K x1.035, B 1 T 32K x1.028; 32 / 8 heads
 //     T 16K x1.013; HS 64, 16 / 2 heads, T 16K / 32K x1.013 / x1.025, 12 / 3 heads T 32K x1.005.
-//     ncu at T 16K (its locked clocks): L2 hit 75.1 -> 97.4%, DRAM read 32.7 -> 3.2 GB, write
-//     12.2 -> 2.8 GB; kernel 47.3 -> 47.8 ms, tensor pipe 63.6 -> 62.9% busy (G times the K/V
-//     loads and epilogues), so the gain is DRAM's at the clocks the benchmarks run at.
+//     ncu at T 16K, the GPU's own clocks: L2 hit 77.3 -> 97.1%, DRAM read 27.6 -> 3.8 GB, write
+//     9.0 -> 3.1 GB, 39.3 -> 37.3 ms at the same tensor-pipe share of the cycles (61.8 / 61.9%):
+//     the SM clock under the 700 W cap rose 1.69 -> 1.78 GHz (less DRAM traffic, less power). At
+//     ncu's locked clocks the kernel reads 47.3 -> 47.8 ms (G times the K/V loads and the
+//     epilogues, the turns): the gain is power.
 //
 // Limits: bf16; HS 64 or 128; sm_90a (TMA, mbarrier, setmaxnreg, wgmma); q, k, v, dout
 // 16-byte aligned with row and batch strides multiples of 8 elements (tensor maps); causal

@@ -39,6 +39,10 @@ suites+=("memcheck, flash3 HS 64 T 4096-8300, causal and documents (backward wit
 for tool in synccheck initcheck; do
   compute-sanitizer --tool "$tool" build/test_gpu --gtest_filter="$ragged" > "$OUT/$tool.log" 2>&1 || true
   suites+=("$tool, flash3 ragged=$OUT/$tool.log")
+  # flash3's GQA backward with a block per query head (the turns through global memory)
+  compute-sanitizer --tool "$tool" build/test_gpu --gtest_filter='Flash3.QueryHeadBlocks*' \
+    > "$OUT/${tool}_query_heads.log" 2>&1 || true
+  suites+=("$tool, flash3 GQA query-head blocks=$OUT/${tool}_query_heads.log")
 done
 # The step's kernels around attention (classifier, AdamW, LayerNorm and its column sums, the
 # products' dbias); racecheck leaves out the products: it reports hazards inside cuBLASLt's own
