@@ -111,37 +111,25 @@ TEST_F(Flash3, QueryHeadBlocksMatchKvHeadBlocks) {
     const AttnShape& s = c.s;
     const AttnMask mask{nullptr, c.window};
     ASSERT_EQ(be->unsupported_reason(s, mask.spec()), "");
-    const size_t H3 = size_t(s.NH) + 2 * s.NKV, n_qkv = size_t(s.B) * s.T * H3 * s.HS,
-                 n_out = size_t(s.B) * s.T * s.NH * s.HS;
-    std::vector<__nv_bfloat16> qkv(n_qkv), dout(n_out);
-    std::mt19937 rng(std::random_device{}());
-    std::normal_distribution<float> nd(0.f, 1.f);
-    for (auto& x : qkv) x = __float2bfloat16(nd(rng));
-    for (auto& x : dout) x = __float2bfloat16(nd(rng));
-    __nv_bfloat16 *d_qkv, *d_dqkv, *d_out, *d_dout;
-    float* lse;
-    void* scratch;
-    CUDA_CHECK(cudaMalloc(&d_qkv, n_qkv * 2));
-    CUDA_CHECK(cudaMalloc(&d_dqkv, n_qkv * 2));
-    CUDA_CHECK(cudaMalloc(&d_out, n_out * 2));
-    CUDA_CHECK(cudaMalloc(&d_dout, n_out * 2));
-    CUDA_CHECK(cudaMalloc(&lse, be->saved_bytes(s)));
-    CUDA_CHECK(cudaMalloc(&scratch, be->scratch_bytes(s)));
-    CUDA_CHECK(cudaMemcpy(d_qkv, qkv.data(), n_qkv * 2, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d_dout, dout.data(), n_out * 2, cudaMemcpyHostToDevice));
-    flash3::forward_bf16(d_out, lse, scratch, d_qkv, s, mask, 0);
+    std::vector<float> qkv, dout;
+    random_attention_inputs(s, qkv, dout);  // FLASHGPT_SEED repeats them
+    const size_t n_qkv = qkv.size(), H3 = size_t(s.NH) + 2 * s.NKV;
+    DeviceBuffer<floatX> d_qkv(n_qkv), d_dqkv(n_qkv), d_out(dout.size()), d_dout(dout.size());
+    DeviceBuffer<float> lse(be->saved_bytes(s) / sizeof(float));
+    DeviceBuffer<char> scratch(be->scratch_bytes(s));
+    d_qkv.upload(to_floatX(qkv));
+    d_dout.upload(to_floatX(dout));
+    flash3::forward_bf16(d_out.ptr, lse.ptr, scratch.ptr, d_qkv.ptr, s, mask, 0);
     auto backward = [&](flash3::BwdHeads heads) {
-      CUDA_CHECK(cudaMemset(d_dqkv, 0xff, n_qkv * 2));
-      CUDA_CHECK(cudaMemset(scratch, 0xff, be->scratch_bytes(s)));
-      flash3::backward_bf16(d_dqkv, scratch, d_dout, d_qkv, d_out, lse, s, false, mask, 0, heads);
-      CUDA_CHECK(cudaDeviceSynchronize());
-      std::vector<__nv_bfloat16> h(n_qkv);
-      CUDA_CHECK(cudaMemcpy(h.data(), d_dqkv, n_qkv * 2, cudaMemcpyDeviceToHost));
-      return h;
+      d_dqkv.poison();
+      scratch.poison();  // the turns too: the backward zeroes them
+      flash3::backward_bf16(d_dqkv.ptr, scratch.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, lse.ptr, s,
+                            /*deterministic=*/false, mask, 0, heads);
+      return to_float(d_dqkv.download());
     };
-    const std::vector<__nv_bfloat16> kv = backward(flash3::BwdHeads::kKvHeads),
-                                     q1 = backward(flash3::BwdHeads::kQueryHeads),
-                                     q2 = backward(flash3::BwdHeads::kQueryHeads);
+    const std::vector<float> kv = backward(flash3::BwdHeads::kKvHeads),
+                             q1 = backward(flash3::BwdHeads::kQueryHeads),
+                             q2 = backward(flash3::BwdHeads::kQueryHeads);
     // Per part (dQ, dK, dV): one bf16 rounding apart (2^-7 of the larger), plus the fp32
     // reassociation of sums of up to 2^8 terms (2^-16 of the part's largest element).
     auto part = [&](size_t i) {
@@ -150,15 +138,15 @@ TEST_F(Flash3, QueryHeadBlocksMatchKvHeadBlocks) {
     };
     double largest[3] = {0, 0, 0};
     for (size_t i = 0; i < n_qkv; ++i)
-      largest[part(i)] = std::max(largest[part(i)], (double)std::fabs(__bfloat162float(kv[i])));
+      largest[part(i)] = std::max(largest[part(i)], (double)std::fabs(kv[i]));
     size_t bad[3] = {0, 0, 0}, nonfinite = 0, dkv_repeat = 0;
     for (size_t i = 0; i < n_qkv; ++i) {
-      const double a = __bfloat162float(q1[i]), r = __bfloat162float(kv[i]);
+      const double a = q1[i], r = kv[i];
       nonfinite += !std::isfinite(a);
       const double tol = std::ldexp(std::max(std::fabs(a), std::fabs(r)), -7) +
                          std::ldexp(largest[part(i)], -16);
       bad[part(i)] += !(std::fabs(a - r) <= tol);
-      if (part(i) > 0) dkv_repeat += std::memcmp(&q1[i], &q2[i], 2) != 0;
+      if (part(i) > 0) dkv_repeat += std::memcmp(&q1[i], &q2[i], sizeof(float)) != 0;
     }
     const std::string what = "B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " NH" +
                              std::to_string(s.NH) + " NKV" + std::to_string(s.NKV) + " HS" +
@@ -169,12 +157,6 @@ TEST_F(Flash3, QueryHeadBlocksMatchKvHeadBlocks) {
     EXPECT_EQ(bad[1], 0u) << what << ": dK elements off";
     EXPECT_EQ(bad[2], 0u) << what << ": dV elements off";
     EXPECT_EQ(dkv_repeat, 0u) << what << ": dK/dV of the query-head blocks differ between runs";
-    cudaFree(d_qkv);
-    cudaFree(d_dqkv);
-    cudaFree(d_out);
-    cudaFree(d_dout);
-    cudaFree(lse);
-    cudaFree(scratch);
   }
 #endif
 }
